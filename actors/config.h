@@ -1,0 +1,41 @@
+// RuntimeConfig — every thread count and tuning knob of the runtime in one place.
+//
+// A default-constructed config means "pick sane values for this machine's core count"; Resolved() turns
+// zeros into those values. FromEnv() applies the TROUPE_* environment overrides listed in docs/settings.md
+// (a test checks that table against the code).
+#pragma once
+
+#include <string>
+
+namespace troupe {
+
+struct RuntimeConfig {
+  // CAF scheduler threads when troupe owns the actor system (0: 1 on <= 2 cores, else 2).
+  int scheduler_threads = 0;
+  // Worker threads of each CPU device's normal lane (0: number of cores).
+  int cpu_workers = 0;
+  // Worker threads of each CPU device's priority lane (kCPUPrioritized); started on first use.
+  int cpu_priority_workers = 1;
+  // OpenBLAS threads (0: cores / cpu_workers, at least 1), so that workers x BLAS threads <= cores.
+  int blas_threads = 0;
+  // Number of dependency actors; each owns the queues of the variables whose id maps to it.
+  int dependency_shards = 1;
+  // Run each dependency actor on its own thread (CAF 'detached') instead of the CAF scheduler.
+  bool detached_dependency_actors = true;
+  // How long an idle worker polls its queue before it sleeps until woken (microseconds; -1: default).
+  int worker_spin_us = -1;
+
+  // Applies TROUPE_SCHEDULER_THREADS, TROUPE_CPU_WORKERS, TROUPE_CPU_PRIORITY_WORKERS, TROUPE_BLAS_THREADS,
+  // TROUPE_DEPENDENCY_SHARDS, TROUPE_DETACHED_DEPS, TROUPE_WORKER_SPIN_US on top of *this.
+  // Throws troupe::Error naming the variable when a value is not a valid number in range.
+  RuntimeConfig WithEnv() const;
+  // Replaces every "0 / -1 = default" with the value for this machine. Throws troupe::Error on values
+  // out of range (negative thread counts, zero shards, ...).
+  RuntimeConfig Resolved() const;
+  std::string ToString() const;
+};
+
+// Number of cores this process may use (sched_getaffinity, falling back to hardware_concurrency).
+int AvailableCores();
+
+}  // namespace troupe

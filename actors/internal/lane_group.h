@@ -1,0 +1,83 @@
+// LaneGroup — the workers of one lane of a device and the ready queue they share.
+//
+// Ready tasks wait in a max-heap keyed by (priority, -submission order). Each worker is a detached CAF
+// actor (its own thread). An idle worker polls the queue for RuntimeConfig::worker_spin_us, then records
+// itself as asleep and returns to its mailbox; Submit wakes sleepers with one message each, and only as
+// many as there are tasks not already covered by spinning workers.
+//
+// Thread-safety: Submit, TopPriority and Stats are thread-safe. Workers are started lazily on first Submit
+// when `lazy` is set (the CPU priority lane), so idle lanes cost no threads.
+#pragma once
+
+#include <atomic>
+#include <climits>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "actors/device.h"
+#include "actors/internal/spinlock.h"
+#include "actors/internal/wakeable.h"
+
+namespace troupe::internal {
+
+class LaneGroup {
+ public:
+  struct Options {
+    Lane lane = Lane::kNormal;
+    int workers = 1;
+    int spin_us = 0;
+    bool lazy = false;
+    bool detached = true;
+    RunContext rctx;                        // handed to every task of this lane
+    std::function<void()> on_worker_wake;   // e.g. cudaSetDevice on the worker's thread
+  };
+
+  LaneGroup(caf::actor_system& system, Device* device, Options options);
+  LaneGroup(const LaneGroup&) = delete;
+  LaneGroup& operator=(const LaneGroup&) = delete;
+
+  void Submit(Task* const* tasks, std::size_t n);
+  int TopPriority() const { return top_priority_.load(std::memory_order_relaxed); }
+  LaneStats Stats() const;
+  // Appends the worker actors to `out` (for StopAndWait).
+  void CollectActors(std::vector<caf::actor>* out) const;
+
+ private:
+  struct Worker {
+    WakeableActor actor;
+    WorkerInfo info;
+  };
+
+  void StartWorkers();  // under start_mu_
+  void Drain(Worker* w);
+  Task* Pop();
+  bool SpinForWork();
+  bool Sleep(int index);
+  static bool Before(const Task* a, const Task* b) {  // heap order: true when b should run first
+    return a->priority < b->priority || (a->priority == b->priority && a->seq > b->seq);
+  }
+
+  caf::actor_system& system_;
+  Device* device_;
+  Options options_;
+
+  std::once_flag started_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+
+  mutable SpinLock mu_;
+  std::vector<Task*> heap_;          // guarded by mu_
+  std::vector<int> sleepers_;        // guarded by mu_
+  std::uint64_t next_seq_ = 0;       // guarded by mu_
+  std::atomic<std::size_t> queued_{0};
+  std::atomic<int> spinning_{0};
+  std::atomic<std::size_t> running_{0};
+  std::atomic<std::uint64_t> executed_{0};
+  std::atomic<int> top_priority_{INT_MIN};
+};
+
+// A small process-unique id for the calling thread (for profiles and logs).
+int CurrentThreadId();
+
+}  // namespace troupe::internal

@@ -1,0 +1,39 @@
+// WakeableActor — a CAF actor that runs a drain function each time it is woken by a message.
+//
+// This is the "doorbell" hand-off of DESIGN.md §7: producers put work into a queue the actor owns and send
+// one wake message only when the actor has gone to sleep, so a busy actor receives no messages at all.
+// The actor is spawned 'detached' (its own thread: blocking work never runs on a CAF scheduler thread)
+// unless asked to run on the scheduler. This header includes CAF: only .cc files in actors/ and engine/
+// that implement actors include it.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "caf/actor.hpp"
+#include "caf/actor_system.hpp"
+#include "caf/atom.hpp"
+
+namespace troupe::internal {
+
+using wake_atom = caf::atom_constant<caf::atom("wake")>;
+
+class WakeableActor {
+ public:
+  WakeableActor() = default;
+  // Spawns the actor in `system`. `on_wake` runs on the actor's thread for every wake message.
+  void Spawn(caf::actor_system& system, std::function<void()> on_wake, bool detached = true);
+  // Sends one wake message. Thread-safe.
+  void Wake() const;
+  const caf::actor& handle() const { return handle_; }
+  bool spawned() const { return static_cast<bool>(handle_); }
+
+ private:
+  caf::actor handle_;
+};
+
+// Asks every actor in `actors` to exit (after the messages already in their mailboxes) and blocks until all
+// have terminated.
+void StopAndWait(caf::actor_system& system, const std::vector<caf::actor>& actors);
+
+}  // namespace troupe::internal

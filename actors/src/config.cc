@@ -1,0 +1,95 @@
+#include "actors/config.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+#include "actors/error.h"
+
+namespace troupe {
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+namespace {
+
+// Reads an integer environment variable; returns false when unset. Throws on garbage or out-of-range.
+bool EnvInt(const char* name, int min, int max, int* out) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return false;
+  errno = 0;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x < min || x > max) {
+    std::ostringstream os;
+    os << "environment variable " << name << "='" << v << "' is not an integer in [" << min << ", " << max
+       << "]; unset it or give a valid number";
+    throw Error(os.str());
+  }
+  *out = static_cast<int>(x);
+  return true;
+}
+
+void CheckRange(const char* field, int value, int min, int max) {
+  if (value < min || value > max) {
+    std::ostringstream os;
+    os << "RuntimeConfig::" << field << " = " << value << " is out of range [" << min << ", " << max << "]";
+    throw Error(os.str());
+  }
+}
+
+}  // namespace
+
+RuntimeConfig RuntimeConfig::WithEnv() const {
+  RuntimeConfig c = *this;
+  EnvInt("TROUPE_SCHEDULER_THREADS", 0, 1024, &c.scheduler_threads);
+  EnvInt("TROUPE_CPU_WORKERS", 0, 1024, &c.cpu_workers);
+  EnvInt("TROUPE_CPU_PRIORITY_WORKERS", 1, 1024, &c.cpu_priority_workers);
+  EnvInt("TROUPE_BLAS_THREADS", 0, 1024, &c.blas_threads);
+  EnvInt("TROUPE_DEPENDENCY_SHARDS", 1, 64, &c.dependency_shards);
+  int detached = 0;
+  if (EnvInt("TROUPE_DETACHED_DEPS", 0, 1, &detached)) c.detached_dependency_actors = detached != 0;
+  EnvInt("TROUPE_WORKER_SPIN_US", -1, 1000000, &c.worker_spin_us);
+  return c;
+}
+
+RuntimeConfig RuntimeConfig::Resolved() const {
+  RuntimeConfig c = *this;
+  const int cores = AvailableCores();
+  CheckRange("scheduler_threads", c.scheduler_threads, 0, 1024);
+  CheckRange("cpu_workers", c.cpu_workers, 0, 1024);
+  CheckRange("cpu_priority_workers", c.cpu_priority_workers, 1, 1024);
+  CheckRange("blas_threads", c.blas_threads, 0, 1024);
+  CheckRange("dependency_shards", c.dependency_shards, 1, 64);
+  CheckRange("worker_spin_us", c.worker_spin_us, -1, 1000000);
+  if (c.scheduler_threads == 0) c.scheduler_threads = cores <= 2 ? 1 : 2;
+  if (c.cpu_workers == 0) c.cpu_workers = cores;
+  if (c.blas_threads == 0) c.blas_threads = std::max(1, cores / c.cpu_workers);
+  // Spinning pays off only when there is a core to spare for it.
+  if (c.worker_spin_us < 0) c.worker_spin_us = cores > 2 ? 50 : 10;
+  return c;
+}
+
+std::string RuntimeConfig::ToString() const {
+  std::ostringstream os;
+  os << "scheduler_threads=" << scheduler_threads << " cpu_workers=" << cpu_workers
+     << " cpu_priority_workers=" << cpu_priority_workers << " blas_threads=" << blas_threads
+     << " dependency_shards=" << dependency_shards
+     << " detached_dependency_actors=" << (detached_dependency_actors ? 1 : 0)
+     << " worker_spin_us=" << worker_spin_us;
+  return os.str();
+}
+
+}  // namespace troupe

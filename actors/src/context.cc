@@ -1,0 +1,33 @@
+#include "actors/context.h"
+
+#include "actors/device.h"
+
+namespace troupe {
+
+std::string Context::ToString() const {
+  switch (dev_type) {
+    case DeviceType::kCPU:
+      return "cpu(" + std::to_string(dev_id) + ")";
+    case DeviceType::kGPU:
+      return "gpu(" + std::to_string(dev_id) + ")";
+    case DeviceType::kCPUPinned:
+      return "cpu_pinned(" + std::to_string(dev_id) + ")";
+  }
+  return "unknown_device(" + std::to_string(static_cast<int>(dev_type)) + ")";
+}
+
+const char* LaneName(Lane lane) {
+  switch (lane) {
+    case Lane::kNormal:
+      return "normal";
+    case Lane::kPriority:
+      return "priority";
+    case Lane::kCopyIn:
+      return "copy_in";
+    case Lane::kCopyOut:
+      return "copy_out";
+  }
+  return "unknown";
+}
+
+}  // namespace troupe

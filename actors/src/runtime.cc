@@ -1,0 +1,95 @@
+#include "actors/runtime.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "actors/error.h"
+#include "actors/internal/devices.h"
+#include "actors/internal/wakeable.h"
+#include "caf/all.hpp"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace troupe {
+
+struct Runtime::Impl {
+  RuntimeConfig config;
+  std::unique_ptr<caf::actor_system_config> own_config;
+  std::unique_ptr<caf::actor_system> own_system;
+  caf::actor_system* system = nullptr;
+
+  mutable std::mutex mu;
+  std::unordered_map<Context, std::unique_ptr<internal::DeviceImpl>> devices;  // guarded by mu
+};
+
+std::shared_ptr<Runtime> Runtime::Create(const RuntimeConfig& config, caf::actor_system* external) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config.Resolved();
+  if (external != nullptr) {
+    impl->system = external;
+  } else {
+    impl->own_config = std::make_unique<caf::actor_system_config>();
+    impl->own_config->set("scheduler.max-threads", static_cast<size_t>(impl->config.scheduler_threads));
+    // 'sharing' workers sleep on a condition variable; the default work-stealing policy polls with up to
+    // 10 ms naps, which would add that latency to any actor woken from idle.
+    impl->own_config->set("scheduler.policy", caf::atom("sharing"));
+    impl->own_config->set("logger.verbosity", caf::atom("quiet"));
+    impl->own_system = std::make_unique<caf::actor_system>(*impl->own_config);
+    impl->system = impl->own_system.get();
+  }
+  // workers x BLAS threads <= cores (DESIGN.md §6).
+  openblas_set_num_threads(impl->config.blas_threads);
+  return std::shared_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Runtime::~Runtime() {
+  std::vector<caf::actor> actors;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (const auto& [ctx, dev] : impl_->devices) dev->CollectActors(&actors);
+  }
+  internal::StopAndWait(*impl_->system, actors);
+  actors.clear();  // a detached actor's thread ends only when the last handle to it is gone
+  impl_->devices.clear();
+  impl_->own_system.reset();  // joins the scheduler threads
+}
+
+caf::actor_system& Runtime::system() { return *impl_->system; }
+bool Runtime::owns_system() const { return impl_->own_system != nullptr; }
+const RuntimeConfig& Runtime::config() const { return impl_->config; }
+
+Device* Runtime::GetDevice(Context ctx) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->devices.find(ctx);
+  if (it != impl_->devices.end()) return it->second.get();
+  std::unique_ptr<internal::DeviceImpl> dev;
+  switch (ctx.dev_type) {
+    case DeviceType::kCPU:
+    case DeviceType::kCPUPinned:
+      if (ctx.dev_id < 0) throw Error("invalid device " + ctx.ToString() + ": device ids are >= 0");
+      dev = internal::MakeCpuDevice(*impl_->system, ctx, impl_->config);
+      break;
+    case DeviceType::kGPU:
+      dev = internal::MakeGpuDevice(*impl_->system, ctx, impl_->config);
+      break;
+    default:
+      throw Error("invalid device type " + std::to_string(static_cast<int>(ctx.dev_type)) +
+                  ": use Context::CPU(i) or Context::GPU(i)");
+  }
+  Device* raw = dev.get();
+  impl_->devices.emplace(ctx, std::move(dev));
+  return raw;
+}
+
+std::vector<DeviceStats> Runtime::Stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<DeviceStats> out;
+  for (const auto& [ctx, dev] : impl_->devices) out.push_back(dev->Stats());
+  return out;
+}
+
+int Runtime::GpuCount() { return internal::CudaDeviceCount(); }
+
+}  // namespace troupe

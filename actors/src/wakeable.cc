@@ -1,0 +1,35 @@
+#include "actors/internal/wakeable.h"
+
+#include "caf/all.hpp"
+
+namespace troupe::internal {
+
+namespace {
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+}
+
+void WakeableActor::Spawn(caf::actor_system& system, std::function<void()> on_wake, bool detached) {
+  auto body = [fn = std::move(on_wake)](caf::event_based_actor* self) -> caf::behavior {
+    return {
+        [fn](wake_atom) { fn(); },
+        // Orderly stop: processed after every wake message sent before it.
+        [self](stop_atom) { self->quit(); },
+    };
+  };
+  handle_ = detached ? system.spawn<caf::detached>(std::move(body)) : system.spawn(std::move(body));
+}
+
+void WakeableActor::Wake() const { caf::anon_send(handle_, wake_atom::value); }
+
+void StopAndWait(caf::actor_system& system, const std::vector<caf::actor>& actors) {
+  if (actors.empty()) return;
+  caf::scoped_actor self{system};
+  for (const auto& a : actors) {
+    if (a) self->send(a, stop_atom::value);
+  }
+  for (const auto& a : actors) {
+    if (a) self->wait_for(a);
+  }
+}
+
+}  // namespace troupe::internal

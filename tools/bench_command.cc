@@ -1,0 +1,145 @@
+// `troupe bench <workload>` (see bench_command.h).
+#include "tools/bench_command.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+namespace troupe::tools {
+namespace {
+
+constexpr const char* kEngineDescription =
+    "Measure the dependency engine. Four workloads, each run once untimed (warm-up) and then --repeat times, "
+    "every run with an in-run check that all functions ran exactly once and in an order the engine's rule "
+    "allows: (a) chain: a dependent chain of no-op pushes (PushSync, and one pre-built NewOperator pushed N "
+    "times), in ns per function; (b) independent: no-op pushes writing one of 1024 variables (and with no "
+    "variables), in functions per second; (c) reader_writer: one writer then K readers of a variable, "
+    "repeated, in ns per function; (d) random_mixed: random read/write sets over 100 variables, compared "
+    "with a sequential model, in functions per second. They run on the actor engine for every --workers x "
+    "--shards value, on the naive engine, and, in the same run, the anchor: a oneTBB flow graph (built one "
+    "node and edge per pushed function, and pre-built) and a task_group, limited to the same number of "
+    "threads. The JSON holds every figure, the anchor's, their ratio and the targets ((a) <= 2x TBB, "
+    "(b) >= 1e6 functions/s). Progress goes to stderr, a table to stdout. Exit status: 0 when every check "
+    "passed, 1 when one failed (the JSON says which, with \"ok\": false), 2 on bad usage, 3 when a run hung "
+    "longer than --timeout.";
+
+constexpr const char* kEngineExamples =
+    "Examples:\n"
+    "  troupe bench engine --json engine.json\n"
+    "      the full run (about 10-30 s on 2 cores)\n"
+    "  troupe bench engine --quick --json /tmp/smoke.json\n"
+    "      tiny sizes: checks that the harness and the in-run checks pass\n"
+    "  troupe bench engine --workers 1,2,4 --shards 1,2 --repeat 7 --json sweep.json\n"
+    "      sweep worker and dependency-shard counts of the actor engine\n"
+    "  troupe bench engine --engines actor,tbb --workloads chain --functions 1000000 --json chain.json\n"
+    "      only the chain, only the actor engine and its TBB anchor\n"
+    "  TROUPE_WORKER_SPIN_US=0 troupe bench engine --json nospin.json\n"
+    "      TROUPE_* settings apply to the engines (the resolved config is in the JSON)";
+
+}  // namespace
+
+BenchCommand::BenchCommand(CLI::App* root) {
+  app_ = root->add_subcommand("bench", "Run a benchmark workload and write its results as JSON");
+  app_->footer(
+      "Runs one benchmark workload: a warm-up, timed repetitions with an in-run correctness check, a derived "
+      "figure, and the anchor (the same work on an established runtime) measured in the same run, written to "
+      "one JSON file. Timings are never asserted; the exit status only says whether the checks passed.\n\n"
+      "Examples:\n"
+      "  troupe bench engine --json engine.json\n"
+      "  troupe bench engine --help\n");
+
+  // --- engine ---------------------------------------------------------------------------------------
+  bench::EngineBenchOptions& o = engine_options_;
+  CLI::App* engine = app_->add_subcommand("engine", "The dependency engine against a oneTBB flow graph");
+  engine->footer(std::string(kEngineDescription) + "\n\n" + kEngineExamples + "\n");
+  engine->add_option("--json", o.json_path, "Write the results to FILE (pretty-printed JSON)")
+      ->required()
+      ->type_name("FILE");
+  engine
+      ->add_option("--functions", o.functions,
+                   "Functions per workload run (default " + std::to_string(bench::kDefaultFunctions) + ", " +
+                       std::to_string(bench::kQuickFunctions) + " with --quick)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N");
+  engine
+      ->add_option("--workers", o.workers, "Actor engine cpu_workers values to sweep; TBB gets the same thread counts")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024))
+      ->type_name("LIST")
+      ->capture_default_str();
+  engine->add_option("--shards", o.shards, "RuntimeConfig::dependency_shards values to sweep")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024))
+      ->type_name("LIST")
+      ->capture_default_str();
+  engine->add_option("--readers", o.readers, "Readers per writer in the reader_writer workload")
+      ->check(CLI::Range(1, 1024))
+      ->type_name("K")
+      ->capture_default_str();
+  engine
+      ->add_option("--repeat", o.repeat,
+                   "Timed repetitions per measurement; the median is reported, with min and max (default " +
+                       std::to_string(bench::kDefaultRepeat) + ", 1 with --quick)")
+      ->check(CLI::Range(1, 1000))
+      ->type_name("R");
+  engine->add_flag("--quick", o.quick, "Tiny sizes, one repetition: a smoke run for CTest");
+  engine->add_option("--seed", o.seed, "Seed of the random_mixed workload (default: drawn, printed and stored)")
+      ->type_name("S");
+  engine->add_option("--engines", o.engines, "What to run: any of actor, naive, tbb")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"actor", "naive", "tbb"}))
+      ->type_name("LIST")
+      ->capture_default_str();
+  engine
+      ->add_option("--workloads", o.workloads,
+                   "Which workloads: any of chain, independent, reader_writer, random_mixed")
+      ->delimiter(',')
+      ->check(CLI::IsMember(bench::EngineBenchWorkloadGroups()))
+      ->type_name("LIST")
+      ->capture_default_str();
+  engine
+      ->add_option("--timeout", o.run_timeout_s,
+                   "Seconds one run may take before it is reported as hung (JSON written, exit 3); 0: no limit")
+      ->check(CLI::NonNegativeNumber)
+      ->type_name("SEC")
+      ->capture_default_str();
+  engine->allow_extras(false);
+  workloads_.push_back({"engine", engine, [this] { return bench::RunEngineBench(engine_options_); }});
+
+  // Set after the workloads were added (subcommands inherit it when created): an unknown workload name
+  // is collected here and reported by Run() with the list of known ones.
+  app_->allow_extras();
+}
+
+bool BenchCommand::chosen() const { return app_->parsed(); }
+
+std::vector<std::string> BenchCommand::WorkloadNames() const {
+  std::vector<std::string> names;
+  for (const Workload& w : workloads_) names.push_back(w.name);
+  return names;
+}
+
+int BenchCommand::Run() {
+  for (const Workload& w : workloads_) {
+    if (w.app->parsed()) return w.run();
+  }
+  std::string known;
+  for (const Workload& w : workloads_) {
+    if (!known.empty()) known += ", ";
+    known += w.name;
+  }
+  const std::vector<std::string> rest = app_->remaining();
+  if (rest.empty()) {
+    std::fprintf(stderr, "troupe bench: name a workload. Known workloads: %s\n", known.c_str());
+  } else if (rest.front().rfind('-', 0) == 0) {
+    std::fprintf(stderr, "troupe bench: unknown option '%s' (options go after the workload). Known workloads: %s\n",
+                 rest.front().c_str(), known.c_str());
+  } else {
+    std::fprintf(stderr, "troupe bench: unknown workload '%s'. Known workloads: %s\n", rest.front().c_str(),
+                 known.c_str());
+  }
+  std::fprintf(stderr, "Run 'troupe bench --help' for more information.\n");
+  return 2;
+}
+
+}  // namespace troupe::tools

@@ -1,0 +1,67 @@
+// The `troupe` command: one executable, one subcommand per job (DESIGN.md §2 "tools/").
+//
+// Today: `troupe bench <workload>` (tools/bench_command.h). Later issues add launch, the scheduler/server
+// roles, shell and train as further subcommands, each in its own tools/<name>_command.{h,cc}.
+//
+// Exit status: 0 success (and --help/--version), 1 a failed run (e.g. a benchmark's in-run check),
+// 2 bad usage (unknown subcommand, workload or option; missing or bad value).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "tools/bench_command.h"
+
+#ifndef TROUPE_VERSION
+#define TROUPE_VERSION "unknown"
+#endif
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr const char* kCommands = "bench";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"troupe: an actor-model runtime for machine learning (the successor of Apache MXNet's engine)",
+               "troupe"};
+  app.footer(
+      "troupe runs MXNet-style dependency-engine workloads on CAF actors. This command gathers the tools "
+      "around it; every subcommand has its own --help with a description and examples.\n\n"
+      "Examples:\n"
+      "  troupe --version\n"
+      "  troupe bench engine --json engine.json\n"
+      "  troupe bench --help\n");
+  app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION);
+
+  troupe::tools::BenchCommand bench(&app);
+  // After the subcommands were added (they inherit it when created): an unknown command is collected and
+  // reported below with the list of known ones, instead of CLI11's generic message.
+  app.allow_extras();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help and version exit 0; every other parse error is a usage error.
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+
+  try {
+    if (bench.chosen()) return bench.Run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe: %s\n", e.what());
+    return 1;
+  }
+  const std::vector<std::string> rest = app.remaining();
+  if (rest.empty()) {
+    std::fprintf(stderr, "troupe: name a command. Known commands: %s\n", kCommands);
+  } else if (rest.front().rfind('-', 0) == 0) {
+    std::fprintf(stderr, "troupe: unknown option '%s'\n", rest.front().c_str());
+  } else {
+    std::fprintf(stderr, "troupe: unknown command '%s'. Known commands: %s\n", rest.front().c_str(), kCommands);
+  }
+  std::fprintf(stderr, "Run 'troupe --help' for more information.\n");
+  return kExitUsage;
+}
