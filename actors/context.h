@@ -22,7 +22,9 @@ struct Context {
   static constexpr Context CPUPinned(int dev_id = 0) { return {DeviceType::kCPUPinned, dev_id}; }
 
   constexpr bool is_gpu() const { return dev_type == DeviceType::kGPU; }
-  friend constexpr bool operator==(const Context&, const Context&) = default;
+  // Written out (not defaulted): public headers must also compile under nvcc.
+  constexpr bool operator==(const Context& o) const { return dev_type == o.dev_type && dev_id == o.dev_id; }
+  constexpr bool operator!=(const Context& o) const { return !(*this == o); }
 
   // "cpu(0)", "gpu(1)", "cpu_pinned(0)".
   std::string ToString() const;

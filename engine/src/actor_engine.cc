@@ -138,7 +138,11 @@ struct OprBlock final : Task {
 
   std::atomic<int> pending_grants{0};          // variables not yet granted
   std::atomic<OprBlock*> next{nullptr};        // continuation, or kChainClosed once this block finished
-  std::atomic<int> refs{0};                    // shards still to process completion + 1 for execution
+  // References: one per shard that will process the completion, one for Execute (released when it stops
+  // touching the block) and one for Finish (released as its last act: completion may come after Execute
+  // returned — GPU stream work, an async callback from another thread — and a continuation that inherited
+  // the holds has already released the shards' share).
+  std::atomic<int> refs{0};
   OprBlock* free_next = nullptr;               // link in the engine's free list
   CallbackSlot callback;
   std::uint64_t callback_gen = 0;
@@ -736,7 +740,7 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
   b->callback_gen = b->callback.Arm();
   const int nvars = static_cast<int>(o->const_vars.size() + o->mutable_vars.size());
   b->pending_grants.store(nvars, std::memory_order_relaxed);
-  b->refs.store(o->num_shards + 1, std::memory_order_relaxed);
+  b->refs.store(o->num_shards + 2, std::memory_order_relaxed);
   submitted_.fetch_add(1, std::memory_order_seq_cst);
   if (nvars == 0) {
     b->device->Submit(b, b->lane);
@@ -930,7 +934,7 @@ void ActorEngine::OnCallback(void* block, void* gen_ptr, std::exception_ptr erro
 }
 
 // Records the outcome of `b`, reports completion to its shards and returns its continuation (or null).
-// After the completion is posted the shards may recycle `b`: nothing here touches it afterwards.
+// Holds its own reference on `b` until its last line, so `b` stays valid throughout.
 OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, bool skipped) {
   Opr* o = b->opr;
   (void)skipped;
@@ -955,6 +959,7 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, bool skippe
     }
   }
   NoteFinished();
+  ReleaseRef(b);  // Finish's reference; `b` may be recycled from here on
   return next;
 }
 
