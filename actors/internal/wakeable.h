@@ -32,6 +32,22 @@ class WakeableActor {
   caf::actor handle_;
 };
 
+// CAF 0.17 quirk: spawning an actor, creating a scoped_actor or constructing an actor_system stores a
+// reference to the system's logger in a thread-local of the *calling* thread, and ~actor_system blocks until
+// every such reference is gone. troupe makes those calls from whatever thread happens to push (a lazily
+// started lane, a GPU device created on first use), so a long-lived user thread would deadlock the
+// shutdown. This guard puts the calling thread's logger reference back the way it found it.
+class LoggerRefGuard {
+ public:
+  LoggerRefGuard();
+  ~LoggerRefGuard();
+  LoggerRefGuard(const LoggerRefGuard&) = delete;
+  LoggerRefGuard& operator=(const LoggerRefGuard&) = delete;
+
+ private:
+  bool had_logger_;
+};
+
 // Asks every actor in `actors` to exit (after the messages already in their mailboxes) and blocks until all
 // have terminated.
 void StopAndWait(caf::actor_system& system, const std::vector<caf::actor>& actors);

@@ -34,6 +34,7 @@ std::shared_ptr<Runtime> Runtime::Create(const RuntimeConfig& config, caf::actor
     // 10 ms naps, which would add that latency to any actor woken from idle.
     impl->own_config->set("scheduler.policy", caf::atom("sharing"));
     impl->own_config->set("logger.verbosity", caf::atom("quiet"));
+    internal::LoggerRefGuard guard;  // the thread that creates the engine need not be the one that ends it
     impl->own_system = std::make_unique<caf::actor_system>(*impl->own_config);
     impl->system = impl->own_system.get();
   }

@@ -8,7 +8,14 @@ namespace {
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 }
 
+LoggerRefGuard::LoggerRefGuard() : had_logger_(caf::logger::current_logger() != nullptr) {}
+
+LoggerRefGuard::~LoggerRefGuard() {
+  if (!had_logger_) caf::logger::set_current_actor_system(nullptr);
+}
+
 void WakeableActor::Spawn(caf::actor_system& system, std::function<void()> on_wake, bool detached) {
+  LoggerRefGuard guard;
   auto body = [fn = std::move(on_wake)](caf::event_based_actor* self) -> caf::behavior {
     return {
         [fn](wake_atom) { fn(); },
@@ -23,6 +30,7 @@ void WakeableActor::Wake() const { caf::anon_send(handle_, wake_atom::value); }
 
 void StopAndWait(caf::actor_system& system, const std::vector<caf::actor>& actors) {
   if (actors.empty()) return;
+  LoggerRefGuard guard;
   caf::scoped_actor self{system};
   for (const auto& a : actors) {
     if (a) self->send(a, stop_atom::value);

@@ -47,9 +47,11 @@ std::int64_t NowNs() {
 class ActorVar final : public Var {
  public:
   void BumpVersion() { version_.fetch_add(1, std::memory_order_acq_rel); }
-  void Reset(std::uint64_t id, int shard) {
-    id_ = id;
-    shard_ = shard;
+  // A pooled variable object keeps its shard for life: a late completion event for a function of a
+  // deleted incarnation may still be on its way to another shard, which must not mistake a reused object
+  // for one of its own.
+  explicit ActorVar(int shard) : shard_(shard) {}
+  void Reset() {
     version_.store(0, std::memory_order_relaxed);
     error = nullptr;
     waiting.clear();
@@ -74,8 +76,7 @@ class ActorVar final : public Var {
   OprBlock* chain_tail = nullptr;  // the active entries form one serial chain ending here (or null)
 
  private:
-  std::uint64_t id_ = 0;
-  int shard_ = 0;
+  const int shard_;
 };
 
 }  // namespace
@@ -196,6 +197,11 @@ class Shard {
   static bool HoldsForWrite(const Opr* o, ActorVar* v) {
     return std::binary_search(o->mutable_vars.begin(), o->mutable_vars.end(), v);
   }
+  // A block may follow `tail` on v when it conflicts with tail itself there. A reader never chains behind
+  // another reader: readers between two writers must be free to run together on different workers.
+  static bool ChainableBehind(OprBlock* tail, ActorVar* v, bool write) {
+    return tail != nullptr && (write || HoldsForWrite(tail->opr, v));
+  }
   void Dispatch(OprBlock* b);
   void FlushDispatch();
   template <class F>
@@ -291,7 +297,6 @@ class ActorEngine final : public Engine {
   std::mutex var_mu_;
   std::deque<ActorVar> all_vars_;     // guarded by var_mu_
   std::vector<ActorVar*> free_vars_;  // guarded by var_mu_
-  std::uint64_t next_var_id_ = 0;     // guarded by var_mu_
 
   // User operators, freed when their last reference goes.
   std::mutex opr_mu_;
@@ -384,7 +389,7 @@ void Shard::HandlePush(OprBlock* b) {
     const bool conflict = write ? (v->active_reads + v->active_writes > 0) : (v->active_writes > 0);
     if (!conflict) {
       classes_.push_back(kDirect);
-    } else if (v->chain_tail != nullptr && (host == nullptr || host == v->chain_tail)) {
+    } else if (ChainableBehind(v->chain_tail, v, write) && (host == nullptr || host == v->chain_tail)) {
       host = v->chain_tail;
       classes_.push_back(kChain);
     } else {
@@ -432,7 +437,8 @@ void Shard::HandlePush(OprBlock* b) {
   if (granted > 0) Grant(b, granted);
 }
 
-// True when `o` (classified in classes_) has a kChain entry on every variable `host` holds.
+// True when `o` (classified in classes_) has a kChain entry on every variable `host` holds, writing every
+// variable host writes.
 bool Shard::CanInherit(OprBlock* host, Opr* o) const {
   const Opr* h = host->opr;
   if (h->num_shards != 1 || h->prop == FnProperty::kDeleteVar || h->internal_barrier) return false;
@@ -443,11 +449,16 @@ bool Shard::CanInherit(OprBlock* host, Opr* o) const {
     if (m != o->mutable_vars.end() && *m == v) return static_cast<long>(o->const_vars.size()) + (m - o->mutable_vars.begin());
     return -1;
   };
-  for (const auto* list : {&h->const_vars, &h->mutable_vars}) {
-    for (ActorVar* v : *list) {
-      const long i = position(v);
-      if (i < 0 || classes_[i] != kChain) return false;
-    }
+  // A hold passes on only at the same strength or stronger: if host writes v and b only reads it, later
+  // readers would see no writer on v and run before host.
+  const long first_write = static_cast<long>(o->const_vars.size());
+  for (ActorVar* v : h->const_vars) {
+    const long i = position(v);
+    if (i < 0 || classes_[i] != kChain) return false;
+  }
+  for (ActorVar* v : h->mutable_vars) {
+    const long i = position(v);
+    if (i < first_write || classes_[i] != kChain) return false;
   }
   return true;
 }
@@ -496,7 +507,7 @@ bool Shard::TryChainWaiter(OprBlock* f, OprBlock* tail) {
     const bool conflict = write ? (u->active_reads + u->active_writes > 0) : (u->active_writes > 0);
     if (!conflict) {
       classes_.push_back(kDirect);
-    } else if (u->chain_tail == tail) {
+    } else if (u->chain_tail == tail && ChainableBehind(tail, u, write)) {
       classes_.push_back(kChain);
       any_chain = true;
     } else {
@@ -609,10 +620,9 @@ VarHandle ActorEngine::NewVariable() {
     v = free_vars_.back();
     free_vars_.pop_back();
   } else {
-    v = &all_vars_.emplace_back();
+    v = &all_vars_.emplace_back(static_cast<int>(all_vars_.size() % shards_.size()));
   }
-  const std::uint64_t id = next_var_id_++;
-  v->Reset(id, static_cast<int>(id % shards_.size()));
+  v->Reset();
   return v;
 }
 
