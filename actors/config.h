@@ -12,7 +12,7 @@ namespace troupe {
 struct RuntimeConfig {
   // CAF scheduler threads when troupe owns the actor system (0: 1 on <= 2 cores, else 2).
   int scheduler_threads = 0;
-  // Worker threads of each CPU device's normal lane (0: number of cores).
+  // Worker threads of each CPU device's normal lane (0: half the cores, at least 1).
   int cpu_workers = 0;
   // Worker threads of each CPU device's priority lane (kCPUPrioritized); started on first use.
   int cpu_priority_workers = 1;

@@ -75,7 +75,9 @@ RuntimeConfig RuntimeConfig::Resolved() const {
   CheckRange("dependency_shards", c.dependency_shards, 1, 64);
   CheckRange("worker_spin_us", c.worker_spin_us, -1, 1000000);
   if (c.scheduler_threads == 0) c.scheduler_threads = cores <= 2 ? 1 : 2;
-  if (c.cpu_workers == 0) c.cpu_workers = cores;
+  // Half the cores run functions; the other half is left for the pushing thread, the dependency actors
+  // and the BLAS threads inside functions (MXNet defaulted to one CPU worker for the same reason).
+  if (c.cpu_workers == 0) c.cpu_workers = std::max(1, cores / 2);
   if (c.blas_threads == 0) c.blas_threads = std::max(1, cores / c.cpu_workers);
   // Spinning pays off only when there is a core to spare for it.
   if (c.worker_spin_us < 0) c.worker_spin_us = cores > 2 ? 50 : 10;

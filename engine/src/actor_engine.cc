@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <deque>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "actors/internal/lane_group.h"
@@ -312,6 +313,7 @@ class ActorEngine final : public Engine {
   alignas(64) std::atomic<std::uint64_t> submitted_{0};
   alignas(64) std::atomic<std::uint64_t> finished_{0};
   alignas(64) std::atomic<int> all_waiters_{0};
+  std::atomic<int> foreign_finishers_{0};  // callbacks finishing blocks on threads the engine does not own
   std::atomic<std::uint64_t> skipped_{0};
   std::mutex error_mu_;
   std::exception_ptr global_error_;  // guarded by error_mu_
@@ -603,6 +605,8 @@ ActorEngine::~ActorEngine() {
     }
   } catch (...) {
   }
+  // A callback on a thread of the user's may still be leaving Finish (recycling its block, notifying).
+  while (foreign_finishers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   std::vector<caf::actor> actors;
   for (const auto& s : shards_) actors.push_back(s->handle());
   // The shards drain their inboxes (completions posted before WaitForAll returned) before they stop.
@@ -938,9 +942,13 @@ void ActorEngine::OnCallback(void* block, void* gen_ptr, std::exception_ptr erro
     b->completed_inline = true;  // Execute finishes it when fn returns, and may run the continuation inline
     return;
   }
+  // A foreign thread (not one the engine joins at shutdown) finishes the block: once Finish has counted it,
+  // WaitForAll may return and the engine may be destroyed, so the destructor waits for this thread to leave.
   ActorEngine* e = b->engine;
+  e->foreign_finishers_.fetch_add(1, std::memory_order_seq_cst);
   OprBlock* next = e->Finish(b, b->callback.TakeError(), false);
   if (next != nullptr) e->RunOrSubmitContinuation(next, nullptr, nullptr);
+  e->foreign_finishers_.fetch_sub(1, std::memory_order_seq_cst);  // the last touch of the engine
 }
 
 // Records the outcome of `b`, reports completion to its shards and returns its continuation (or null).
