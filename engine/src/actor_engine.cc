@@ -55,7 +55,7 @@ class ActorVar final : public Var {
   void Reset() {
     version_.store(0, std::memory_order_relaxed);
     error = nullptr;
-    waiting.clear();
+    waiting = WaitQueue{};
     active_reads = 0;
     active_writes = 0;
     chain_tail = nullptr;
@@ -70,8 +70,30 @@ class ActorVar final : public Var {
   struct Entry {
     OprBlock* block;
     bool write;
+    Entry* next = nullptr;
   };
-  std::deque<Entry> waiting;     // not yet granted, in push order
+  // Entries not yet granted, in push order: an intrusive FIFO whose nodes come from the shard's free list
+  // (no allocation per entry, unlike a std::deque that allocates and frees chunks as it fills and drains).
+  struct WaitQueue {
+    Entry* head = nullptr;
+    Entry* tail = nullptr;
+    bool empty() const { return head == nullptr; }
+    const Entry& front() const { return *head; }
+    void push_back(Entry* e) {
+      e->next = nullptr;
+      (tail != nullptr ? tail->next : head) = e;
+      tail = e;
+    }
+    Entry* pop_front() {
+      Entry* e = head;
+      head = e->next;
+      if (head == nullptr) tail = nullptr;
+      return e;
+    }
+  };
+  // On its own cache line: the dependency actor writes these for every function, while workers read
+  // `error` and bump the version (above) — sharing one line made every grant a cache miss for both.
+  alignas(64) WaitQueue waiting;
   int active_reads = 0;          // granted and not completed
   int active_writes = 0;         // granted and not completed (> 1 only through chaining)
   OprBlock* chain_tail = nullptr;  // the active entries form one serial chain ending here (or null)
@@ -235,6 +257,30 @@ class Shard {
   std::vector<Batch> batches_;
   std::vector<std::uint8_t> classes_;
   std::vector<OprBlock*> recycle_;
+
+  // Wait-queue nodes, actor-local.
+  ActorVar::Entry* NewEntry(OprBlock* b, bool write) {
+    if (free_entries_ == nullptr) {
+      entry_chunks_.push_back(std::make_unique<ActorVar::Entry[]>(kEntryChunk));
+      ActorVar::Entry* chunk = entry_chunks_.back().get();
+      for (int i = 0; i < kEntryChunk; ++i) {
+        chunk[i].next = free_entries_;
+        free_entries_ = &chunk[i];
+      }
+    }
+    ActorVar::Entry* e = free_entries_;
+    free_entries_ = e->next;
+    e->block = b;
+    e->write = write;
+    return e;
+  }
+  void FreeEntry(ActorVar::Entry* e) {
+    e->next = free_entries_;
+    free_entries_ = e;
+  }
+  static constexpr int kEntryChunk = 1024;
+  std::vector<std::unique_ptr<ActorVar::Entry[]>> entry_chunks_;
+  ActorVar::Entry* free_entries_ = nullptr;
 };
 
 class ActorEngine final : public Engine {
@@ -433,7 +479,7 @@ void Shard::HandlePush(OprBlock* b) {
       v->chain_tail = was_idle ? b : nullptr;
       ++granted;
     } else {
-      v->waiting.push_back(ActorVar::Entry{b, write});
+      v->waiting.push_back(NewEntry(b, write));
     }
   });
   if (granted > 0) Grant(b, granted);
@@ -471,20 +517,21 @@ void Shard::Grant(OprBlock* b, int n) {
 
 void Shard::GrantWaiting(ActorVar* v) {
   while (!v->waiting.empty()) {
-    const ActorVar::Entry e = v->waiting.front();
+    const ActorVar::Entry& e = v->waiting.front();
+    OprBlock* b = e.block;
     if (e.write) {
       if (v->active_reads + v->active_writes != 0) break;
-      v->waiting.pop_front();
+      FreeEntry(v->waiting.pop_front());
       v->active_writes = 1;
-      v->chain_tail = e.block;
-      Grant(e.block, 1);
+      v->chain_tail = b;
+      Grant(b, 1);
       break;
     }
     if (v->active_writes != 0) break;
-    v->waiting.pop_front();
-    v->chain_tail = v->active_reads == 0 ? e.block : nullptr;
+    FreeEntry(v->waiting.pop_front());
+    v->chain_tail = v->active_reads == 0 ? b : nullptr;
     ++v->active_reads;
-    Grant(e.block, 1);
+    Grant(b, 1);
   }
   while (v->chain_tail != nullptr && !v->waiting.empty() && TryChainWaiter(v->waiting.front().block, v->chain_tail)) {
   }
@@ -529,7 +576,7 @@ bool Shard::TryChainWaiter(OprBlock* f, OprBlock* tail) {
   ForEachVar(o, [&](ActorVar* u, bool write) {
     const VarClass c = static_cast<VarClass>(classes_[i++]);
     if (c == kHeld) return;
-    u->waiting.pop_front();
+    FreeEntry(u->waiting.pop_front());
     const bool was_idle = u->active_reads + u->active_writes == 0;
     if (inherit && c == kChain) (HoldsForWrite(tail->opr, u) ? u->active_writes : u->active_reads)--;
     (write ? u->active_writes : u->active_reads)++;
@@ -633,7 +680,6 @@ VarHandle ActorEngine::NewVariable() {
 void ActorEngine::FreeVar(ActorVar* v) {
   std::lock_guard<std::mutex> lock(var_mu_);
   v->error = nullptr;
-  v->waiting.clear();
   free_vars_.push_back(v);
 }
 

@@ -1,0 +1,161 @@
+// The runtime: embedding in a caller's caf::actor_system, the one config of thread counts, and the errors
+// a user gets for bad settings or devices that do not exist.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "actors/config.h"
+#include "actors/runtime.h"
+#include "caf/all.hpp"
+#include "engine/engine.h"
+
+namespace troupe {
+namespace {
+
+using push_atom = caf::atom_constant<caf::atom("push")>;
+
+// An application actor that, for each request, pushes a function to troupe's engine and answers once the
+// function has run: the application keeps its own actors and uses troupe through the same actor system.
+caf::behavior Pusher(caf::event_based_actor* self, Engine* engine, VarHandle var, int* counter) {
+  return {
+      [=](push_atom, int amount) -> caf::result<int> {
+        auto rp = self->make_response_promise<int>();
+        engine->PushAsync(
+            [=](RunContext, CallbackOnComplete done) mutable {
+              *counter += amount;
+              rp.deliver(*counter);
+              done();
+            },
+            Context::CPU(0), {}, {var}, FnProperty::kNormal, 0, "from_caf_actor");
+        return rp;
+      },
+  };
+}
+
+TEST(Runtime, EngineRunsInsideTheCallersActorSystem) {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", size_t{2});
+  caf::actor_system system{cfg};
+  {
+    EngineConfig ec;
+    ec.actor_system = &system;
+    ec.runtime.cpu_workers = 2;
+    auto engine = Engine::Create(ec);
+    VarHandle v = engine->NewVariable();
+    int counter = 0;
+    auto pusher = system.spawn(Pusher, engine.get(), v, &counter);
+    caf::scoped_actor self{system};
+    int last = 0;
+    for (int i = 1; i <= 20; ++i) {
+      self->request(pusher, caf::infinite, push_atom::value, i)
+          .receive([&](int value) { last = value; },
+                   [&](caf::error& err) { FAIL() << "request failed: " << system.render(err); });
+    }
+    EXPECT_EQ(last, 210);  // 1 + ... + 20, each step answered after the engine ran it
+    engine->WaitForVar(v);
+    EXPECT_EQ(v->version(), 20u);
+    self->send_exit(pusher, caf::exit_reason::user_shutdown);
+  }
+  // The engine is gone; the caller's system keeps working.
+  caf::scoped_actor self{system};
+  auto echo = system.spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });
+  int answer = 0;
+  self->request(echo, caf::infinite, 41).receive([&](int x) { answer = x; }, [](caf::error&) {});
+  EXPECT_EQ(answer, 42);
+  self->send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+TEST(Runtime, OwnsItsSystemWhenNoneIsGiven) {
+  auto rt = Runtime::Create(RuntimeConfig{});
+  EXPECT_TRUE(rt->owns_system());
+  const RuntimeConfig& c = rt->config();
+  EXPECT_GE(c.cpu_workers, 1);
+  EXPECT_GE(c.blas_threads, 1);
+  EXPECT_GE(c.scheduler_threads, 1);
+  EXPECT_LE(c.cpu_workers * c.blas_threads, std::max(AvailableCores(), c.cpu_workers));
+  Device* cpu = rt->GetDevice(Context::CPU(0));
+  EXPECT_EQ(cpu, rt->GetDevice(Context::CPU(0)));  // one device per context
+  EXPECT_NE(cpu, rt->GetDevice(Context::CPU(1)));  // cpu(1) is a distinct device
+}
+
+TEST(Runtime, MissingGpuIsAClearError) {
+  if (Runtime::GpuCount() > 0) GTEST_SKIP() << "this machine has a GPU";
+  auto rt = Runtime::Create(RuntimeConfig{});
+  try {
+    rt->GetDevice(Context::GPU(0));
+    FAIL() << "no error for a GPU that does not exist";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gpu(0)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RuntimeConfigTest, ResolvedFillsDefaultsAndRejectsNonsense) {
+  RuntimeConfig c = RuntimeConfig{}.Resolved();
+  EXPECT_GE(c.cpu_workers, 1);
+  EXPECT_GE(c.worker_spin_us, 0);
+  RuntimeConfig bad;
+  bad.dependency_shards = 0;
+  EXPECT_THROW(bad.Resolved(), Error);
+  bad = RuntimeConfig{};
+  bad.cpu_workers = -3;
+  EXPECT_THROW(bad.Resolved(), Error);
+}
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(RuntimeConfigTest, EnvironmentOverridesAndNamesBadValues) {
+  {
+    ScopedEnv w("TROUPE_CPU_WORKERS", "3");
+    EXPECT_EQ(RuntimeConfig{}.WithEnv().cpu_workers, 3);
+  }
+  {
+    ScopedEnv w("TROUPE_CPU_WORKERS", "many");
+    try {
+      (void)RuntimeConfig{}.WithEnv();
+      FAIL() << "no error for TROUPE_CPU_WORKERS=many";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("TROUPE_CPU_WORKERS"), std::string::npos) << e.what();
+    }
+  }
+  {
+    ScopedEnv e("TROUPE_ENGINE", "quantum");
+    EXPECT_THROW(EngineConfig::FromEnv(), Error);
+  }
+  {
+    ScopedEnv e("TROUPE_ENGINE", "naive");
+    EXPECT_EQ(EngineConfig::FromEnv().type, EngineType::kNaive);
+  }
+}
+
+TEST(EngineGet, ProcessDefaultEngineWorks) {
+  Engine* e = Engine::Get();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e, Engine::Get());
+  VarHandle v = e->NewVariable();
+  int x = 0;
+  e->PushSync([&](RunContext) { x = 7; }, Context::CPU(0), {}, {v});
+  e->WaitForVar(v);
+  EXPECT_EQ(x, 7);
+}
+
+}  // namespace
+}  // namespace troupe
