@@ -35,6 +35,10 @@ class LaneGroup {
   };
 
   LaneGroup(caf::actor_system& system, Device* device, Options options);
+  // Call only after the workers have stopped (StopAndWait). Takes the queue lock once: every worker's last
+  // drain ended under it, so what the workers did happens-before the owner frees anything they touched —
+  // in troupe's own (sanitizer-visible) code rather than only through CAF's actor termination.
+  ~LaneGroup();
   LaneGroup(const LaneGroup&) = delete;
   LaneGroup& operator=(const LaneGroup&) = delete;
 

@@ -24,6 +24,8 @@ LaneGroup::LaneGroup(caf::actor_system& system, Device* device, Options options)
   if (!options_.lazy) std::call_once(started_, [this] { StartWorkers(); });
 }
 
+LaneGroup::~LaneGroup() { std::lock_guard<SpinLock> lock(mu_); }
+
 void LaneGroup::StartWorkers() {
   for (auto& w : workers_) {
     Worker* raw = w.get();
