@@ -9,6 +9,7 @@
 #include "actors/runtime.h"
 #include "caf/all.hpp"
 #include "engine/engine.h"
+#include "tests/common/scoped_env.h"
 
 namespace troupe {
 namespace {
@@ -102,25 +103,7 @@ TEST(RuntimeConfigTest, ResolvedFillsDefaultsAndRejectsNonsense) {
   EXPECT_THROW(bad.Resolved(), Error);
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using test::ScopedEnv;
 
 TEST(RuntimeConfigTest, EnvironmentOverridesAndNamesBadValues) {
   {

@@ -19,6 +19,7 @@
 
 #include "actors/error.h"
 #include "engine/engine.h"
+#include "tests/common/scoped_env.h"
 #include "tests/engine/test_util.h"
 
 namespace troupe {
@@ -503,23 +504,7 @@ TEST_P(EngineErrors, EngineKeepsWorkingAfterErrors) {
 INSTANTIATE_TEST_SUITE_P(Engines, EngineErrors, ::testing::ValuesIn(AllEngines()), EngineParamName);
 
 // Engine::Create and the configuration reject bad input with a troupe::Error naming the setting.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using test::ScopedEnv;
 
 TEST(EngineConfigErrors, BadEnvironmentValuesNameTheVariable) {
   for (auto [name, value] : std::vector<std::pair<const char*, const char*>>{
