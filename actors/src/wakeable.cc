@@ -16,14 +16,16 @@ LoggerRefGuard::~LoggerRefGuard() {
 
 void WakeableActor::Spawn(caf::actor_system& system, std::function<void()> on_wake, bool detached) {
   LoggerRefGuard guard;
-  auto body = [fn = std::move(on_wake)](caf::event_based_actor* self) -> caf::behavior {
+  // The unused int: CAF 0.17's init_fun_factory dereferences a null shared_ptr<tuple<>> when an actor is
+  // spawned with no arguments (undefined behaviour that UBSan reports); one argument avoids that path.
+  auto body = [fn = std::move(on_wake)](caf::event_based_actor* self, int) -> caf::behavior {
     return {
         [fn](wake_atom) { fn(); },
         // Orderly stop: processed after every wake message sent before it.
         [self](stop_atom) { self->quit(); },
     };
   };
-  handle_ = detached ? system.spawn<caf::detached>(std::move(body)) : system.spawn(std::move(body));
+  handle_ = detached ? system.spawn<caf::detached>(std::move(body), 0) : system.spawn(std::move(body), 0);
 }
 
 void WakeableActor::Wake() const { caf::anon_send(handle_, wake_atom::value); }

@@ -60,7 +60,8 @@ TEST(Runtime, EngineRunsInsideTheCallersActorSystem) {
   }
   // The engine is gone; the caller's system keeps working.
   caf::scoped_actor self{system};
-  auto echo = system.spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });
+  // (An argument, because CAF 0.17 dereferences a null pointer for argument-less spawns: see wakeable.cc.)
+  auto echo = system.spawn([](int step) -> caf::behavior { return {[step](int x) { return x + step; }}; }, 1);
   int answer = 0;
   self->request(echo, caf::infinite, 41).receive([&](int x) { answer = x; }, [](caf::error&) {});
   EXPECT_EQ(answer, 42);
