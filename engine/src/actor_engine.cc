@@ -185,6 +185,10 @@ struct Event {
 thread_local OprBlock* tl_running_block = nullptr;
 thread_local const WorkerInfo* tl_worker = nullptr;
 
+// How a block's entry on one variable can proceed: granted at once, chained behind the variable's chain
+// tail, made to wait, or (kHeld) already granted earlier.
+enum VarClass : std::uint8_t { kDirect, kChain, kWait, kHeld };
+
 // A dependency actor and the variable queues it owns.
 class Shard {
  public:
@@ -220,6 +224,16 @@ class Shard {
   void Grant(OprBlock* b, int n);
   bool CanInherit(OprBlock* host, Opr* o) const;
   bool TryChainWaiter(OprBlock* f, OprBlock* tail);
+  // Makes b (just chained behind a host) active on v. `cls` is b's kDirect/kChain class on v; when
+  // `inherited_from` is set, b takes over that host's hold on each kChain variable.
+  static void ActivateChained(ActorVar* v, bool write, OprBlock* b, std::uint8_t cls, OprBlock* inherited_from) {
+    const bool was_idle = v->active_reads + v->active_writes == 0;
+    if (inherited_from != nullptr && cls == kChain) {
+      (HoldsForWrite(inherited_from->opr, v) ? v->active_writes : v->active_reads)--;
+    }
+    (write ? v->active_writes : v->active_reads)++;
+    v->chain_tail = (cls == kChain || was_idle) ? b : nullptr;
+  }
   static bool HoldsForWrite(const Opr* o, ActorVar* v) {
     return std::binary_search(o->mutable_vars.begin(), o->mutable_vars.end(), v);
   }
@@ -311,7 +325,7 @@ class ActorEngine final : public Engine {
 
   // Called by blocks, shards and callbacks.
   OprBlock* Execute(OprBlock* b, const RunContext& rctx, const WorkerInfo* worker);
-  OprBlock* Finish(OprBlock* b, std::exception_ptr error, bool skipped);
+  OprBlock* Finish(OprBlock* b, std::exception_ptr error);
   void RunOrSubmitContinuation(OprBlock* next, const WorkerInfo* worker, const RunContext* rctx);
   void ReleaseRef(OprBlock* b);
   void FreeVar(ActorVar* v);
@@ -383,7 +397,7 @@ void OprBlock::Run(const RunContext& rctx, const WorkerInfo& worker) {
 
 void OprBlock::StreamDone(std::exception_ptr error) {
   ActorEngine* e = engine;
-  OprBlock* next = e->Finish(this, std::move(error), false);
+  OprBlock* next = e->Finish(this, std::move(error));
   if (next != nullptr) e->RunOrSubmitContinuation(next, nullptr, nullptr);
 }
 
@@ -421,9 +435,6 @@ void Shard::Drain() {
   }
 }
 
-// How a block's entry on one variable can proceed: granted at once, chained behind the variable's chain
-// tail, made to wait, or (kHeld) already granted earlier.
-enum VarClass : std::uint8_t { kDirect, kChain, kWait, kHeld };
 
 void Shard::HandlePush(OprBlock* b) {
   Opr* o = b->opr;
@@ -458,15 +469,7 @@ void Shard::HandlePush(OprBlock* b) {
                                            std::memory_order_acq_rel)) {
       // b now runs right after host on host's completer: every variable becomes active at once.
       std::size_t i = 0;
-      ForEachVar(o, [&](ActorVar* v, bool write) {
-        const bool was_idle = v->active_reads + v->active_writes == 0;
-        if (inherit && classes_[i] == kChain) {
-          (HoldsForWrite(host->opr, v) ? v->active_writes : v->active_reads)--;
-        }
-        (write ? v->active_writes : v->active_reads)++;
-        v->chain_tail = (classes_[i] == kChain || was_idle) ? b : nullptr;
-        ++i;
-      });
+      ForEachVar(o, [&](ActorVar* v, bool write) { ActivateChained(v, write, b, classes_[i++], inherit ? host : nullptr); });
       if (inherit) recycle_.push_back(host);  // this shard's reference: host's completion never comes here
       return;  // pending_grants stays untouched: host's completer runs b
     }
@@ -580,10 +583,7 @@ bool Shard::TryChainWaiter(OprBlock* f, OprBlock* tail) {
     const VarClass c = static_cast<VarClass>(classes_[i++]);
     if (c == kHeld) return;
     FreeEntry(u->waiting.pop_front());
-    const bool was_idle = u->active_reads + u->active_writes == 0;
-    if (inherit && c == kChain) (HoldsForWrite(tail->opr, u) ? u->active_writes : u->active_reads)--;
-    (write ? u->active_writes : u->active_reads)++;
-    u->chain_tail = (c == kChain || was_idle) ? f : nullptr;
+    ActivateChained(u, write, f, c, inherit ? tail : nullptr);
   });
   f->pending_grants.store(0, std::memory_order_relaxed);  // tail's completer runs f
   if (inherit) recycle_.push_back(tail);
@@ -942,7 +942,7 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
   OprBlock* next = nullptr;
   if (poison && !NeverSkipped(o->prop)) {
     skipped_.fetch_add(1, std::memory_order_relaxed);
-    next = Finish(b, poison, true);
+    next = Finish(b, poison);
   } else if (o->sync_fn) {
     std::exception_ptr error;
     try {
@@ -954,7 +954,7 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
       // Complete when the stream has run what fn enqueued; StreamDone finishes the block.
       worker->device->CompleteAfterStream(*worker, b);
     } else {
-      next = Finish(b, error, false);
+      next = Finish(b, error);
     }
   } else {
     tl_running_block = b;
@@ -973,7 +973,7 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
     }
     tl_running_block = nullptr;
     tl_worker = nullptr;
-    if (b->completed_inline) next = Finish(b, b->callback.TakeError(), false);
+    if (b->completed_inline) next = Finish(b, b->callback.TakeError());
   }
   ReleaseRef(b);  // the execution's reference
   return next;
@@ -995,16 +995,15 @@ void ActorEngine::OnCallback(void* block, void* gen_ptr, std::exception_ptr erro
   // WaitForAll may return and the engine may be destroyed, so the destructor waits for this thread to leave.
   ActorEngine* e = b->engine;
   e->foreign_finishers_.fetch_add(1, std::memory_order_seq_cst);
-  OprBlock* next = e->Finish(b, b->callback.TakeError(), false);
+  OprBlock* next = e->Finish(b, b->callback.TakeError());
   if (next != nullptr) e->RunOrSubmitContinuation(next, nullptr, nullptr);
   e->foreign_finishers_.fetch_sub(1, std::memory_order_seq_cst);  // the last touch of the engine
 }
 
 // Records the outcome of `b`, reports completion to its shards and returns its continuation (or null).
 // Holds its own reference on `b` until its last line, so `b` stays valid throughout.
-OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, bool skipped) {
+OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error) {
   Opr* o = b->opr;
-  (void)skipped;
   if (error) {
     for (ActorVar* v : o->mutable_vars) v->error = error;
     if (!o->internal_barrier) RecordError(error);
