@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace troupe {
 
@@ -34,6 +35,13 @@ struct RuntimeConfig {
   RuntimeConfig Resolved() const;
   std::string ToString() const;
 };
+
+// Environment helpers shared by every module's config (the names they read are listed in docs/settings.md).
+// Each returns false when the variable is unset or empty, true after storing its value in *out, and
+// throws troupe::Error naming the variable, its value and what is accepted otherwise.
+bool EnvInt(const char* name, int min, int max, int* out);
+bool EnvDouble(const char* name, double min, double max, double* out);
+bool EnvChoice(const char* name, const std::vector<std::string>& choices, std::string* out);
 
 // Number of cores this process may use (sched_getaffinity, falling back to hardware_concurrency).
 int AvailableCores();

@@ -19,7 +19,9 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/config.h"
@@ -155,6 +157,21 @@ class Engine {
   // Returns and clears the records collected so far.
   virtual std::vector<ProfileRecord> TakeProfile() = 0;
   virtual EngineStats Stats() const = 0;
+
+  // Services other modules build on one engine and that must live exactly as long as it (the ops
+  // module's resource manager, whose variables belong to this engine). Returns the object stored under
+  // `key`, creating it with `make` on first use. Extensions are destroyed, newest first, when the engine
+  // is destroyed: after the work pushed so far has run and while the engine still runs functions, so an
+  // extension's destructor may push (to delete its variables). Thread-safe.
+  std::shared_ptr<void> GetExtension(const void* key, const std::function<std::shared_ptr<void>()>& make);
+
+ protected:
+  // Called first by every concrete engine's destructor.
+  void DestroyExtensions();
+
+ private:
+  std::mutex extensions_mu_;
+  std::vector<std::pair<const void*, std::shared_ptr<void>>> extensions_;
 };
 
 }  // namespace troupe

@@ -23,9 +23,6 @@ int AvailableCores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-namespace {
-
-// Reads an integer environment variable; returns false when unset. Throws on garbage or out-of-range.
 bool EnvInt(const char* name, int min, int max, int* out) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return false;
@@ -41,6 +38,40 @@ bool EnvInt(const char* name, int min, int max, int* out) {
   *out = static_cast<int>(x);
   return true;
 }
+
+bool EnvDouble(const char* name, double min, double max, double* out) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return false;
+  errno = 0;
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  if (errno != 0 || end == v || *end != '\0' || !(x >= min && x <= max)) {
+    std::ostringstream os;
+    os << "environment variable " << name << "='" << v << "' is not a number in [" << min << ", " << max
+       << "]; unset it or give a valid number";
+    throw Error(os.str());
+  }
+  *out = x;
+  return true;
+}
+
+bool EnvChoice(const char* name, const std::vector<std::string>& choices, std::string* out) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return false;
+  for (const auto& c : choices) {
+    if (c == v) {
+      *out = c;
+      return true;
+    }
+  }
+  std::ostringstream os;
+  os << "environment variable " << name << "='" << v << "' is not one of:";
+  for (const auto& c : choices) os << ' ' << c;
+  os << "; unset it or give one of these";
+  throw Error(os.str());
+}
+
+namespace {
 
 void CheckRange(const char* field, int value, int min, int max) {
   if (value < min || value > max) {

@@ -644,6 +644,7 @@ ActorEngine::ActorEngine(const EngineConfig& config)
 }
 
 ActorEngine::~ActorEngine() {
+  DestroyExtensions();  // they may push (deleting their variables): the engine must still be running
   // Pending work runs to completion (errors are dropped: nobody is left to see them).
   try {
     for (;;) {

@@ -60,6 +60,37 @@ std::unique_ptr<Engine> Engine::Create(const EngineConfig& config) {
   return internal::MakeActorEngine(config);
 }
 
+std::shared_ptr<void> Engine::GetExtension(const void* key, const std::function<std::shared_ptr<void>()>& make) {
+  std::lock_guard<std::mutex> lock(extensions_mu_);
+  for (const auto& [k, ext] : extensions_) {
+    if (k == key) return ext;
+  }
+  // make() runs under the lock: two threads asking at once get one object. It must not ask for another
+  // extension of this engine.
+  std::shared_ptr<void> ext = make();
+  extensions_.emplace_back(key, ext);
+  return ext;
+}
+
+void Engine::DestroyExtensions() {
+  for (;;) {
+    std::shared_ptr<void> last;
+    {
+      std::lock_guard<std::mutex> lock(extensions_mu_);
+      if (extensions_.empty()) return;
+      last = std::move(extensions_.back().second);
+      extensions_.pop_back();
+    }
+    // Pending work first: it may still use the extension (a function holding a resource's variable).
+    try {
+      WaitForAll();
+    } catch (...) {
+      // Errors are dropped here: nobody is left to see them (the engine's destructor drops them too).
+    }
+    last.reset();
+  }
+}
+
 Engine* Engine::Get() {
   // Destroyed at exit, after main returns: its destructor finishes pending work and stops its actors.
   static std::unique_ptr<Engine> engine = Create(EngineConfig::FromEnv());

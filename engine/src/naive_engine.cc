@@ -47,7 +47,7 @@ std::int64_t NowNs() {
 class NaiveEngine final : public Engine {
  public:
   explicit NaiveEngine(const EngineConfig&) {}
-  ~NaiveEngine() override = default;
+  ~NaiveEngine() override { DestroyExtensions(); }
 
   EngineType type() const override { return EngineType::kNaive; }
 

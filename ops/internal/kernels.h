@@ -1,0 +1,67 @@
+// The ops module's compute kernels, behind one interface for both devices: Cpu* run on the calling thread
+// (an engine worker), Gpu* enqueue on the CUDA stream they are given (ops/cuda/); in a build without CUDA
+// the Gpu* functions throw troupe::Error. Kernels throw troupe::Error on failure; they never abort.
+//
+// Every kernel takes TBlobs of identical shapes (the caller checked them) unless stated otherwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ops/tensor.h"
+
+namespace troupe::internal {
+
+// The context a function on memory of `ctx` runs on: pinned host memory is worked on by the CPU device.
+inline Context ExecContext(Context ctx) {
+  return ctx.dev_type == DeviceType::kCPUPinned ? Context::CPU(0) : ctx;
+}
+// Throws troupe::Error unless `ctx` names a device of this machine (and build).
+void CheckDeviceExists(Context ctx);
+
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+const char* BinaryOpName(BinaryOp op);
+
+// ---- CPU (ops/cpu/) ----
+void CpuBinary(BinaryOp op, const TBlob& lhs, const TBlob& rhs, const TBlob& out);
+// out = lhs op scalar
+void CpuBinaryScalar(BinaryOp op, const TBlob& lhs, double scalar, const TBlob& out);
+void CpuFill(const TBlob& out, double value);
+// out = in converted to out.dtype (same element count).
+void CpuCast(const TBlob& in, const TBlob& out);
+// Uniform / normal samples from a Philox stream: element i uses block base + i/4 (see ops/resource.h).
+void CpuSampleUniform(const TBlob& out, std::uint64_t key, std::uint64_t base, double low, double high);
+void CpuSampleNormal(const TBlob& out, std::uint64_t key, std::uint64_t base, double mean, double stddev);
+// Philox blocks a sampling kernel of n elements of `dtype` consumes (so the generator can Reserve them).
+std::uint64_t SampleBlocks(std::int64_t n, DType dtype, bool normal);
+// Row-major C = alpha * op(A) * op(B) + beta * C with op(A) m x k, op(B) k x n (float32/float64; OpenBLAS).
+void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
+             double alpha, double beta);
+
+// ---- GPU (ops/cuda/) ----
+// Memory: null with *error set when the allocation fails.
+void* GpuMalloc(int dev_id, std::size_t bytes, std::string* error);
+void GpuFree(int dev_id, void* ptr);
+void* GpuHostAlloc(std::size_t bytes, std::string* error);
+void GpuHostFree(void* ptr);
+// Free and total memory of a GPU; false when it cannot be queried.
+bool GpuMemInfo(int dev_id, std::size_t* free_bytes, std::size_t* total_bytes);
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+// Asynchronous copy on `stream` (a cudaStream_t*); dev_id is the device the stream belongs to.
+void GpuCopy(void* dst, const void* src, std::size_t bytes, CopyKind kind, int dev_id, void* stream);
+void GpuCopyPeer(void* dst, int dst_dev, const void* src, int src_dev, std::size_t bytes, void* stream);
+
+void GpuBinary(BinaryOp op, const TBlob& lhs, const TBlob& rhs, const TBlob& out, void* stream);
+void GpuBinaryScalar(BinaryOp op, const TBlob& lhs, double scalar, const TBlob& out, void* stream);
+void GpuFill(const TBlob& out, double value, void* stream);
+void GpuCast(const TBlob& in, const TBlob& out, void* stream);
+void GpuSampleUniform(const TBlob& out, std::uint64_t key, std::uint64_t base, double low, double high, void* stream);
+void GpuSampleNormal(const TBlob& out, std::uint64_t key, std::uint64_t base, double mean, double stddev,
+                     void* stream);
+// cuBLAS (one handle per worker thread and device), row-major like CpuGemm.
+void GpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
+             double alpha, double beta, void* stream);
+
+}  // namespace troupe::internal
