@@ -9,10 +9,10 @@
 
 namespace troupe::internal {
 
-TROUPE_HOST_DEVICE inline void PhiloxBlock(std::uint64_t key, std::uint64_t counter, std::uint32_t out[4]) {
-  std::uint32_t c0 = static_cast<std::uint32_t>(counter), c1 = static_cast<std::uint32_t>(counter >> 32);
-  std::uint32_t c2 = 0, c3 = 0;
-  std::uint32_t k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
+// The full generator: a 128-bit counter (four words) and a 64-bit key (two words).
+TROUPE_HOST_DEVICE inline void Philox4x32x10(const std::uint32_t ctr[4], std::uint32_t k0, std::uint32_t k1,
+                                             std::uint32_t out[4]) {
+  std::uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
   for (int round = 0; round < 10; ++round) {
     const std::uint64_t p0 = static_cast<std::uint64_t>(0xD2511F53u) * c0;
     const std::uint64_t p1 = static_cast<std::uint64_t>(0xCD9E8D57u) * c2;
@@ -31,6 +31,12 @@ TROUPE_HOST_DEVICE inline void PhiloxBlock(std::uint64_t key, std::uint64_t coun
   out[1] = c1;
   out[2] = c2;
   out[3] = c3;
+}
+
+// troupe's streams: a 64-bit block counter (the upper two counter words are 0) and a 64-bit key.
+TROUPE_HOST_DEVICE inline void PhiloxBlock(std::uint64_t key, std::uint64_t counter, std::uint32_t out[4]) {
+  const std::uint32_t ctr[4] = {static_cast<std::uint32_t>(counter), static_cast<std::uint32_t>(counter >> 32), 0, 0};
+  Philox4x32x10(ctr, static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32), out);
 }
 
 // Word `i` of a fill that starts at block `base`: block base + i/4, word i%4.
