@@ -122,13 +122,18 @@ class NDArray {
   NDArray& operator*=(double rhs);
   NDArray& operator/=(double rhs);
 
-  // Saves arrays to / loads arrays from MXNet 1.x's NDArray list format (.params; mx.nd.save/load).
-  // `names` is empty (a list) or has one name per array (a dict). Throws troupe::Error naming the file on
-  // an I/O error; Load names the file and byte offset of the first bad field.
+  // Saves arrays to / loads arrays from MXNet 1.x's NDArray list format (.params; mx.nd.save/load; the
+  // layout is described in shared/formats.md §1). `names` is empty (a list) or has one name per array (a
+  // dict). Arrays with ndim >= 1 are written as V2 records, byte for byte what MXNet 1.x writes; a 0-d
+  // array is written as a V3 (NumPy-semantics) record, which MXNet loads only in global numpy-shape mode;
+  // a none array makes a file MXNet's Python API cannot load. Save waits for the arrays (and rethrows a
+  // failed producer's error) and replaces the file atomically. Throws troupe::Error naming the file on an
+  // I/O error; Load reads V1, V2, V3 and 0.x records (dense storage), checks every field before it
+  // allocates anything and names the file and byte offset of the first bad field.
   static void Save(const std::string& path, const std::vector<NDArray>& arrays,
                    const std::vector<std::string>& names = {});
-  // Arrays are loaded onto the device they were saved from when it exists here, otherwise onto the CPU;
-  // `ctx` (when given) overrides that.
+  // Arrays saved from a GPU are loaded onto that GPU when it exists here; every other array (cpu(n),
+  // cpu_pinned, cpu_shared, a missing GPU) onto cpu(0). `ctx` (when given) overrides that.
   static void Load(const std::string& path, std::vector<NDArray>* arrays, std::vector<std::string>* names,
                    const Context* ctx = nullptr, Engine* engine = nullptr);
   // The same bytes to and from memory. `source` names the bytes in error messages.

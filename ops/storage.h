@@ -28,6 +28,8 @@
 namespace troupe {
 
 enum class PoolPolicy { kExact, kRound, kNone };
+// Bytes in binary units for messages and statistics: "512 B", "1.5 MiB", "4.0 PiB".
+std::string FormatBytes(std::uint64_t bytes);
 const char* PoolPolicyName(PoolPolicy policy);
 
 struct StorageConfig {

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 namespace troupe::tools {
@@ -36,6 +37,42 @@ constexpr const char* kEngineExamples =
     "  TROUPE_WORKER_SPIN_US=0 troupe bench engine --json nospin.json\n"
     "      TROUPE_* settings apply to the engines (the resolved config is in the JSON)";
 
+constexpr const char* kNDArrayDescription =
+    "Measure the NDArray layer against the library calls it is built on, each anchor measured in the same run "
+    "and alternated with its figure. Every figure runs once untimed (warm-up, which also sizes a run to "
+    "--min-time seconds or at least 3 calls) and then --repeat times; the median and the best run are reported. "
+    "(a) dot: C = Dot(A, B) on float32 n x n CPU arrays (and Dot into an existing array), push + WaitToRead per "
+    "call, against cblas_sgemm (row-major, no transposes) on plain buffers with the same OpenBLAS thread count "
+    "as the engine's workers, in GFLOP/s; check: the results agree (relative error < 1e-4). (b) add: C = A + B "
+    "and A += B on float32 arrays against memcpy of the same size, in GB/s of bytes touched (3 x size for the "
+    "add, 2 x size for memcpy); check: every value. (c) alloc: Storage::Alloc + Free of a repeated size on an "
+    "independent pool (exact and round policies) against malloc + free, with and without touching one byte "
+    "per 4 KiB page, and constructing + destroying an NDArray of that size, in ns per pair; check: every timed "
+    "allocation was a pool hit. The JSON holds every figure, the anchors, the ratios and the targets (Dot >= "
+    "0.95 x sgemm at 1024^3; pool faster than malloc). Progress goes to stderr, a table to stdout. Exit "
+    "status: 0 when every check passed (targets are reported, not enforced), 1 when one failed (the JSON says "
+    "which, with \"ok\": false), 2 on bad usage.";
+
+constexpr const char* kNDArrayExamples =
+    "Examples:\n"
+    "  troupe bench ndarray --json ndarray.json\n"
+    "      the full run (about 1-2 minutes on 2 cores)\n"
+    "  troupe bench ndarray --quick --json /tmp/smoke.json\n"
+    "      tiny sizes: checks that the harness and the in-run checks pass\n"
+    "  troupe bench ndarray --workloads dot --sizes 512,1024,2048 --repeat 7 --json dot.json\n"
+    "      only Dot against cblas_sgemm, on three sizes\n"
+    "  troupe bench ndarray --workloads alloc --alloc-sizes 4KiB,32MiB,33MiB --json alloc.json\n"
+    "      the pool against malloc around glibc's 32 MiB mmap threshold\n"
+    "  TROUPE_CPU_WORKERS=2 TROUPE_BLAS_THREADS=1 troupe bench ndarray --json w2.json\n"
+    "      TROUPE_* settings apply to the engine and its OpenBLAS thread count (both are in the JSON)";
+
+// A number as a person writes it: 0.2, not 0.200000.
+std::string FormatNumber(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
 }  // namespace
 
 BenchCommand::BenchCommand(CLI::App* root) {
@@ -46,7 +83,8 @@ BenchCommand::BenchCommand(CLI::App* root) {
       "one JSON file. Timings are never asserted; the exit status only says whether the checks passed.\n\n"
       "Examples:\n"
       "  troupe bench engine --json engine.json\n"
-      "  troupe bench engine --help\n");
+      "  troupe bench ndarray --json ndarray.json\n"
+      "  troupe bench ndarray --help\n");
 
   // --- engine ---------------------------------------------------------------------------------------
   bench::EngineBenchOptions& o = engine_options_;
@@ -105,6 +143,52 @@ BenchCommand::BenchCommand(CLI::App* root) {
       ->capture_default_str();
   engine->allow_extras(false);
   workloads_.push_back({"engine", engine, [this] { return bench::RunEngineBench(engine_options_); }});
+
+  // --- ndarray --------------------------------------------------------------------------------------
+  bench::NDArrayBenchOptions& n = ndarray_options_;
+  CLI::App* ndarray =
+      app_->add_subcommand("ndarray", "NDArray Dot, add and allocation against cblas_sgemm, memcpy and malloc");
+  ndarray->footer(std::string(kNDArrayDescription) + "\n\n" + kNDArrayExamples + "\n");
+  ndarray->add_option("--json", n.json_path, "Write the results to FILE (pretty-printed JSON)")
+      ->required()
+      ->type_name("FILE");
+  ndarray->add_flag("--quick", n.quick, "Tiny sizes, one repetition, short runs: a smoke run for CTest");
+  ndarray
+      ->add_option("--repeat", n.repeat,
+                   "Timed runs per figure; the median and the best are reported (default " +
+                       std::to_string(bench::kNDArrayDefaultRepeat) + ", 1 with --quick)")
+      ->check(CLI::Range(1, 1000))
+      ->type_name("R");
+  ndarray->add_option("--workloads", n.workloads, "Which workloads: any of dot, add, alloc")
+      ->delimiter(',')
+      ->check(CLI::IsMember(bench::NDArrayBenchWorkloads()))
+      ->type_name("LIST")
+      ->capture_default_str();
+  ndarray
+      ->add_option("--sizes", n.sizes, "dot: matrix sizes n of n x n times n x n (default 256,1024; 64 with --quick)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 8192))
+      ->type_name("LIST");
+  ndarray
+      ->add_option("--add-sizes", n.add_bytes,
+                   "add: bytes per operand, with units (default 1MiB,16MiB,64MiB; 64KiB with --quick)")
+      ->delimiter(',')
+      ->transform(CLI::AsSizeValue(false))
+      ->type_name("LIST");
+  ndarray
+      ->add_option("--alloc-sizes", n.alloc_bytes,
+                   "alloc: block sizes, with units (default 4KiB,64KiB,1MiB,16MiB,64MiB; 4KiB,1MiB with --quick)")
+      ->delimiter(',')
+      ->transform(CLI::AsSizeValue(false))
+      ->type_name("LIST");
+  ndarray
+      ->add_option("--min-time", n.min_time_s,
+                   "Seconds a timed run lasts at least (it also makes at least 3 calls; default " +
+                       FormatNumber(bench::kNDArrayDefaultMinTime) + ", 0.005 with --quick)")
+      ->check(CLI::Range(0.0001, 60.0))
+      ->type_name("SEC");
+  ndarray->allow_extras(false);
+  workloads_.push_back({"ndarray", ndarray, [this] { return bench::RunNDArrayBench(ndarray_options_); }});
 
   // Set after the workloads were added (subcommands inherit it when created): an unknown workload name
   // is collected here and reported by Run() with the list of known ones.

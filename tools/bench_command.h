@@ -1,8 +1,9 @@
 // `troupe bench <workload>`: the benchmark command group of the troupe tool.
 //
 // Each workload is a subcommand backed by a library in bench/<workload>/ (today: `engine`, from
-// bench/engine/). To add one: link its library into the `troupe` target (tools/CMakeLists.txt), then add a
-// Workload entry in BenchCommand's constructor with its options, description and examples.
+// bench/engine/, and `ndarray`, from bench/ndarray/). To add one: link its library into the `troupe` target
+// (tools/CMakeLists.txt), then add a Workload entry in BenchCommand's constructor with its options,
+// description and examples.
 //
 // Thread-safety: none needed; used from main() only.
 #pragma once
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "bench/engine/engine_bench.h"
+#include "bench/ndarray/ndarray_bench.h"
 
 namespace CLI {
 class App;
@@ -43,6 +45,7 @@ class BenchCommand {
   CLI::App* app_ = nullptr;
   std::vector<Workload> workloads_;
   bench::EngineBenchOptions engine_options_;
+  bench::NDArrayBenchOptions ndarray_options_;
 };
 
 }  // namespace troupe::tools

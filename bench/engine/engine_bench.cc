@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "actors/config.h"
+#include "bench/common/bench_util.h"
 #include "actors/context.h"
 #include "engine/engine.h"
 
@@ -844,31 +845,6 @@ struct Series {
 
 Json OptNum(std::optional<double> v) { return v ? Json(*v) : Json(nullptr); }
 Json OptInt(std::optional<int> v) { return v ? Json(*v) : Json(nullptr); }
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) {
-        std::string model = line.substr(colon + 1);
-        model.erase(0, model.find_first_not_of(" \t"));
-        return model;
-      }
-    }
-  }
-  return "unknown";
-}
-
-std::string UtcNow() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string Join(const std::vector<int>& v) {
   std::string s;

@@ -1,5 +1,5 @@
 // NDArray::Save/Load/SaveToBytes/LoadFromBytes: MXNet 1.x's NDArray list file (.params; mx.nd.save and
-// mx.nd.load), byte for byte as /work/shared/formats.md §1 describes it.
+// mx.nd.load), byte for byte as the project's format spec (formats.md §1) describes it.
 //
 // Writer: the list container (0x112, reserved 0, count, records, names). Arrays with ndim >= 1 are V2
 // records (what MXNet 1.x writes, so troupe's output loads in MXNet), a 0-d array is a V3 record (NumPy
@@ -90,7 +90,7 @@ void WriteRecord(std::string* out, const NDArray& a, std::size_t index) {
     throw Error("NDArray::Save: array " + std::to_string(index) + " has the unknown shape " + shape.ToString());
   }
   w.U32(shape.ndim() == 0 ? kV3Magic : kV2Magic);  // a scalar needs NumPy semantics (V3)
-  w.I32(0);                                          // dense storage
+  w.I32(0);                                        // dense storage
   WriteShape(w, shape);
   const Context ctx = a.ctx();
   w.I32(static_cast<std::int32_t>(ctx.dev_type));
@@ -220,8 +220,8 @@ class ByteReader {
 
   // Throws for the field that starts at byte `at`.
   [[noreturn]] void Fail(std::size_t at, const std::string& what) const {
-    std::string msg = "NDArray::Load: " + source_ + ": bad MXNet NDArray list (.params) at byte offset " +
-                      std::to_string(at);
+    std::string msg =
+        "NDArray::Load: " + source_ + ": bad MXNet NDArray list (.params) at byte offset " + std::to_string(at);
     if (array_ >= 0) msg += " (array " + std::to_string(array_) + ")";
     throw Error(msg + ": " + what);
   }
@@ -253,6 +253,7 @@ class ByteReader {
 // A validated record: what to allocate and where its bytes are in the input.
 struct Record {
   bool none = false;
+  std::size_t shape_at = 0;  // where the shape starts, for messages
   TShape shape;
   DType dtype = DType::kFloat32;
   int dev_type = 1;
@@ -261,7 +262,7 @@ struct Record {
   std::size_t bytes = 0;
 };
 
-enum class RecordKind { kV3, kV2, kV1, kLegacy };
+enum class RecordKind { kV3, kV2, kV1 };
 
 // Reads a TShape with a 4-byte ndim and i64 dims (V1/V2/V3). Sets *none for the shapes that mean "none"
 // in this record kind (V2/V1: ndim 0; V3: ndim -1 or a dim of -1).
@@ -278,8 +279,8 @@ TShape ReadShape(ByteReader& r, RecordKind kind, bool* none) {
                    (kind == RecordKind::kV3 ? " (or -1 for an unknown shape)" : ""));
   }
   if (ndim > TShape::kMaxDims) {
-    r.Fail(at, "ndim is " + std::to_string(ndim) + ": troupe supports at most " +
-                   std::to_string(TShape::kMaxDims) + " dimensions");
+    r.Fail(at, "ndim is " + std::to_string(ndim) + ": troupe supports at most " + std::to_string(TShape::kMaxDims) +
+                   " dimensions");
   }
   std::vector<std::int64_t> dims(static_cast<std::size_t>(ndim));
   bool unknown = false;
@@ -289,8 +290,8 @@ TShape ReadShape(ByteReader& r, RecordKind kind, bool* none) {
     if (kind == RecordKind::kV3 && d == -1) {
       unknown = true;
     } else if (d < 0) {
-      r.Fail(dim_at, "dimension " + std::to_string(&d - dims.data()) + " is " + std::to_string(d) +
-                         ", expected a size >= 0");
+      r.Fail(dim_at,
+             "dimension " + std::to_string(&d - dims.data()) + " is " + std::to_string(d) + ", expected a size >= 0");
     }
   }
   if (unknown || (ndim == 0 && kind != RecordKind::kV3)) {
@@ -303,10 +304,9 @@ TShape ReadShape(ByteReader& r, RecordKind kind, bool* none) {
 // Reads a legacy 0.x shape: `ndim` was the record's first u32, then ndim u32 dims. ndim 0 is none.
 TShape ReadLegacyShape(ByteReader& r, std::uint32_t ndim, std::size_t at, bool* none) {
   if (ndim > static_cast<std::uint32_t>(TShape::kMaxDims)) {
-    r.Fail(at, "record magic " + Hex(ndim) + " is not V1 (" + Hex(kV1Magic) + "), V2 (" + Hex(kV2Magic) +
-                   ") or V3 (" + Hex(kV3Magic) + "), and read as a legacy 0.x record's ndim (" +
-                   std::to_string(ndim) + ") it is too large: troupe supports at most " +
-                   std::to_string(TShape::kMaxDims) + " dimensions");
+    r.Fail(at, "record magic " + Hex(ndim) + " is not V1 (" + Hex(kV1Magic) + "), V2 (" + Hex(kV2Magic) + ") or V3 (" +
+                   Hex(kV3Magic) + "), and read as a legacy 0.x record's ndim (" + std::to_string(ndim) +
+                   ") it is too large: troupe supports at most " + std::to_string(TShape::kMaxDims) + " dimensions");
   }
   std::vector<std::int64_t> dims(ndim);
   for (auto& d : dims) d = r.U32("legacy shape's dimension");
@@ -350,7 +350,8 @@ void ReadBody(ByteReader& r, Record* rec) {
   const std::uint64_t size = DTypeSize(rec->dtype);
   if (!overflow && elements > std::numeric_limits<std::uint64_t>::max() / size) overflow = true;
   if (overflow || elements * size > limit) {
-    r.Fail(data_at, "the data of shape " + rec->shape.ToString() + " " + DTypeName(rec->dtype) + " needs " +
+    r.Fail(data_at, std::string("the ") + DTypeName(rec->dtype) + " data of shape " + rec->shape.ToString() +
+                        " (shape at byte offset " + std::to_string(rec->shape_at) + ") needs " +
                         (overflow ? std::string("more than 2^63") : std::to_string(elements * size)) +
                         " bytes but only " + std::to_string(limit) +
                         " are left; the file is cut short or the shape is damaged");
@@ -368,6 +369,7 @@ Record ReadRecord(ByteReader& r, std::size_t index) {
     const RecordKind kind = magic == kV2Magic ? RecordKind::kV2 : RecordKind::kV3;
     const std::size_t stype_at = r.offset();
     const std::int32_t stype = r.I32("storage type");
+    rec.shape_at = r.offset();
     if (stype == 1 || stype == 2) {
       r.Fail(stype_at, std::string("storage type ") + (stype == 1 ? "1 (row_sparse)" : "2 (csr)") +
                            ": sparse storage is not supported by troupe; convert the array to dense in MXNet "
@@ -378,8 +380,10 @@ Record ReadRecord(ByteReader& r, std::size_t index) {
     }
     rec.shape = ReadShape(r, kind, &rec.none);
   } else if (magic == kV1Magic) {
+    rec.shape_at = r.offset();
     rec.shape = ReadShape(r, RecordKind::kV1, &rec.none);
   } else {
+    rec.shape_at = at;
     rec.shape = ReadLegacyShape(r, magic, at, &rec.none);
   }
   if (!rec.none) ReadBody(r, &rec);
@@ -405,8 +409,7 @@ std::string NDArray::SaveToBytes(const std::vector<NDArray>& arrays, const std::
   return out;
 }
 
-void NDArray::Save(const std::string& path, const std::vector<NDArray>& arrays,
-                   const std::vector<std::string>& names) {
+void NDArray::Save(const std::string& path, const std::vector<NDArray>& arrays, const std::vector<std::string>& names) {
   if (!names.empty() && names.size() != arrays.size()) {  // checked before the temporary file exists
     throw Error("NDArray::Save: " + path + ": " + std::to_string(names.size()) + " names for " +
                 std::to_string(arrays.size()) + " arrays; give one name per array (a dict) or none (a list)");
@@ -416,9 +419,8 @@ void NDArray::Save(const std::string& path, const std::vector<NDArray>& arrays,
   file.Commit();
 }
 
-void NDArray::LoadFromBytes(const void* data, std::size_t size, const std::string& source,
-                            std::vector<NDArray>* arrays, std::vector<std::string>* names, const Context* ctx,
-                            Engine* engine) {
+void NDArray::LoadFromBytes(const void* data, std::size_t size, const std::string& source, std::vector<NDArray>* arrays,
+                            std::vector<std::string>* names, const Context* ctx, Engine* engine) {
   if (arrays == nullptr) throw Error("NDArray::LoadFromBytes: " + source + ": the arrays output is null");
   if (data == nullptr && size != 0) throw Error("NDArray::LoadFromBytes: " + source + ": data is null");
   static const unsigned char kEmpty = 0;
@@ -461,8 +463,9 @@ void NDArray::LoadFromBytes(const void* data, std::size_t size, const std::strin
     loaded_names.emplace_back(p, static_cast<std::size_t>(len));
   }
   if (r.remaining() != 0) {
-    r.Fail(r.offset(), std::to_string(r.remaining()) + " trailing bytes after the names, expected the end of the "
-                                                       "input; the file is damaged or not a single NDArray list");
+    r.Fail(r.offset(), std::to_string(r.remaining()) +
+                           " trailing bytes after the names, expected the end of the "
+                           "input; the file is damaged or not a single NDArray list");
   }
 
   // 2. Create the arrays and copy the data in.

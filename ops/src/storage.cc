@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,11 +13,26 @@
 #include <unordered_map>
 
 #include "actors/config.h"
+#include "actors/internal/spinlock.h"
 #include "actors/error.h"
 #include "actors/runtime.h"
 #include "ops/internal/kernels.h"
 
 namespace troupe {
+
+std::string FormatBytes(std::uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), v == static_cast<double>(static_cast<std::uint64_t>(v)) ? "%.0f %s" : "%.1f %s", v,
+                units[u]);
+  return buf;
+}
 
 const char* PoolPolicyName(PoolPolicy policy) {
   switch (policy) {
@@ -37,18 +53,6 @@ PoolPolicy PolicyFromName(const std::string& name) {
   return PoolPolicy::kNone;
 }
 
-std::string HumanBytes(std::uint64_t b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024.0 && u < 6) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
-}
 
 // MemAvailable and MemTotal of this machine, in bytes; false when /proc/meminfo cannot be read.
 bool CpuMemInfo(std::size_t* available, std::size_t* total) {
@@ -68,11 +72,83 @@ bool CpuMemInfo(std::size_t* available, std::size_t* total) {
   return got == 2;
 }
 
+// Free blocks by block size. The hit path must beat malloc, so common sizes index a flat table directly
+// (exact policy: multiples of 64 bytes up to 1 MiB; round policy: powers of two), and only the rest go
+// through a hash map.
+class FreeLists {
+ public:
+  FreeLists(PoolPolicy policy, int round_cutoff)
+      : policy_(policy), flat_(policy == PoolPolicy::kRound ? static_cast<std::size_t>(round_cutoff) + 1
+                                                           : kExactFlatMax / kAlign) {}
+
+  // The list for `block`, or null when none was ever made.
+  std::vector<void*>* Find(std::size_t block) {
+    const std::size_t i = Index(block);
+    if (i != kNoIndex) return &flat_[i];
+    Recent& r = recent_[Slot(block)];
+    if (r.block == block) return r.list;
+    auto it = rest_.find(block);
+    if (it == rest_.end()) return nullptr;
+    r = {block, &it->second};
+    return r.list;
+  }
+  std::vector<void*>& Get(std::size_t block) {
+    const std::size_t i = Index(block);
+    if (i != kNoIndex) return flat_[i];
+    Recent& r = recent_[Slot(block)];
+    if (r.block != block) r = {block, &rest_[block]};
+    return *r.list;
+  }
+  // Moves every free block out (to be returned to the system outside the lock).
+  std::vector<void*> TakeAll() {
+    std::vector<void*> all;
+    for (auto& list : flat_) {
+      all.insert(all.end(), list.begin(), list.end());
+      list.clear();
+    }
+    for (auto& [size, list] : rest_) {  // the lists stay (empty): recent_ points at them
+      all.insert(all.end(), list.begin(), list.end());
+      list.clear();
+    }
+    return all;
+  }
+
+ private:
+  static constexpr std::size_t kExactFlatMax = std::size_t{1} << 20;
+  static constexpr std::size_t kNoIndex = ~std::size_t{0};
+
+  std::size_t Index(std::size_t block) const {
+    if (policy_ == PoolPolicy::kRound) {
+      if (!std::has_single_bit(block)) return kNoIndex;
+      const auto i = static_cast<std::size_t>(std::countr_zero(block));
+      return i < flat_.size() ? i : kNoIndex;
+    }
+    return block <= kExactFlatMax ? block / kAlign - 1 : kNoIndex;
+  }
+
+  // A direct-mapped cache in front of rest_ for the sizes in use (a map lookup costs a division and a
+  // chain walk; references to unordered_map values stay valid, and lists are never erased).
+  struct Recent {
+    std::size_t block = 0;
+    std::vector<void*>* list = nullptr;
+  };
+  static std::size_t Slot(std::size_t block) { return ((block >> 6) * 0x9E3779B97F4A7C15ull) >> 58; }
+
+  const PoolPolicy policy_;
+  std::vector<std::vector<void*>> flat_;
+  std::unordered_map<std::size_t, std::vector<void*>> rest_;
+  std::array<Recent, 64> recent_{};
+};
+
 // One device's pool.
 class DevicePool {
  public:
   DevicePool(Context ctx, PoolPolicy policy, double reserve_percent, int round_cutoff)
-      : ctx_(ctx), policy_(policy), reserve_percent_(reserve_percent), round_cutoff_(round_cutoff) {}
+      : ctx_(ctx),
+        policy_(policy),
+        reserve_percent_(reserve_percent),
+        round_cutoff_(round_cutoff),
+        free_(policy, round_cutoff) {}
 
   ~DevicePool() { ReleaseAll(); }
 
@@ -94,13 +170,13 @@ class DevicePool {
                   ": the size is larger than any device can hold");
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<internal::SpinLock> lock(mu_);
       ++stats_.allocs;
       if (policy_ != PoolPolicy::kNone) {
-        auto it = free_.find(block);
-        if (it != free_.end() && !it->second.empty()) {
-          void* p = it->second.back();
-          it->second.pop_back();
+        std::vector<void*>* list = free_.Find(block);
+        if (list != nullptr && !list->empty()) {
+          void* p = list->back();
+          list->pop_back();
           ++stats_.hits;
           stats_.bytes_cached -= block;
           --stats_.blocks_cached;
@@ -121,16 +197,16 @@ class DevicePool {
     if (p == nullptr) {
       const StorageStats s = Stats();
       std::ostringstream os;
-      os << "out of memory on " << ctx_.ToString() << ": cannot allocate " << HumanBytes(size) << " (" << size
+      os << "out of memory on " << ctx_.ToString() << ": cannot allocate " << FormatBytes(size) << " (" << size
          << " bytes";
       if (block != size) os << ", a " << block << "-byte block";
       os << ")";
       if (!error.empty()) os << " (" << error << ")";
-      os << "; released " << HumanBytes(released) << " of cached blocks and retried; " << HumanBytes(s.bytes_in_use)
+      os << "; released " << FormatBytes(released) << " of cached blocks and retried; " << FormatBytes(s.bytes_in_use)
          << " in use in " << s.blocks_in_use << " blocks. Free arrays you no longer need or use a smaller batch.";
       throw Error(os.str());
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<internal::SpinLock> lock(mu_);
     ++stats_.system_allocs;
     TakeLocked(block);
     return {p, size, ctx_};
@@ -140,11 +216,11 @@ class DevicePool {
     if (h.dptr == nullptr) return;
     const std::size_t block = BlockSize(h.size);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<internal::SpinLock> lock(mu_);
       stats_.bytes_in_use -= block;
       --stats_.blocks_in_use;
       if (!direct && policy_ != PoolPolicy::kNone) {
-        free_[block].push_back(h.dptr);
+        free_.Get(block).push_back(h.dptr);
         stats_.bytes_cached += block;
         ++stats_.blocks_cached;
         return;
@@ -155,24 +231,22 @@ class DevicePool {
   }
 
   std::uint64_t ReleaseAll() {
-    std::unordered_map<std::size_t, std::vector<void*>> blocks;
+    std::vector<void*> blocks;
     std::uint64_t bytes = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      blocks.swap(free_);
+      std::lock_guard<internal::SpinLock> lock(mu_);
+      blocks = free_.TakeAll();
       bytes = stats_.bytes_cached;
       stats_.system_frees += stats_.blocks_cached;
       stats_.bytes_cached = 0;
       stats_.blocks_cached = 0;
     }
-    for (auto& [size, ptrs] : blocks) {
-      for (void* p : ptrs) SystemFree(p);
-    }
+    for (void* p : blocks) SystemFree(p);
     return bytes;
   }
 
   StorageStats Stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<internal::SpinLock> lock(mu_);
     StorageStats s = stats_;
     s.ctx = ctx_;
     s.policy = policy_;
@@ -187,18 +261,32 @@ class DevicePool {
   }
 
   // Releases the cache when a fresh block would leave less than the reserve free. Only worth asking the
-  // device when there is a cache to release.
+  // device when there is a cache to release; the answer is reused for 10 ms (reading /proc/meminfo costs
+  // about 17 us, which a burst of misses would otherwise pay each time).
   void KeepReserve(std::size_t block) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<internal::SpinLock> lock(mu_);
       if (stats_.bytes_cached == 0 || reserve_percent_ <= 0) return;
     }
     std::size_t avail = 0, total = 0;
-    const bool known = ctx_.dev_type == DeviceType::kGPU ? internal::GpuMemInfo(ctx_.dev_id, &avail, &total)
-                                                          : CpuMemInfo(&avail, &total);
-    if (!known) return;
+    {
+      std::lock_guard<std::mutex> lock(meminfo_mu_);
+      const auto now = std::chrono::steady_clock::now();
+      if (!meminfo_known_ || now - meminfo_at_ > std::chrono::milliseconds(10)) {
+        meminfo_known_ = ctx_.dev_type == DeviceType::kGPU ? internal::GpuMemInfo(ctx_.dev_id, &avail_, &total_)
+                                                            : CpuMemInfo(&avail_, &total_);
+        meminfo_at_ = now;
+      }
+      if (!meminfo_known_) return;
+      avail = avail_;
+      total = total_;
+    }
     const double reserve = static_cast<double>(total) * reserve_percent_ / 100.0;
-    if (static_cast<double>(avail) - static_cast<double>(block) < reserve) ReleaseAll();
+    if (static_cast<double>(avail) - static_cast<double>(block) < reserve) {
+      ReleaseAll();
+      std::lock_guard<std::mutex> lock(meminfo_mu_);
+      meminfo_known_ = false;  // what the device has free just changed
+    }
   }
 
   void* SystemAlloc(std::size_t block, std::string* error) {
@@ -235,9 +323,15 @@ class DevicePool {
   const PoolPolicy policy_;
   const double reserve_percent_;
   const int round_cutoff_;
-  mutable std::mutex mu_;
-  std::unordered_map<std::size_t, std::vector<void*>> free_;  // block size -> free blocks
+  // A spin lock: the critical sections are a few dozen instructions, and a std::mutex's lock and unlock
+  // (two atomic read-modify-writes) cost as much as the rest of a pool hit.
+  mutable internal::SpinLock mu_;
+  FreeLists free_;
   StorageStats stats_;
+  std::mutex meminfo_mu_;  // guards the cached device memory figures below
+  bool meminfo_known_ = false;
+  std::chrono::steady_clock::time_point meminfo_at_;
+  std::size_t avail_ = 0, total_ = 0;
 };
 
 }  // namespace
@@ -283,9 +377,9 @@ StorageConfig StorageConfig::WithEnv() const {
 
 std::string StorageStats::ToString() const {
   std::ostringstream os;
-  os << ctx.ToString() << " (" << PoolPolicyName(policy) << "): in use " << HumanBytes(bytes_in_use) << " in "
-     << blocks_in_use << " blocks, cached " << HumanBytes(bytes_cached) << " in " << blocks_cached
-     << " blocks, peak " << HumanBytes(peak_bytes_in_use) << ", " << allocs << " allocations, hit rate "
+  os << ctx.ToString() << " (" << PoolPolicyName(policy) << "): in use " << FormatBytes(bytes_in_use) << " in "
+     << blocks_in_use << " blocks, cached " << FormatBytes(bytes_cached) << " in " << blocks_cached
+     << " blocks, peak " << FormatBytes(peak_bytes_in_use) << ", " << allocs << " allocations, hit rate "
      << static_cast<int>(hit_rate() * 1000 + 0.5) / 10.0 << "%";
   return os.str();
 }

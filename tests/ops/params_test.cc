@@ -3,21 +3,20 @@
 // What is checked:
 //   - round trips through a file and through bytes (every dtype, named and unnamed lists, 0-d, zero-size,
 //     none, large arrays, views), and that a failed save leaves no file behind;
-//   - files assembled byte by byte here from the documented layout (/work/shared/formats.md §1), with
+//   - files assembled byte by byte here from the documented layout (formats.md §1), with
 //     V2, V3, V1 and legacy 0.x records, independently of troupe's writer;
 //   - files written by real MXNet 1.9.1 (tests/ops/data, made by make_reference.py): their content, and that
 //     troupe writes the very same bytes for the same arrays;
 //   - damaged input: every header field made bad in turn, truncation at every offset, trailing bytes and
 //     random mutations. Each must throw troupe::Error naming the source and the byte offset, allocate no
 //     tensor memory, and never crash or hang.
-// Runs on the default engine (Engine::Get()).
+// Runs on the default engine (Engine::Get()); one test loads onto a naive engine of its own.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +25,7 @@
 #include <iostream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -37,6 +37,7 @@
 #include "actors/runtime.h"
 #include "ops/ndarray.h"
 #include "ops/storage.h"
+#include "tests/common/test_params.h"
 
 #ifndef TROUPE_TEST_DATA_DIR
 #define TROUPE_TEST_DATA_DIR "tests/ops/data"
@@ -300,17 +301,14 @@ NDArray BoolArray(std::initializer_list<bool> values, const TShape& shape) {
 // One array of every dtype troupe supports, with values that exercise the type's range.
 std::vector<NDArray> AllDTypes() {
   return {
-      NDArray::FromVector<float>({1.5f, -2.25f, 0.f, std::numeric_limits<float>::infinity(), 1e-38f, 3e38f},
-                                 {2, 3}),
+      NDArray::FromVector<float>({1.5f, -2.25f, 0.f, std::numeric_limits<float>::infinity(), 1e-38f, 3e38f}, {2, 3}),
       NDArray::FromVector<double>({1.0 / 3.0, -1e300, 5e-324}, {3}),
       NDArray::FromVector<half_t>({half_t(1.f), half_t(-0.5f), half_t(65504.f), half_t(6e-8f)}, {2, 1, 2}),
       NDArray::FromVector<std::uint8_t>({0, 1, 128, 255}, {4}),
-      NDArray::FromVector<std::int32_t>({std::numeric_limits<std::int32_t>::min(), -1, 7,
-                                         std::numeric_limits<std::int32_t>::max()},
-                                        {1, 4}),
+      NDArray::FromVector<std::int32_t>(
+          {std::numeric_limits<std::int32_t>::min(), -1, 7, std::numeric_limits<std::int32_t>::max()}, {1, 4}),
       NDArray::FromVector<std::int8_t>({-128, 0, 127}, {3, 1}),
-      NDArray::FromVector<std::int64_t>({std::numeric_limits<std::int64_t>::min(), (std::int64_t{1} << 62) + 1},
-                                        {2}),
+      NDArray::FromVector<std::int64_t>({std::numeric_limits<std::int64_t>::min(), (std::int64_t{1} << 62) + 1}, {2}),
       BoolArray({true, false, true, true}, {2, 2}),
       NDArray::FromVector<bf16_t>({bf16_t(1.5f), bf16_t(-2.f), bf16_t(3.25f)}, {3}),
       NDArray::FromVector<float>({1, 2, 3, 4, 5, 6, 7, 8}, {1, 1, 2, 1, 2, 1, 2, 1}),  // kMaxDims dims
@@ -332,8 +330,8 @@ void ExpectSameArrays(const std::vector<NDArray>& got, const std::vector<NDArray
 
 TEST_F(ParamsTest, RoundTripNamedAllDTypesThroughFileAndBytes) {
   const std::vector<NDArray> arrays = AllDTypes();
-  const std::vector<std::string> names = {"arg:f32", "f64", "f16", "u8", "i32", "i8", "i64", "bool", "bf16",
-                                          "aux:eight dims \xc3\xbc"};
+  const std::vector<std::string> names = {"arg:f32", "f64", "f16",  "u8",   "i32",
+                                          "i8",      "i64", "bool", "bf16", "aux:eight dims \xc3\xbc"};
   ASSERT_EQ(names.size(), arrays.size());
   const std::string path = Path("all.params");
   NDArray::Save(path, arrays, names);
@@ -438,11 +436,13 @@ TEST_F(ParamsTest, ViewSavesOnlyItsElements) {
 
 TEST_F(ParamsTest, WriterMatchesTheWorkedExampleOfTheSpec) {
   // formats.md §1.11: mx.nd.save(f, {'arg:w': nd.array([[1,2],[3,4]])}), 101 bytes.
+  // clang-format off
   const unsigned char kExample[] = {
       0x12, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0xc9, 0xfa, 0x93, 0xf9, 0, 0,
       0, 0, 0x02, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0,
       0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40, 0x01, 0, 0, 0, 0, 0, 0, 0, 0x05, 0,
       0, 0, 0, 0, 0, 0, 'a', 'r', 'g', ':', 'w'};
+  // clang-format on
   const std::string want(reinterpret_cast<const char*>(kExample), sizeof(kExample));
   ASSERT_EQ(want.size(), 101u);
   EXPECT_EQ(NDArray::SaveToBytes({NDArray::FromVector<float>({1, 2, 3, 4}, {2, 2})}, {"arg:w"}), want);
@@ -514,7 +514,7 @@ TEST_F(ParamsTest, DamagedFileOnDiskNamesThePath) {
 }
 
 TEST_F(ParamsTest, ContextOverrideAndDeviceFallback) {
-  // A record saved from gpu(7), cpu_pinned(0) and cpu_shared(2): without that GPU they load on cpu(0).
+  // Records saved from gpu(7), cpu_pinned(0) and cpu_shared(2): without that GPU they load on cpu(0).
   Bytes b;
   b.U64(0x112).U64(0).U64(3);
   b.U32(kV2).I32(0).I32(1).I64(1).I32(2).I32(7).I32(0).F32(1.f);
@@ -530,9 +530,28 @@ TEST_F(ParamsTest, ContextOverrideAndDeviceFallback) {
   EXPECT_EQ(loaded[1].ctx(), Context::CPU());
   EXPECT_EQ(loaded[2].ctx(), Context::CPU());
   EXPECT_EQ(loaded[2].ToVector<float>(), std::vector<float>{3.f});
-  const Context cpu = Context::CPU();
-  NDArray::LoadFromBytes(b.str().data(), b.str().size(), "devices", &loaded, nullptr, &cpu);
-  for (const NDArray& a : loaded) EXPECT_EQ(a.ctx(), Context::CPU());
+  // `ctx` overrides the saved device for every array.
+  const Context cpu1 = Context::CPU(1);
+  NDArray::LoadFromBytes(b.str().data(), b.str().size(), "devices", &loaded, nullptr, &cpu1);
+  ASSERT_EQ(loaded.size(), 3u);
+  for (const NDArray& a : loaded) EXPECT_EQ(a.ctx(), Context::CPU(1));
+  EXPECT_EQ(loaded[0].ToVector<float>(), std::vector<float>{1.f});
+}
+
+TEST_F(ParamsTest, LoadsOntoTheGivenEngine) {
+  const std::unique_ptr<Engine> engine = test::MakeEngine({EngineType::kNaive, 1, 0});
+  ASSERT_NE(engine, nullptr);
+  const std::string bytes = NDArray::SaveToBytes({NDArray::FromVector<double>({0.25, 8}, {2})});
+  {
+    std::vector<NDArray> loaded;
+    NDArray::LoadFromBytes(bytes.data(), bytes.size(), "engine", &loaded, nullptr, nullptr, engine.get());
+    ASSERT_EQ(loaded.size(), 1u);
+    EXPECT_EQ(loaded[0].engine(), engine.get());
+    EXPECT_EQ(loaded[0].ToVector<double>(), (std::vector<double>{0.25, 8}));
+    // Saving from another engine works the same.
+    EXPECT_EQ(NDArray::SaveToBytes(loaded), bytes);
+  }  // the arrays go before their engine
+  engine->WaitForAll();
 }
 
 TEST_F(ParamsTest, GpuArraysGoBackToTheirGpu) {
@@ -579,8 +598,8 @@ Bytes HandBuiltFile() {
   b.U32(kV3).I32(0).I32(-1);
   b.U32(kV3).I32(0).I32(2).I64(4).I64(-1);
   b.U64(10);
-  for (const char* n : {"v2", "v3 scalar", "v1", "legacy", "legacy2d", "legacy none", "v1 none", "v2 none",
-                        "v3 none", "v3 unknown dim"}) {
+  for (const char* n : {"v2", "v3 scalar", "v1", "legacy", "legacy2d", "legacy none", "v1 none", "v2 none", "v3 none",
+                        "v3 unknown dim"}) {
     b.Str(n);
   }
   return b;
@@ -593,8 +612,8 @@ TEST_F(ParamsTest, LoadsAFileAssembledByteByByte) {
   std::vector<std::string> names;
   NDArray::Load(Path("hand.params"), &a, &names);
   ASSERT_EQ(a.size(), 10u);
-  EXPECT_EQ(names, (std::vector<std::string>{"v2", "v3 scalar", "v1", "legacy", "legacy2d", "legacy none",
-                                             "v1 none", "v2 none", "v3 none", "v3 unknown dim"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"v2", "v3 scalar", "v1", "legacy", "legacy2d", "legacy none", "v1 none",
+                                             "v2 none", "v3 none", "v3 unknown dim"}));
   EXPECT_EQ(a[0].shape(), TShape({2, 3}));
   EXPECT_EQ(a[0].dtype(), DType::kFloat32);
   EXPECT_EQ(a[0].ToVector<float>(), (std::vector<float>{-1.f, -0.5f, 0.f, 0.5f, 1.f, 1.5f}));
@@ -605,8 +624,7 @@ TEST_F(ParamsTest, LoadsAFileAssembledByteByByte) {
   EXPECT_EQ(a[3].shape(), TShape({3}));
   EXPECT_EQ(a[3].ToVector<std::uint8_t>(), (std::vector<std::uint8_t>{9, 0, 255}));
   EXPECT_EQ(a[4].shape(), TShape({2, 1}));
-  EXPECT_EQ(a[4].ToVector<std::int64_t>(),
-            (std::vector<std::int64_t>{-5, std::numeric_limits<std::int64_t>::max()}));
+  EXPECT_EQ(a[4].ToVector<std::int64_t>(), (std::vector<std::int64_t>{-5, std::numeric_limits<std::int64_t>::max()}));
   for (int i = 5; i < 10; ++i) EXPECT_TRUE(a[i].is_none()) << "array " << i;
   for (int i = 0; i < 5; ++i) EXPECT_EQ(a[i].ctx(), Context::CPU());
 
@@ -658,9 +676,7 @@ void CheckMxnetFile(const std::string& params, const std::string& expected_txt, 
   EXPECT_EQ(NDArray::SaveToBytes(built, expected.names()), file);
 }
 
-TEST_F(ParamsTest, MxnetDictOfEveryDType) {
-  CheckMxnetFile("mxnet_dict.params", "mxnet_dict.expected.txt", true);
-}
+TEST_F(ParamsTest, MxnetDictOfEveryDType) { CheckMxnetFile("mxnet_dict.params", "mxnet_dict.expected.txt", true); }
 
 TEST_F(ParamsTest, MxnetList) { CheckMxnetFile("mxnet_list.params", "mxnet_list.expected.txt", true); }
 
@@ -802,9 +818,7 @@ TEST_F(ParamsTest, TruncationAtEveryOffsetIsRejected) {
 TEST_F(ParamsTest, RandomMutationsLoadOrThrowTroupeError) {
   // Random byte changes to a valid file must either load (the damage hit data or a still-valid value) or
   // throw troupe::Error; never crash, hang or throw anything else. Replay with TROUPE_TEST_SEED.
-  const char* env = std::getenv("TROUPE_TEST_SEED");
-  const std::uint64_t seed = env != nullptr ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-  std::cout << "seed=" << seed << "\n";
+  const std::uint64_t seed = test::TestSeed();
   std::mt19937_64 rng(seed);
   const std::string base = HandBuiltFile().str();
   int rejected = 0;

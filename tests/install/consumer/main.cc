@@ -1,5 +1,7 @@
-// Uses the installed headers both ways (<troupe/engine/engine.h> and "engine/engine.h") and the engine.
+// Uses the installed headers both ways (<troupe/engine/engine.h> and "engine/engine.h"), the engine and
+// NDArrays.
 #include <troupe/engine/engine.h>
+#include <troupe/ops/ndarray.h>
 
 #include <cstdio>
 
@@ -12,5 +14,9 @@ int main() {
   for (int i = 0; i < 100; ++i) engine->PushSync([&](troupe::RunContext) { x += 2; }, troupe::Context::CPU(0), {}, {v});
   engine->WaitForVar(v);
   std::printf("consumer: x=%d version=%llu\n", x, static_cast<unsigned long long>(v->version()));
-  return x == 200 && v->version() == 100 ? 0 : 1;
+  troupe::NDArray a = troupe::NDArray::Ones(troupe::TShape({2, 2}), troupe::Context::CPU(0), troupe::DType::kFloat32,
+                                            engine.get());
+  const std::vector<float> dot = troupe::Dot(a, a * 3).ToVector<float>();
+  std::printf("consumer: dot=[%g %g %g %g]\n", dot[0], dot[1], dot[2], dot[3]);
+  return x == 200 && v->version() == 100 && dot == std::vector<float>(4, 6.f) ? 0 : 1;
 }
