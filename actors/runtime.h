@@ -34,7 +34,7 @@ class Runtime {
   bool owns_system() const;
   const RuntimeConfig& config() const;  // resolved: no zeros left
 
-  // The device for `ctx`, created on first use. Throws troupe::Error when the device does not exist
+  // The device for `ctx`, created on first use (cpu_pinned(i) is cpu(0)'s device). Throws troupe::Error when the device does not exist
   // (no such GPU, or a build without CUDA).
   Device* GetDevice(Context ctx);
   std::vector<DeviceStats> Stats() const;

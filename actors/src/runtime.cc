@@ -62,13 +62,18 @@ bool Runtime::owns_system() const { return impl_->own_system != nullptr; }
 const RuntimeConfig& Runtime::config() const { return impl_->config; }
 
 Device* Runtime::GetDevice(Context ctx) {
+  // Pinned host memory is host memory: functions on it run on cpu(0)'s workers, not on a worker set of
+  // their own (pinned(i) names the GPU the memory is pinned for, not a CPU).
+  if (ctx.dev_type == DeviceType::kCPUPinned) {
+    if (ctx.dev_id < 0) throw Error("invalid device " + ctx.ToString() + ": device ids are >= 0");
+    ctx = Context::CPU(0);
+  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto it = impl_->devices.find(ctx);
   if (it != impl_->devices.end()) return it->second.get();
   std::unique_ptr<internal::DeviceImpl> dev;
   switch (ctx.dev_type) {
     case DeviceType::kCPU:
-    case DeviceType::kCPUPinned:
       if (ctx.dev_id < 0) throw Error("invalid device " + ctx.ToString() + ": device ids are >= 0");
       dev = internal::MakeCpuDevice(*impl_->system, ctx, impl_->config);
       break;

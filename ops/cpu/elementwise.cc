@@ -12,12 +12,12 @@ namespace troupe::internal {
 
 const char* BinaryOpName(BinaryOp op) {
   switch (op) {
-    case BinaryOp::kAdd: return "+";
-    case BinaryOp::kSub: return "-";
-    case BinaryOp::kMul: return "*";
-    case BinaryOp::kDiv: return "/";
+    case BinaryOp::kAdd: return "add";
+    case BinaryOp::kSub: return "sub";
+    case BinaryOp::kMul: return "mul";
+    case BinaryOp::kDiv: return "div";
   }
-  return "?";
+  return "binary";
 }
 
 namespace {
@@ -26,7 +26,6 @@ namespace {
   throw Error(std::string("arithmetic '") + BinaryOpName(op) + "' is not defined for dtype bool; convert with AsType");
 }
 
-// The loops are written per operator so that the compiler vectorises them (a switch inside would not be).
 template <typename T, typename C, typename Op>
 void Loop(const T* a, const T* b, T* o, std::int64_t n, Op op) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = T(op(static_cast<C>(a[i]), static_cast<C>(b[i])));
@@ -36,23 +35,16 @@ void LoopScalar(const T* a, C s, T* o, std::int64_t n, Op op) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = T(op(static_cast<C>(a[i]), s));
 }
 
+// Calls loop(f) with f the operator as a lambda, so that each loop is compiled for one operator (and
+// vectorised); ApplyBinary with a constant operator folds to the bare arithmetic.
 template <typename T, typename Looper>
 void Dispatch(BinaryOp op, Looper&& loop) {
   using C = Compute<T>;
-  if constexpr (std::is_floating_point_v<C>) {
-    switch (op) {
-      case BinaryOp::kAdd: return loop([](C x, C y) { return x + y; });
-      case BinaryOp::kSub: return loop([](C x, C y) { return x - y; });
-      case BinaryOp::kMul: return loop([](C x, C y) { return x * y; });
-      case BinaryOp::kDiv: return loop([](C x, C y) { return x / y; });
-    }
-  } else {
-    switch (op) {
-      case BinaryOp::kAdd: return loop([](C x, C y) { return ApplyBinary(BinaryOp::kAdd, x, y); });
-      case BinaryOp::kSub: return loop([](C x, C y) { return ApplyBinary(BinaryOp::kSub, x, y); });
-      case BinaryOp::kMul: return loop([](C x, C y) { return ApplyBinary(BinaryOp::kMul, x, y); });
-      case BinaryOp::kDiv: return loop([](C x, C y) { return ApplyBinary(BinaryOp::kDiv, x, y); });
-    }
+  switch (op) {
+    case BinaryOp::kAdd: return loop([](C x, C y) { return ApplyBinary(BinaryOp::kAdd, x, y); });
+    case BinaryOp::kSub: return loop([](C x, C y) { return ApplyBinary(BinaryOp::kSub, x, y); });
+    case BinaryOp::kMul: return loop([](C x, C y) { return ApplyBinary(BinaryOp::kMul, x, y); });
+    case BinaryOp::kDiv: return loop([](C x, C y) { return ApplyBinary(BinaryOp::kDiv, x, y); });
   }
 }
 
@@ -117,71 +109,48 @@ void CpuCast(const TBlob& in, const TBlob& out) {
   });
 }
 
-std::uint64_t SampleBlocks(std::int64_t n, DType dtype, bool normal) {
+std::uint64_t SampleBlocks(std::int64_t n, DType dtype, Distribution dist) {
   const std::uint64_t un = static_cast<std::uint64_t>(n);
   // Words per element: float-like uniform 1, float-like normal 2, double uniform 2, double normal 4.
   std::uint64_t words = dtype == DType::kFloat64 ? 2 : 1;
-  if (normal) words *= 2;
+  if (dist == Distribution::kNormal) words *= 2;
   return (un * words + 3) / 4;
 }
 
-namespace {
-
-template <typename T>
-void CheckFloat(const char* what) {
-  if constexpr (!std::is_floating_point_v<Compute<T>>) {
-    throw Error(std::string(what) + ": random sampling needs a floating dtype (float32, float64, float16, bfloat16), not " +
-                DTypeName(DTypeOf<T>()));
-  }
-}
-
-}  // namespace
-
-void CpuSampleUniform(const TBlob& out, std::uint64_t key, std::uint64_t base, double low, double high) {
+void CpuSample(Distribution dist, const TBlob& out, std::uint64_t key, std::uint64_t base, double p1, double p2) {
   const std::int64_t n = out.Size();
+  const bool normal = dist == Distribution::kNormal;
   DTypeSwitch(out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    CheckFloat<T>("SampleUniform");
-    if constexpr (std::is_floating_point_v<Compute<T>>) {
-      T* o = static_cast<T*>(out.dptr);
-      if constexpr (std::is_same_v<T, double>) {
-        for (std::int64_t i = 0; i < n; ++i) {
-          std::uint32_t r[4];
-          PhiloxBlock(key, base + static_cast<std::uint64_t>(i) / 2, r);
-          const int w = static_cast<int>(i % 2) * 2;
-          o[i] = low + (high - low) * UniformDouble(r[w], r[w + 1]);
-        }
-      } else {
-        const float lo = static_cast<float>(low), span = static_cast<float>(high - low);
-        for (std::int64_t blk = 0; blk * 4 < n; ++blk) {
-          std::uint32_t r[4];
-          PhiloxBlock(key, base + static_cast<std::uint64_t>(blk), r);
-          for (int w = 0; w < 4 && blk * 4 + w < n; ++w) o[blk * 4 + w] = T(lo + span * UniformFloat(r[w]));
-        }
-      }
-    }
-  });
-}
-
-void CpuSampleNormal(const TBlob& out, std::uint64_t key, std::uint64_t base, double mean, double stddev) {
-  const std::int64_t n = out.Size();
-  DTypeSwitch(out.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    CheckFloat<T>("SampleNormal");
-    if constexpr (std::is_floating_point_v<Compute<T>>) {
-      T* o = static_cast<T*>(out.dptr);
-      for (std::int64_t i = 0; i < n; ++i) {
-        std::uint32_t r[4];
-        if constexpr (std::is_same_v<T, double>) {
-          PhiloxBlock(key, base + static_cast<std::uint64_t>(i), r);
-          const double u1 = 1.0 - UniformDouble(r[0], r[1]), u2 = UniformDouble(r[2], r[3]);
-          o[i] = mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    if constexpr (!std::is_floating_point_v<Compute<T>>) {
+      throw Error(std::string(normal ? "SampleNormal" : "SampleUniform") +
+                  ": random sampling needs a floating dtype (float32, float64, float16, bfloat16), not " +
+                  DTypeName(DTypeOf<T>()));
+    } else {
+      // Each element takes `words` consecutive words; one Philox block serves 4 / words elements.
+      constexpr bool kDouble = std::is_same_v<T, double>;
+      const int words = (kDouble ? 2 : 1) * (normal ? 2 : 1), per_block = 4 / words;
+      using C = Compute<T>;
+      const C a = static_cast<C>(p1), b = static_cast<C>(normal ? p2 : p2 - p1);
+      auto unit = [](const std::uint32_t* w) -> C {  // in [0, 1)
+        if constexpr (kDouble) {
+          return UniformDouble(w[0], w[1]);
         } else {
-          PhiloxBlock(key, base + static_cast<std::uint64_t>(i) / 2, r);
-          const int w = static_cast<int>(i % 2) * 2;
-          const float u1 = 1.0f - UniformFloat(r[w]), u2 = UniformFloat(r[w + 1]);
-          o[i] = T(static_cast<float>(mean) +
-                   static_cast<float>(stddev) * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2));
+          return UniformFloat(w[0]);
+        }
+      };
+      T* o = static_cast<T*>(out.dptr);
+      std::uint32_t r[4];
+      for (std::int64_t first = 0, blk = 0; first < n; first += per_block, ++blk) {
+        PhiloxBlock(key, base + static_cast<std::uint64_t>(blk), r);
+        for (int j = 0; j < per_block && first + j < n; ++j) {
+          const std::uint32_t* w = r + j * words;
+          if (normal) {  // Box-Muller (cosine branch)
+            const C u1 = C(1) - unit(w), u2 = unit(w + words / 2);
+            o[first + j] = T(a + b * std::sqrt(C(-2) * std::log(u1)) * std::cos(C(6.283185307179586) * u2));
+          } else {
+            o[first + j] = T(a + b * unit(w));
+          }
         }
       }
     }

@@ -226,35 +226,25 @@ void GpuCast(const TBlob& in, const TBlob& out, void* stream) {
   CheckLaunch("cast kernel");
 }
 
-void GpuSampleUniform(const TBlob& out, std::uint64_t key, std::uint64_t base, double low, double high, void* stream) {
+void GpuSample(Distribution dist, const TBlob& out, std::uint64_t key, std::uint64_t base, double p1, double p2,
+               void* stream) {
   const std::int64_t n = out.Size();
   if (n == 0) return;
   Check(cudaSetDevice(out.ctx.dev_id), "cudaSetDevice");
   DTypeSwitch(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<Compute<T>>) {
-      UniformKernel<T><<<Blocks(n), kThreads, 0, Stream(stream)>>>(static_cast<T*>(out.dptr), n, key, base, low, high);
+      T* o = static_cast<T*>(out.dptr);
+      if (dist == Distribution::kNormal) {
+        NormalKernel<T><<<Blocks(n), kThreads, 0, Stream(stream)>>>(o, n, key, base, p1, p2);
+      } else {
+        UniformKernel<T><<<Blocks(n), kThreads, 0, Stream(stream)>>>(o, n, key, base, p1, p2);
+      }
     } else {
-      throw Error("SampleUniform needs a floating dtype");
+      throw Error("random sampling needs a floating dtype");
     }
   });
-  CheckLaunch("uniform kernel");
-}
-
-void GpuSampleNormal(const TBlob& out, std::uint64_t key, std::uint64_t base, double mean, double stddev,
-                     void* stream) {
-  const std::int64_t n = out.Size();
-  if (n == 0) return;
-  Check(cudaSetDevice(out.ctx.dev_id), "cudaSetDevice");
-  DTypeSwitch(out.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_floating_point_v<Compute<T>>) {
-      NormalKernel<T><<<Blocks(n), kThreads, 0, Stream(stream)>>>(static_cast<T*>(out.dptr), n, key, base, mean, stddev);
-    } else {
-      throw Error("SampleNormal needs a floating dtype");
-    }
-  });
-  CheckLaunch("normal kernel");
+  CheckLaunch("sampling kernel");
 }
 
 // ---- cuBLAS ----------------------------------------------------------------------------------------

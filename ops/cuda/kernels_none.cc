@@ -28,8 +28,9 @@ void GpuBinary(BinaryOp, const TBlob&, const TBlob&, const TBlob&, void*) { NoCu
 void GpuBinaryScalar(BinaryOp, const TBlob&, double, const TBlob&, void*) { NoCuda("GPU elementwise"); }
 void GpuFill(const TBlob&, double, void*) { NoCuda("GPU fill"); }
 void GpuCast(const TBlob&, const TBlob&, void*) { NoCuda("GPU cast"); }
-void GpuSampleUniform(const TBlob&, std::uint64_t, std::uint64_t, double, double, void*) { NoCuda("GPU sampling"); }
-void GpuSampleNormal(const TBlob&, std::uint64_t, std::uint64_t, double, double, void*) { NoCuda("GPU sampling"); }
+void GpuSample(Distribution, const TBlob&, std::uint64_t, std::uint64_t, double, double, void*) {
+  NoCuda("GPU sampling");
+}
 void GpuGemm(const TBlob&, const TBlob&, const TBlob&, bool, bool, int, int, int, double, double, void*) {
   NoCuda("GPU Dot");
 }

@@ -13,15 +13,11 @@
 
 namespace troupe::internal {
 
-// The context a function on memory of `ctx` runs on: pinned host memory is worked on by the CPU device.
-inline Context ExecContext(Context ctx) {
-  return ctx.dev_type == DeviceType::kCPUPinned ? Context::CPU(0) : ctx;
-}
 // Throws troupe::Error unless `ctx` names a device of this machine (and build).
 void CheckDeviceExists(Context ctx);
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
-const char* BinaryOpName(BinaryOp op);
+const char* BinaryOpName(BinaryOp op);  // "add", "sub", "mul", "div": function names and messages
 
 // ---- CPU (ops/cpu/) ----
 void CpuBinary(BinaryOp op, const TBlob& lhs, const TBlob& rhs, const TBlob& out);
@@ -30,11 +26,13 @@ void CpuBinaryScalar(BinaryOp op, const TBlob& lhs, double scalar, const TBlob& 
 void CpuFill(const TBlob& out, double value);
 // out = in converted to out.dtype (same element count).
 void CpuCast(const TBlob& in, const TBlob& out);
-// Uniform / normal samples from a Philox stream: element i uses block base + i/4 (see ops/resource.h).
-void CpuSampleUniform(const TBlob& out, std::uint64_t key, std::uint64_t base, double low, double high);
-void CpuSampleNormal(const TBlob& out, std::uint64_t key, std::uint64_t base, double mean, double stddev);
+// Random samples from a Philox stream (see ops/resource.h): uniform in [p1, p2), or normal with mean p1 and
+// standard deviation p2. Element i of a float-like array uses block base + i/4 (uniform) or base + i/2
+// (normal); float64 uses twice the words.
+enum class Distribution { kUniform, kNormal };
+void CpuSample(Distribution dist, const TBlob& out, std::uint64_t key, std::uint64_t base, double p1, double p2);
 // Philox blocks a sampling kernel of n elements of `dtype` consumes (so the generator can Reserve them).
-std::uint64_t SampleBlocks(std::int64_t n, DType dtype, bool normal);
+std::uint64_t SampleBlocks(std::int64_t n, DType dtype, Distribution dist);
 // Row-major C = alpha * op(A) * op(B) + beta * C with op(A) m x k, op(B) k x n (float32/float64; OpenBLAS).
 void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta);
@@ -57,9 +55,8 @@ void GpuBinary(BinaryOp op, const TBlob& lhs, const TBlob& rhs, const TBlob& out
 void GpuBinaryScalar(BinaryOp op, const TBlob& lhs, double scalar, const TBlob& out, void* stream);
 void GpuFill(const TBlob& out, double value, void* stream);
 void GpuCast(const TBlob& in, const TBlob& out, void* stream);
-void GpuSampleUniform(const TBlob& out, std::uint64_t key, std::uint64_t base, double low, double high, void* stream);
-void GpuSampleNormal(const TBlob& out, std::uint64_t key, std::uint64_t base, double mean, double stddev,
-                     void* stream);
+void GpuSample(Distribution dist, const TBlob& out, std::uint64_t key, std::uint64_t base, double p1, double p2,
+               void* stream);
 // cuBLAS (one handle per worker thread and device), row-major like CpuGemm.
 void GpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta, void* stream);

@@ -24,7 +24,7 @@ struct NDArray::Chunk {
   ~Chunk() {
     // The memory goes back to the pool once every function pushed on the variable has run.
     engine->DeleteVariable([storage = storage, handle = handle](RunContext) { storage->Free(handle); },
-                           internal::ExecContext(ctx), var);
+                           ctx, var);
   }
   Chunk(const Chunk&) = delete;
   Chunk& operator=(const Chunk&) = delete;
@@ -65,18 +65,20 @@ void CheckArithmetic(const NDArray& a, BinaryOp op) {
   }
 }
 
-// True when the two views' byte ranges overlap without being the same range: an elementwise kernel
-// reading one while writing the other would see values it already overwrote.
+// True when the two views' bytes overlap.
+bool Overlaps(const NDArray& a, const NDArray& b) {
+  return a.SharesChunkWith(b) && a.offset() < b.offset() + b.Bytes() && b.offset() < a.offset() + a.Bytes();
+}
+
+// True when the views overlap without being the same range: an elementwise kernel reading one while
+// writing the other would see values it already overwrote.
 bool PartialOverlap(const NDArray& a, const NDArray& b) {
-  if (!a.SharesChunkWith(b)) return false;
-  const std::size_t a0 = a.offset(), a1 = a0 + a.Bytes(), b0 = b.offset(), b1 = b0 + b.Bytes();
-  const bool overlap = a0 < b1 && b0 < a1;
-  return overlap && !(a0 == b0 && a1 == b1);
+  return Overlaps(a, b) && !(a.offset() == b.offset() && a.Bytes() == b.Bytes());
 }
 
 void Push(Engine* engine, Context ctx, SyncFn fn, std::vector<VarHandle> reads, std::vector<VarHandle> writes,
           const char* name, FnProperty prop = FnProperty::kNormal, int priority = 0) {
-  engine->PushSync(std::move(fn), internal::ExecContext(ctx), reads, writes, prop, priority, name);
+  engine->PushSync(std::move(fn), ctx, reads, writes, prop, priority, name);
 }
 
 void RunBinary(BinaryOp op, const TBlob& a, const TBlob& b, const TBlob& out, RunContext rctx) {
@@ -95,16 +97,6 @@ void RunBinaryScalar(BinaryOp op, const TBlob& a, double s, const TBlob& out, Ru
   }
 }
 
-const char* OpName(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd: return "add";
-    case BinaryOp::kSub: return "sub";
-    case BinaryOp::kMul: return "mul";
-    case BinaryOp::kDiv: return "div";
-  }
-  return "binary";
-}
-
 // out = a op b, where out may be a itself (in place).
 void PushBinary(BinaryOp op, const NDArray& a, const NDArray& b, const NDArray& out) {
   CheckSame(internal::BinaryOpName(op), a, b);
@@ -119,7 +111,7 @@ void PushBinary(BinaryOp op, const NDArray& a, const NDArray& b, const NDArray& 
   }
   const TBlob ta = a.data(), tb = b.data(), to = out.data();
   Push(out.engine(), out.ctx(), [op, ta, tb, to](RunContext rctx) { RunBinary(op, ta, tb, to, rctx); },
-       {a.var(), b.var()}, {out.var()}, OpName(op));
+       {a.var(), b.var()}, {out.var()}, internal::BinaryOpName(op));
 }
 
 void PushBinaryScalar(BinaryOp op, const NDArray& a, double s, const NDArray& out) {
@@ -127,7 +119,7 @@ void PushBinaryScalar(BinaryOp op, const NDArray& a, double s, const NDArray& ou
   CheckArithmetic(a, op);
   const TBlob ta = a.data(), to = out.data();
   Push(out.engine(), out.ctx(), [op, ta, s, to](RunContext rctx) { RunBinaryScalar(op, ta, s, to, rctx); },
-       {a.var()}, {out.var()}, OpName(op));
+       {a.var()}, {out.var()}, internal::BinaryOpName(op));
 }
 
 NDArray Binary(BinaryOp op, const NDArray& a, const NDArray& b) {
@@ -239,7 +231,7 @@ void NDArray::SyncCopyToCPU(void* dst, std::size_t bytes) const {
   const TBlob src = data();
   if (OnHost(ctx())) {
     PushReadAndWait(*this, [dst, src, bytes](RunContext) { std::memcpy(dst, src.dptr, bytes); }, FnProperty::kNormal,
-                    internal::ExecContext(ctx()), "SyncCopyToCPU");
+                    ctx(), "SyncCopyToCPU");
   } else {
     PushReadAndWait(*this,
                     [dst, src, bytes](RunContext rctx) {
@@ -289,7 +281,7 @@ void CopyFromTo(const NDArray& from, const NDArray& to, int priority) {
   const std::vector<VarHandle> reads = {from.var()}, writes = {to.var()};
   if (OnHost(fc) && OnHost(tc)) {
     engine->PushSync([src, dst, bytes](RunContext) { std::memmove(dst.dptr, src.dptr, bytes); },
-                     internal::ExecContext(tc), reads, writes, FnProperty::kNormal, priority, "CopyCPU");
+                     tc, reads, writes, FnProperty::kNormal, priority, "CopyCPU");
   } else if (OnHost(fc)) {
     engine->PushSync(
         [src, dst, bytes](RunContext rctx) {
@@ -425,7 +417,8 @@ NDArray& NDArray::operator=(double scalar) {
 
 namespace {
 
-void PushSample(NDArray* a, bool normal, double p1, double p2) {
+void PushSample(NDArray* a, internal::Distribution dist, double p1, double p2) {
+  const bool normal = dist == internal::Distribution::kNormal;
   const char* name = normal ? "SampleNormal" : "SampleUniform";
   CheckNotNone(*a, name);
   if (a->dtype() != DType::kFloat32 && a->dtype() != DType::kFloat64 && a->dtype() != DType::kFloat16 &&
@@ -436,22 +429,16 @@ void PushSample(NDArray* a, bool normal, double p1, double p2) {
   if (!normal && !(p1 <= p2)) {
     throw Error("SampleUniform: low (" + std::to_string(p1) + ") must not exceed high (" + std::to_string(p2) + ")");
   }
-  const Resource res = ResourceManager::Get(a->engine())->Request(internal::ExecContext(a->ctx()), ResourceRequest::kRandom);
+  const Resource res = ResourceManager::Get(a->engine())->Request(a->ctx(), ResourceRequest::kRandom);
   const TBlob o = a->data();
   Push(a->engine(), a->ctx(),
-       [o, res, normal, p1, p2](RunContext rctx) {
+       [o, res, dist, p1, p2](RunContext rctx) {
          RandomGenerator* g = res.get_random();
-         const std::uint64_t base = g->Reserve(internal::SampleBlocks(o.Size(), o.dtype, normal));
+         const std::uint64_t base = g->Reserve(internal::SampleBlocks(o.Size(), o.dtype, dist));
          if (o.ctx.is_gpu()) {
-           if (normal) {
-             internal::GpuSampleNormal(o, g->key(), base, p1, p2, rctx.stream);
-           } else {
-             internal::GpuSampleUniform(o, g->key(), base, p1, p2, rctx.stream);
-           }
-         } else if (normal) {
-           internal::CpuSampleNormal(o, g->key(), base, p1, p2);
+           internal::GpuSample(dist, o, g->key(), base, p1, p2, rctx.stream);
          } else {
-           internal::CpuSampleUniform(o, g->key(), base, p1, p2);
+           internal::CpuSample(dist, o, g->key(), base, p1, p2);
          }
        },
        {}, {a->var(), res.var()}, name);
@@ -459,8 +446,12 @@ void PushSample(NDArray* a, bool normal, double p1, double p2) {
 
 }  // namespace
 
-void NDArray::SampleUniform(double low, double high) { PushSample(this, false, low, high); }
-void NDArray::SampleNormal(double mean, double stddev) { PushSample(this, true, mean, stddev); }
+void NDArray::SampleUniform(double low, double high) {
+  PushSample(this, internal::Distribution::kUniform, low, high);
+}
+void NDArray::SampleNormal(double mean, double stddev) {
+  PushSample(this, internal::Distribution::kNormal, mean, stddev);
+}
 
 // ---- arithmetic ------------------------------------------------------------------------------------
 
@@ -538,11 +529,6 @@ GemmDims CheckDot(const NDArray& a, const NDArray& b, bool ta, bool tb) {
   }
   if (m > INT_MAX || n > INT_MAX || ka > INT_MAX) throw Error("Dot: dimensions beyond 2^31 are not supported");
   return {static_cast<int>(m), static_cast<int>(n), static_cast<int>(ka)};
-}
-
-bool Overlaps(const NDArray& a, const NDArray& b) {
-  if (!a.SharesChunkWith(b)) return false;
-  return a.offset() < b.offset() + b.Bytes() && b.offset() < a.offset() + a.Bytes();
 }
 
 }  // namespace

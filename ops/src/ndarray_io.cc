@@ -104,14 +104,18 @@ void WriteRecord(std::string* out, const NDArray& a, std::size_t index) {
   }
 }
 
+// A list (no names) or a dict (one name per array); `where` starts the message ("NDArray::Save: path").
+void CheckNames(const std::string& where, const std::vector<NDArray>& arrays, const std::vector<std::string>& names) {
+  if (!names.empty() && names.size() != arrays.size()) {
+    throw Error(where + ": " + std::to_string(names.size()) + " names for " + std::to_string(arrays.size()) +
+                " arrays; give one name per array (a dict) or none (a list)");
+  }
+}
+
 // Produces the list file piece by piece: `emit` receives the header, each record, then the names, so a
 // file writer holds at most one array's bytes at a time.
 void WriteList(const std::vector<NDArray>& arrays, const std::vector<std::string>& names,
                const std::function<void(const std::string&)>& emit) {
-  if (!names.empty() && names.size() != arrays.size()) {
-    throw Error("NDArray::Save: " + std::to_string(names.size()) + " names for " + std::to_string(arrays.size()) +
-                " arrays; give one name per array (a dict) or none (a list)");
-  }
   std::string buf;
   ByteWriter w(&buf);
   w.U64(kListMagic);
@@ -404,16 +408,14 @@ Context TargetContext(const Record& rec, const Context* override_ctx) {
 // ---- public functions ------------------------------------------------------------------------------------
 
 std::string NDArray::SaveToBytes(const std::vector<NDArray>& arrays, const std::vector<std::string>& names) {
+  CheckNames("NDArray::SaveToBytes", arrays, names);
   std::string out;
   WriteList(arrays, names, [&out](const std::string& piece) { out += piece; });
   return out;
 }
 
 void NDArray::Save(const std::string& path, const std::vector<NDArray>& arrays, const std::vector<std::string>& names) {
-  if (!names.empty() && names.size() != arrays.size()) {  // checked before the temporary file exists
-    throw Error("NDArray::Save: " + path + ": " + std::to_string(names.size()) + " names for " +
-                std::to_string(arrays.size()) + " arrays; give one name per array (a dict) or none (a list)");
-  }
+  CheckNames("NDArray::Save: " + path, arrays, names);  // before the temporary file exists
   TempFile file(path);
   WriteList(arrays, names, [&file](const std::string& piece) { file.Write(piece); });
   file.Commit();

@@ -19,32 +19,25 @@ void Philox4x32(std::uint64_t key, std::uint64_t counter, std::uint32_t out[4]) 
 namespace {
 
 template <typename T>
-void FillUniformHost(RandomGenerator* g, T* out, std::size_t n, double lo, double hi) {
+void FillHost(RandomGenerator* g, internal::Distribution dist, T* out, std::size_t n, double p1, double p2) {
   const TBlob blob(out, TShape({static_cast<std::int64_t>(n)}), DTypeOf<T>(), Context::CPU());
-  const std::uint64_t base = g->Reserve(internal::SampleBlocks(static_cast<std::int64_t>(n), DTypeOf<T>(), false));
-  internal::CpuSampleUniform(blob, g->key(), base, lo, hi);
-}
-
-template <typename T>
-void FillNormalHost(RandomGenerator* g, T* out, std::size_t n, double mean, double stddev) {
-  const TBlob blob(out, TShape({static_cast<std::int64_t>(n)}), DTypeOf<T>(), Context::CPU());
-  const std::uint64_t base = g->Reserve(internal::SampleBlocks(static_cast<std::int64_t>(n), DTypeOf<T>(), true));
-  internal::CpuSampleNormal(blob, g->key(), base, mean, stddev);
+  const std::uint64_t base = g->Reserve(internal::SampleBlocks(static_cast<std::int64_t>(n), DTypeOf<T>(), dist));
+  internal::CpuSample(dist, blob, g->key(), base, p1, p2);
 }
 
 }  // namespace
 
 void RandomGenerator::FillUniform(float* out, std::size_t n, float lo, float hi) {
-  FillUniformHost(this, out, n, lo, hi);
+  FillHost(this, internal::Distribution::kUniform, out, n, lo, hi);
 }
 void RandomGenerator::FillNormal(float* out, std::size_t n, float mean, float stddev) {
-  FillNormalHost(this, out, n, mean, stddev);
+  FillHost(this, internal::Distribution::kNormal, out, n, mean, stddev);
 }
 void RandomGenerator::FillUniform(double* out, std::size_t n, double lo, double hi) {
-  FillUniformHost(this, out, n, lo, hi);
+  FillHost(this, internal::Distribution::kUniform, out, n, lo, hi);
 }
 void RandomGenerator::FillNormal(double* out, std::size_t n, double mean, double stddev) {
-  FillNormalHost(this, out, n, mean, stddev);
+  FillHost(this, internal::Distribution::kNormal, out, n, mean, stddev);
 }
 
 namespace internal {
@@ -176,7 +169,7 @@ struct ResourceManager::Impl {
         [keys](RunContext) {
           for (const auto& [g, key] : keys) g->Seed(key);
         },
-        internal::ExecContext(d->ctx), {}, vars, FnProperty::kNoSkip, 0, "SeedRandom");
+        d->ctx, {}, vars, FnProperty::kNoSkip, 0, "SeedRandom");
   }
 };
 
@@ -195,7 +188,7 @@ ResourceManager::~ResourceManager() {
       // The state (a generator, or temporary space going back to the pool) is freed after every function
       // that uses it has run.
       std::shared_ptr<void> state = std::move(g.state);
-      impl_->engine->DeleteVariable([state](RunContext) mutable { state.reset(); }, internal::ExecContext(ctx),
+      impl_->engine->DeleteVariable([state](RunContext) mutable { state.reset(); }, ctx,
                                     g.var);
     }
   }

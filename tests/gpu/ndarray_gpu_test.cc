@@ -103,12 +103,12 @@ TEST_F(NDArrayGpuTest, RandomNumbersMatchTheCpuKernels) {
   // The same (key, base) on both devices: the same uniform numbers, and normal ones to rounding.
   auto engine = Engine::Get();
   const TBlob gt = g.data(), ct = c.data();
-  engine->PushSync([gt](RunContext r) { internal::GpuSampleUniform(gt, 1234, 77, -1, 1, r.stream); }, kGpu, {},
+  engine->PushSync([gt](RunContext r) { internal::GpuSample(internal::Distribution::kUniform, gt, 1234, 77, -1, 1, r.stream); }, kGpu, {},
                    {g.var()});
-  engine->PushSync([ct](RunContext) { internal::CpuSampleUniform(ct, 1234, 77, -1, 1); }, kCpu, {}, {c.var()});
+  engine->PushSync([ct](RunContext) { internal::CpuSample(internal::Distribution::kUniform, ct, 1234, 77, -1, 1); }, kCpu, {}, {c.var()});
   EXPECT_EQ(g.ToVector<float>(), c.ToVector<float>());
-  engine->PushSync([gt](RunContext r) { internal::GpuSampleNormal(gt, 99, 5, 0, 1, r.stream); }, kGpu, {}, {g.var()});
-  engine->PushSync([ct](RunContext) { internal::CpuSampleNormal(ct, 99, 5, 0, 1); }, kCpu, {}, {c.var()});
+  engine->PushSync([gt](RunContext r) { internal::GpuSample(internal::Distribution::kNormal, gt, 99, 5, 0, 1, r.stream); }, kGpu, {}, {g.var()});
+  engine->PushSync([ct](RunContext) { internal::CpuSample(internal::Distribution::kNormal, ct, 99, 5, 0, 1); }, kCpu, {}, {c.var()});
   const auto gn = g.ToVector<float>(), cn = c.ToVector<float>();
   for (std::size_t i = 0; i < gn.size(); ++i) ASSERT_NEAR(gn[i], cn[i], 1e-4) << i;
   // Through the resource manager: seeded, reproducible.
