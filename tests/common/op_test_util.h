@@ -205,7 +205,8 @@ inline void CheckGradient(const OpCase& c, GradCheckOptions o = {}) {
         if (src >= 0 && src < nvis) {
           const auto gi = static_cast<std::size_t>(static_cast<NDArray*>(dst) - grads.data());
           if (reqs[gi] == kWriteTo) {
-            grads[gi] = heads[src];
+            // A view with the gradient's shape (Flatten/Reshape change shapes in place).
+            grads[gi] = heads[src].Reshape(r->in_shapes()[gi]);
             reqs[gi] = kWriteInplace;
           }
         }
@@ -252,7 +253,7 @@ inline void CheckGradient(const OpCase& c, GradCheckOptions o = {}) {
       const auto oi = static_cast<std::size_t>(static_cast<NDArray*>(out_ptr) - ref.out.data());
       OpArrays a = MakeArrays(*r, c, o.inputs, o.aux);
       std::vector<OpReqType> req(a.out.size(), kWriteTo);
-      a.out[oi] = a.in[in_idx];
+      a.out[oi] = a.in[in_idx].Reshape(r->out_shapes()[oi]);  // a view: same memory, the output's shape
       req[oi] = kWriteInplace;
       r->Forward(c.is_train, a.in, a.out, a.aux, req);
       EXPECT_TRUE(Near(ToHost(a.out[oi]), ToHost(ref.out[oi]), 1e-12, 1e-12,
