@@ -1,2 +1,127 @@
+// FullyConnected, Convolution and Pooling on the GPU (cuBLAS, cuDNN and the fallback kernels) against the
+// CPU operators, float32, through OperatorRunner on Context::GPU(0): forward, backward (kWriteTo) and
+// backward accumulation (kAddTo). Skips without a CUDA device.
 #include <gtest/gtest.h>
-TEST(P, P) { GTEST_SKIP(); }
+
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/runtime.h"
+#include "ops/imperative.h"
+#include "tests/common/op_test_util.h"
+
+namespace troupe {
+namespace {
+
+using test::HostTensor;
+using test::Near;
+using test::OpCase;
+
+class DenseGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Runtime::GpuCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  }
+};
+
+// Outputs, then the gradient of every argument with kWriteTo, then with kAddTo onto `init`.
+struct Results {
+  std::vector<HostTensor> out, grad, grad_add;
+};
+
+Results Run(OpCase c, Context ctx, const std::vector<HostTensor>& inputs, const std::vector<HostTensor>& heads,
+            const std::vector<HostTensor>& init) {
+  c.ctx = ctx;
+  auto r = test::MakeRunner(c);
+  test::OpArrays a = test::MakeArrays(*r, c, inputs, {});
+  r->Forward(true, a.in, a.out, a.aux);
+  Results res;
+  for (auto& o : a.out) res.out.push_back(test::ToHost(o));
+  std::vector<NDArray> h;
+  for (std::size_t i = 0; i < heads.size(); ++i) h.push_back(test::ToArray(heads[i], r->out_shapes()[i], c.dtype, ctx));
+  for (OpReqType req : {kWriteTo, kAddTo}) {
+    std::vector<NDArray> grads;
+    for (std::size_t i = 0; i < r->in_shapes().size(); ++i) {
+      grads.push_back(req == kAddTo ? test::ToArray(init[i], r->in_shapes()[i], c.dtype, ctx)
+                                    : NDArray::Zeros(r->in_shapes()[i], ctx, c.dtype));
+    }
+    r->Backward(h, a.in, a.out, a.aux, grads, std::vector<OpReqType>(grads.size(), req));
+    for (auto& g : grads) (req == kAddTo ? res.grad_add : res.grad).push_back(test::ToHost(g));
+  }
+  return res;
+}
+
+// Runs c on the CPU and on GPU 0 with the same random float32 inputs and compares everything.
+void Compare(const OpCase& base) {
+  std::ostringstream label;
+  label << base.op << " {";
+  for (const auto& [k, v] : base.kwargs) label << k << "=" << v << " ";
+  label << "}";
+  SCOPED_TRACE(label.str());
+  OpCase c = base;
+  c.dtype = DType::kFloat32;
+  auto r = test::MakeRunner(c);
+  std::mt19937_64 rng(7);
+  std::vector<HostTensor> inputs, heads, init;
+  for (const auto& s : r->in_shapes()) inputs.push_back(test::RandomTensor(s, &rng));
+  for (const auto& s : r->in_shapes()) init.push_back(test::RandomTensor(s, &rng));
+  for (const auto& s : r->out_shapes()) heads.push_back(test::RandomTensor(s, &rng));
+  const Results cpu = Run(c, Context::CPU(), inputs, heads, init);
+  const Results gpu = Run(c, Context::GPU(0), inputs, heads, init);
+  const double rtol = 1e-4, atol = 1e-4;
+  for (std::size_t i = 0; i < cpu.out.size(); ++i) {
+    EXPECT_TRUE(Near(gpu.out[i], cpu.out[i], rtol, atol, "output " + std::to_string(i)));
+  }
+  const auto args = test::MakeProp(c)->ListArguments();
+  for (std::size_t i = 0; i < cpu.grad.size(); ++i) {
+    EXPECT_TRUE(Near(gpu.grad[i], cpu.grad[i], rtol, atol, "gradient of " + args[i]));
+    EXPECT_TRUE(Near(gpu.grad_add[i], cpu.grad_add[i], rtol, atol, "kAddTo gradient of " + args[i]));
+  }
+}
+
+TEST_F(DenseGpuTest, FullyConnectedMatchesCpu) {
+  Compare({"FullyConnected", {{"num_hidden", "64"}}, {TShape{32, 100}, TShape{}, TShape{}}});
+  Compare({"FullyConnected", {{"num_hidden", "10"}}, {TShape{16, 3, 5, 5}, TShape{}, TShape{}}});
+  Compare({"FullyConnected", {{"num_hidden", "7"}, {"flatten", "False"}}, {TShape{4, 6, 9}, TShape{}, TShape{}}});
+  Compare({"FullyConnected", {{"num_hidden", "33"}, {"no_bias", "True"}}, {TShape{5, 40}, TShape{}}});
+  Compare({"FullyConnected", {{"num_hidden", "300"}}, {TShape{257, 64}, TShape{}, TShape{}}});
+}
+
+TEST_F(DenseGpuTest, ConvolutionMatchesCpu) {
+  Compare({"Convolution", {{"kernel", "(5,5)"}, {"num_filter", "20"}}, {TShape{8, 1, 28, 28}, TShape{}, TShape{}}});
+  Compare({"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "16"}, {"pad", "(1,1)"}},
+           {TShape{4, 8, 14, 14}, TShape{}, TShape{}}});
+  Compare({"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "8"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}},
+           {TShape{2, 4, 9, 9}, TShape{}, TShape{}}});
+  Compare({"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "6"}, {"dilate", "(2,2)"}, {"no_bias", "True"}},
+           {TShape{2, 3, 10, 10}, TShape{}}});
+  Compare({"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "8"}, {"num_group", "4"}, {"pad", "(1,1)"}},
+           {TShape{2, 8, 7, 7}, TShape{}, TShape{}}});
+  Compare({"Convolution", {{"kernel", "(1,1)"}, {"num_filter", "12"}}, {TShape{3, 6, 5, 5}, TShape{}, TShape{}}});
+  Compare({"Convolution", {{"kernel", "(2,3)"}, {"num_filter", "4"}, {"stride", "(1,2)"}, {"pad", "(0,1)"}},
+           {TShape{2, 2, 6, 8}, TShape{}, TShape{}}});
+}
+
+TEST_F(DenseGpuTest, PoolingMatchesCpu) {
+  const TShape s{2, 3, 9, 9};
+  for (const char* type : {"max", "avg", "sum"}) {
+    for (const char* conv : {"valid", "full"}) {
+      for (const char* off : {"False", "True"}) {
+        Compare({"Pooling", {{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pool_type", type}, {"pooling_convention", conv},
+                             {"cudnn_off", off}},
+                 {s}});
+        Compare({"Pooling", {{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}, {"pool_type", type},
+                             {"pooling_convention", conv}, {"cudnn_off", off}},
+                 {s}});
+      }
+    }
+    Compare({"Pooling", {{"global_pool", "True"}, {"pool_type", type}}, {TShape{2, 4, 7, 5}}});
+  }
+  Compare({"Pooling", {{"kernel", "(3,3)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}, {"count_include_pad", "False"}},
+           {TShape{2, 2, 6, 6}}});
+}
+
+}  // namespace
+}  // namespace troupe

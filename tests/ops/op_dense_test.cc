@@ -133,7 +133,9 @@ TEST(FullyConnected, ShapeInference) {
     in[0] = row.data;
     ASSERT_TRUE(p->InferShape(&in, &out, &aux)) << row.data.ToString();
     EXPECT_EQ(in[1], row.weight) << row.data.ToString();
-    if (in.size() == 3) EXPECT_EQ(in[2], TShape{row.weight[0]});
+    if (in.size() == 3) {
+      EXPECT_EQ(in[2], TShape{row.weight[0]});
+    }
     EXPECT_EQ(out[0], row.out) << row.data.ToString();
   }
   // Unknown data: not enough information yet.
@@ -299,6 +301,10 @@ TEST(Convolution, Errors) {
                   {"Convolution", "cudnn_tune"});
   ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"padding", "(1,1)"}},
                   {"Convolution", "padding"});
+  // The column buffer of one image must fit the workspace cap (MB).
+  OpCase ws{"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "1"}, {"workspace", "0"}},
+            {TShape{1, 1, 4, 4}, TShape{1, 1, 3, 3}, TShape{1}}};
+  ExpectError([&] { RunForward(ws, {HostTensor(16, 1.0), HostTensor(9, 1.0), {0}}); }, {"Convolution", "workspace"});
   // MXNet's compatibility parameters are accepted.
   auto p = OperatorProperty::Create("Convolution");
   EXPECT_NO_THROW(p->Init({{"kernel", "(3,3)"}, {"num_filter", "2"}, {"cudnn_tune", "fastest"}, {"cudnn_off", "True"},
