@@ -11,8 +11,10 @@
 //                     inference forward (the affine map's gradient) uses kernels.
 //   Dropout           Philox numbers drawn in the kernel from the kRandom generator's key and Reserve()d
 //                     counter: the same numbers as the CPU version for the same key and counter.
-//   softmax family,   a block per softmax row (max, sum of exponentials, write; then the gradient), which
-//   SoftmaxOutput     handles any axis, temperature and in-place use without temporary space.
+//   softmax family    cuDNN (channel mode, the data seen as (outer, n, inner, 1) around the axis) for
+//                     softmax/log_softmax without temperature and out of place; otherwise, and for
+//   SoftmaxOutput     SoftmaxOutput, a block per softmax row (max, sum of exponentials, write; then the
+//                     gradient), which handles any axis, temperature and in-place use without temporary space.
 //   Regression heads  CUDA kernels.
 // Every function enqueues on the engine's stream (run_ctx.stream) and throws troupe::Error on a CUDA or
 // cuDNN failure (naming the call), which poisons the outputs. cuDNN handles are one per worker thread and
@@ -804,6 +806,14 @@ class SoftmaxGpuOp : public Operator {
     Check(cudaSetDevice(x.ctx.dev_id), "cudaSetDevice");
     act_norm::FloatSwitch(x.dtype, Name(), [&](auto tag) {
       using T = decltype(tag);
+      // cuDNN when it computes exactly this: no temperature (it cannot scale its input) and not in place.
+      if (temperature_ == 1.0 && x.dptr != out_data[0].dptr && UseDnn<T>(x.shape, v)) {
+        const T alpha = 1, beta = req[0] == kAddTo ? 1 : 0;
+        CheckDnn(cudnnSoftmaxForward(DnnHandle(ctx), Algo(), CUDNN_SOFTMAX_MODE_CHANNEL, &alpha, desc_.get(), x.dptr,
+                                     &beta, desc_.get(), out_data[0].dptr),
+                 Name() + ": cudnnSoftmaxForward");
+        return;
+      }
       LaunchSoftmaxForward<T>(StreamOf(ctx), x.dptr_as<T>(), out_data[0].dptr_as<T>(), v, req[0], temperature_, log_);
     });
   }
@@ -817,6 +827,14 @@ class SoftmaxGpuOp : public Operator {
     Check(cudaSetDevice(y.ctx.dev_id), "cudaSetDevice");
     act_norm::FloatSwitch(y.dtype, Name(), [&](auto tag) {
       using T = decltype(tag);
+      // cuDNN's backward takes the temperature as its scale (d/dx of f(x/T) is f'(x/T) / T).
+      if (in_grad[0].dptr != out_grad[0].dptr && UseDnn<T>(y.shape, v)) {
+        const T alpha = static_cast<T>(1.0 / temperature_), beta = req[0] == kAddTo ? 1 : 0;
+        CheckDnn(cudnnSoftmaxBackward(DnnHandle(ctx), Algo(), CUDNN_SOFTMAX_MODE_CHANNEL, &alpha, desc_.get(),
+                                      y.dptr, desc_.get(), out_grad[0].dptr, &beta, desc_.get(), in_grad[0].dptr),
+                 Name() + ": cudnnSoftmaxBackward");
+        return;
+      }
       SoftmaxBackwardKernel<T><<<RowBlocks(v.outer * v.inner), kThreads, 0, StreamOf(ctx)>>>(
           out_grad[0].dptr_as<T>(), y.dptr_as<T>(), in_grad[0].dptr_as<T>(), v.outer, v.n, v.inner, req[0],
           temperature_, log_);
@@ -826,9 +844,29 @@ class SoftmaxGpuOp : public Operator {
 
  private:
   std::string Name() const { return log_ ? "log_softmax" : "softmax"; }
+  cudnnSoftmaxAlgorithm_t Algo() const { return log_ ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE; }
+
+  // Whether cuDNN can take the tensor, seen as (outer, n, inner, 1) with the softmax over the channels;
+  // sets the descriptor when the shape or type changed since the last call.
+  template <typename T>
+  bool UseDnn(const TShape& shape, const AxisView& v) {
+    for (std::int64_t d : {v.outer, v.n, v.inner}) {
+      if (d > 0x7fffffff) return false;  // the kernel handles what cuDNN's int dimensions cannot
+    }
+    if (shape != desc_shape_ || DnnType<T>() != desc_type_) {
+      desc_.Set(DnnType<T>(), v.outer, v.n, v.inner, 1);
+      desc_shape_ = shape;
+      desc_type_ = DnnType<T>();
+    }
+    return true;
+  }
+
   SoftmaxParam p_;
   bool log_;
   double temperature_;
+  TensorDesc desc_;
+  TShape desc_shape_;
+  cudnnDataType_t desc_type_ = CUDNN_DATA_FLOAT;
 };
 
 // ------------------------------------------------------------------------------------- SoftmaxOutput
