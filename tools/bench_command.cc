@@ -66,6 +66,39 @@ constexpr const char* kNDArrayExamples =
     "  TROUPE_CPU_WORKERS=2 TROUPE_BLAS_THREADS=1 troupe bench ndarray --json w2.json\n"
     "      TROUPE_* settings apply to the engine and its OpenBLAS thread count (both are in the JSON)";
 
+constexpr const char* kOpsDescription =
+    "Measure the dense-layer operators, run as the executor runs them (OperatorRunner: Forward and Backward "
+    "pushed to the engine, then WaitToRead on the output and the gradients), against the BLAS products they "
+    "are made of, each anchor measured in the same run and alternated with its figure. Every figure runs once "
+    "untimed (warm-up, which also sizes a run to --min-time seconds or at least 3 calls) and then --repeat "
+    "times; the median and the best run are reported. (a) fc: FullyConnected forward + backward (data, weight "
+    "and bias gradients) on float32 CPU arrays, batch x in x out = 64x784x128, 128x1024x1024 and "
+    "256x4096x1024, against its three raw cblas_sgemm calls (Y = X W^T, dX = dY W, dW = dY^T X) on plain "
+    "buffers with the engine's OpenBLAS thread count, in GFLOP/s (6 x batch x in x out per call); check: the "
+    "output and the gradients equal the anchor's (relative error < 1e-4). (b) conv: Convolution forward + "
+    "backward for a LeNet-sized layer (batch 64, 1 -> 20 channels, 28x28, kernel 5) and a ResNet-sized one "
+    "(batch 32, 64 -> 64 channels, 56x56, kernel 3, pad 1) against its sgemm bound: the cblas_sgemm calls of "
+    "its im2col shapes alone (per image: forward, backward-data, backward-weight; no im2col), in GFLOP/s; "
+    "check: sampled entries of the output and the gradients against a direct convolution in double. The "
+    "ratio is anchor time / operator time; the JSON holds every figure, the anchors, the ratios and the "
+    "targets (fc >= 0.9, conv >= 0.7). With --ctx gpu the same layers run on GPU 0 and only their GFLOP/s is "
+    "reported. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed (targets are "
+    "reported, not enforced), 1 when one failed (the JSON says which, with \"ok\": false), 2 on bad usage "
+    "(and for --ctx gpu without a CUDA device).";
+
+constexpr const char* kOpsExamples =
+    "Examples:\n"
+    "  troupe bench ops --json ops.json\n"
+    "      the full run (about 40-60 s on 2 cores)\n"
+    "  troupe bench ops --quick --json /tmp/smoke.json\n"
+    "      tiny layers: checks that the harness and the in-run checks pass\n"
+    "  troupe bench ops --workloads conv --resnet-batch 8 --repeat 3 --json conv.json\n"
+    "      only Convolution, with a smaller batch for the ResNet-sized layer\n"
+    "  troupe bench ops --ctx gpu --json gpu.json\n"
+    "      the same layers on GPU 0 (GFLOP/s only; fails with a message on a machine without a GPU)\n"
+    "  TROUPE_BLAS_THREADS=1 troupe bench ops --workloads fc --json fc1.json\n"
+    "      TROUPE_* settings apply to the engine and its OpenBLAS thread count (both are in the JSON)";
+
 // A number as a person writes it: 0.2, not 0.200000.
 std::string FormatNumber(double v) {
   std::ostringstream os;
@@ -84,7 +117,8 @@ BenchCommand::BenchCommand(CLI::App* root) {
       "Examples:\n"
       "  troupe bench engine --json engine.json\n"
       "  troupe bench ndarray --json ndarray.json\n"
-      "  troupe bench ndarray --help\n");
+      "  troupe bench ops --json ops.json\n"
+      "  troupe bench ops --help\n");
 
   // --- engine ---------------------------------------------------------------------------------------
   bench::EngineBenchOptions& o = engine_options_;
@@ -189,6 +223,43 @@ BenchCommand::BenchCommand(CLI::App* root) {
       ->type_name("SEC");
   ndarray->allow_extras(false);
   workloads_.push_back({"ndarray", ndarray, [this] { return bench::RunNDArrayBench(ndarray_options_); }});
+
+  // --- ops ------------------------------------------------------------------------------------------
+  bench::OpsBenchOptions& p = ops_options_;
+  CLI::App* ops = app_->add_subcommand(
+      "ops", "FullyConnected and Convolution forward + backward against their cblas_sgemm products");
+  ops->footer(std::string(kOpsDescription) + "\n\n" + kOpsExamples + "\n");
+  ops->add_option("--json", p.json_path, "Write the results to FILE (pretty-printed JSON)")
+      ->required()
+      ->type_name("FILE");
+  ops->add_flag("--quick", p.quick, "Tiny layers, one repetition, short runs: a smoke run for CTest");
+  ops->add_option("--repeat", p.repeat,
+                  "Timed runs per figure; the median and the best are reported (default " +
+                      std::to_string(bench::kOpsDefaultRepeat) + ", 1 with --quick)")
+      ->check(CLI::Range(1, 1000))
+      ->type_name("R");
+  ops->add_option("--workloads", p.workloads, "Which workloads: any of fc, conv")
+      ->delimiter(',')
+      ->check(CLI::IsMember(bench::OpsBenchWorkloads()))
+      ->type_name("LIST")
+      ->capture_default_str();
+  ops->add_option("--min-time", p.min_time_s,
+                  "Seconds a timed run lasts at least (it also makes at least 3 calls; default " +
+                      FormatNumber(bench::kOpsDefaultMinTime) + ", 0.005 with --quick)")
+      ->check(CLI::Range(0.0001, 60.0))
+      ->type_name("SEC");
+  ops->add_option("--ctx", p.ctx,
+                  "Device of the operators: cpu (against the sgemm anchors) or gpu (GPU 0, GFLOP/s only)")
+      ->check(CLI::IsMember({"cpu", "gpu"}))
+      ->type_name("DEV")
+      ->capture_default_str();
+  ops->add_option("--resnet-batch", p.resnet_batch,
+                  "conv: batch of the ResNet-sized layer (default " + std::to_string(bench::kOpsDefaultResNetBatch) +
+                      ", 2 with --quick); the JSON says when it is below the default")
+      ->check(CLI::Range(1, 256))
+      ->type_name("N");
+  ops->allow_extras(false);
+  workloads_.push_back({"ops", ops, [this] { return bench::RunOpsBench(ops_options_); }});
 
   // Set after the workloads were added (subcommands inherit it when created): an unknown workload name
   // is collected here and reported by Run() with the list of known ones.

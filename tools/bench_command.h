@@ -1,7 +1,7 @@
 // `troupe bench <workload>`: the benchmark command group of the troupe tool.
 //
 // Each workload is a subcommand backed by a library in bench/<workload>/ (today: `engine`, from
-// bench/engine/, and `ndarray`, from bench/ndarray/). To add one: link its library into the `troupe` target
+// bench/engine/, `ndarray`, from bench/ndarray/, and `ops`, from bench/ops/). To add one: link its library into the `troupe` target
 // (tools/CMakeLists.txt), then add a Workload entry in BenchCommand's constructor with its options,
 // description and examples.
 //
@@ -14,6 +14,7 @@
 
 #include "bench/engine/engine_bench.h"
 #include "bench/ndarray/ndarray_bench.h"
+#include "bench/ops/ops_bench.h"
 
 namespace CLI {
 class App;
@@ -46,6 +47,7 @@ class BenchCommand {
   std::vector<Workload> workloads_;
   bench::EngineBenchOptions engine_options_;
   bench::NDArrayBenchOptions ndarray_options_;
+  bench::OpsBenchOptions ops_options_;
 };
 
 }  // namespace troupe::tools

@@ -1,8 +1,9 @@
 // The NDArray benchmark (see ndarray_bench.h for what it measures and why).
 //
-// Layout of this file: small helpers (timing, formatting, page touching), the measuring harness (warm-up
-// that sizes the runs, then timed rounds with every series of a comparison run once per round), the three
-// workloads (dot, add, alloc) with their anchors and checks, and the report (JSON file, table on stdout).
+// Layout of this file: small helpers (page touching, pool counters), the three workloads (dot, add, alloc)
+// with their anchors and checks, and the report (JSON file, table on stdout). The measuring harness (warm-up
+// that sizes the runs, then timed rounds with every series of a comparison run once per round) is shared
+// with the other workloads: bench/common/measure.h.
 #include "bench/ndarray/ndarray_bench.h"
 
 #include <cblas.h>
@@ -26,8 +27,9 @@
 #include <vector>
 
 #include "actors/config.h"
-#include "bench/common/bench_util.h"
 #include "actors/context.h"
+#include "bench/common/bench_util.h"
+#include "bench/common/measure.h"
 #include "engine/engine.h"
 #include "ops/ndarray.h"
 #include "ops/storage.h"
@@ -40,16 +42,10 @@
 namespace troupe::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using Json = nlohmann::ordered_json;
-
 constexpr Context kCpu = Context::CPU(0);
 constexpr std::int64_t kKiB = 1024;
 constexpr std::int64_t kMiB = 1024 * kKiB;
 constexpr std::size_t kPageBytes = 4096;
-// A timed run does at least this many calls, however long they take.
-constexpr std::int64_t kMinCalls = 3;
-constexpr std::int64_t kMaxCalls = std::int64_t{1} << 26;
 constexpr double kQuickMinTime = 0.005;
 // A run of the alloc workload's ndarray series makes at most this many arrays. The loop makes arrays faster
 // than the engine runs their deferred frees, so the pool takes a fresh block from the system for most of
@@ -68,11 +64,6 @@ constexpr int kDotSpotChecks = 16;
 constexpr double kDotTargetRatio = 0.95;
 constexpr int kDotTargetN = 1024;
 
-double Seconds(Clock::time_point t0, Clock::time_point t1) { return std::chrono::duration<double>(t1 - t0).count(); }
-
-// Keeps the compiler from proving a pointer unused (and so from removing a malloc/free pair or a copy).
-inline void KeepAlive(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
-
 // Writes one byte per 4 KiB page: what filling a freshly mapped block costs in page faults, without the
 // cost of writing every byte.
 void TouchPages(void* p, std::size_t bytes) {
@@ -81,185 +72,6 @@ void TouchPages(void* p, std::size_t bytes) {
 }
 
 std::string HumanBytes(std::int64_t b) { return FormatBytes(static_cast<std::uint64_t>(b)); }
-
-std::string Fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-Json OptNum(std::optional<double> v) { return v ? Json(*v) : Json(nullptr); }
-
-// ---------------------------------------------------------------------------------------------------
-// The harness. A Body makes up to `calls` calls and returns the seconds its timed part took and the calls
-// it made; it stops early (see TimedLoop) once `deadline` has passed, so that a run sized from a warm-up
-// that was much faster than the run (the allocator's state changed, say) still ends. What a body sets up
-// outside its timed part is its own business; its in-run checks go to the series' errors.
-
-struct RunResult {
-  double seconds = 0;
-  std::int64_t calls = 0;
-};
-
-using Body = std::function<RunResult(std::int64_t calls, Clock::time_point deadline)>;
-
-// Times up to `calls` calls of `call`, then `finish` (inside the timed part: waiting for the engine, say).
-// The clock is read once every stride of calls (at most 64, so that it costs nothing next to a call) and
-// the loop stops when it is past `deadline` (never before kMinCalls calls).
-template <typename Call, typename Finish>
-RunResult TimedLoop(std::int64_t calls, Clock::time_point deadline, Call&& call, Finish&& finish) {
-  const std::int64_t stride = std::clamp<std::int64_t>(calls / 16, 1, 64);
-  const auto t0 = Clock::now();
-  std::int64_t done = 0;
-  while (done < calls) {
-    const std::int64_t end = std::min(calls, done + stride);
-    for (; done < end; ++done) call();
-    if (done < calls && done >= kMinCalls && Clock::now() > deadline) break;
-  }
-  finish();
-  return {Seconds(t0, Clock::now()), done};
-}
-
-template <typename Call>
-RunResult TimedLoop(std::int64_t calls, Clock::time_point deadline, Call&& call) {
-  return TimedLoop(calls, deadline, std::forward<Call>(call), [] {});
-}
-
-// A run may last this many times min_time before TimedLoop ends it.
-constexpr double kRunOverrun = 5.0;
-
-Clock::time_point Deadline(double min_time) {
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kRunOverrun * min_time));
-}
-
-// One measured figure: the seconds per call of each timed run, and what went wrong.
-struct Series {
-  std::string name;
-  std::string description;
-  std::int64_t calls = 0;       // per timed run, as sized by the warm-up
-  std::vector<double> seconds;  // per call, one entry per timed run
-  std::vector<std::string> errors;
-  std::vector<std::int64_t> run_calls;  // calls each timed run made (fewer than `calls` when cut short)
-
-  bool ok() const { return errors.empty(); }
-  bool measured() const { return !seconds.empty(); }
-  double Median() const { return MedianOf(seconds); }
-  double Best() const { return seconds.empty() ? 0 : *std::min_element(seconds.begin(), seconds.end()); }
-  double Worst() const { return seconds.empty() ? 0 : *std::max_element(seconds.begin(), seconds.end()); }
-  void Fail(const std::string& what) {
-    // The first few are enough to diagnose; a check that fails on every call must not flood the JSON.
-    if (errors.size() < 5) errors.push_back(what);
-  }
-};
-
-Series MakeSeries(const std::string& name, const std::string& description) {
-  Series s;
-  s.name = name;
-  s.description = description;
-  return s;
-}
-
-// A series and the body that measures it, with the most calls one run of it may make.
-struct Measured {
-  Series* series;
-  Body body;
-  std::int64_t max_calls = kMaxCalls;
-};
-
-// The warm-up of one body: one untimed call (first touch of the memory, pool and BLAS buffers, thread
-// wake-up), then growing runs until one lasts a quarter of `min_time`; returns the calls a timed run needs
-// to last `min_time` (at least kMinCalls, at most `max_calls`).
-std::int64_t Calibrate(const Body& body, double min_time, std::int64_t max_calls) {
-  body(1, Deadline(min_time));
-  std::int64_t calls = 1;
-  for (;;) {
-    const RunResult r = body(calls, Deadline(min_time));
-    if (r.seconds >= min_time / 4 || r.calls >= max_calls || r.calls < calls) {
-      const double per_call = r.seconds / static_cast<double>(std::max<std::int64_t>(r.calls, 1));
-      const double want = per_call > 0 ? std::ceil(min_time / per_call) : static_cast<double>(max_calls);
-      return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::min(want, 1e18)), kMinCalls,
-                                      std::max(kMinCalls, max_calls));
-    }
-    // Aim straight at a quarter of min_time (with some margin), growing at least twofold.
-    const double grow = r.seconds > 0 ? (min_time / 4) / r.seconds * 1.5 : 10.0;
-    calls = std::min<std::int64_t>(
-        max_calls, std::max<std::int64_t>(calls * 2, static_cast<std::int64_t>(static_cast<double>(calls) * grow)));
-  }
-}
-
-// Warms up and sizes every body, then runs `repeat` rounds in which each body runs once, in order: a figure
-// and its anchor are measured alternately, so that a change in the machine's state (another process, clock
-// frequency) affects both alike. An exception from a body fails that series and stops measuring it.
-void MeasureInterleaved(const std::vector<Measured>& items, int repeat, double min_time) {
-  std::vector<bool> alive(items.size(), true);
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    try {
-      items[i].series->calls = Calibrate(items[i].body, min_time, items[i].max_calls);
-    } catch (const std::exception& e) {
-      items[i].series->Fail(std::string("warm-up threw: ") + e.what());
-      alive[i] = false;
-    }
-  }
-  for (int r = 0; r < repeat; ++r) {
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (!alive[i]) continue;
-      Series* s = items[i].series;
-      try {
-        const RunResult run = items[i].body(s->calls, Deadline(min_time));
-        if (run.calls < 1) throw Error("the run made no call");
-        s->seconds.push_back(run.seconds / static_cast<double>(run.calls));
-        s->run_calls.push_back(run.calls);
-      } catch (const std::exception& e) {
-        s->Fail(std::string("run ") + std::to_string(r + 1) + " threw: " + e.what());
-        alive[i] = false;
-      }
-    }
-  }
-}
-
-// Waits until the engine is idle, swallowing the errors WaitForAll rethrows (they were reported already).
-void Drain() {
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    try {
-      Engine::Get()->WaitForAll();
-      return;
-    } catch (...) {
-    }
-  }
-}
-
-// Figures of one series as JSON: seconds per call (median, best, worst, every run) and the derived metric
-// computed from each run (its median and best; best = the fastest run).
-Json SeriesJson(const Series& s, const char* derived_unit, const std::function<double(double)>& derived) {
-  Json j;
-  j["name"] = s.name;
-  j["description"] = s.description;
-  j["calls_per_run"] = s.calls;
-  j["calls"] = s.run_calls;
-  if (s.measured()) {
-    j["seconds_per_call"] = {{"median", s.Median()}, {"best", s.Best()}, {"worst", s.Worst()}, {"runs", s.seconds}};
-    if (derived_unit != nullptr) {
-      std::vector<double> d;
-      for (double t : s.seconds) d.push_back(derived(t));
-      j[derived_unit] = {{"median", MedianOf(d)}, {"best", derived(s.Best())}, {"runs", d}};
-    }
-    // worst / best: how noisy the figure is (1 = perfectly steady).
-    j["spread"] = s.Best() > 0 ? Json(s.Worst() / s.Best()) : Json(nullptr);
-  } else {
-    j["seconds_per_call"] = nullptr;
-  }
-  j["ok"] = s.ok();
-  j["errors"] = s.errors;
-  return j;
-}
 
 // Pool counters of the process-wide CPU storage over a measurement (what NDArrays allocated).
 // The counters are differences; the byte figures are the pool's state at the end (the peak is the process's).
@@ -332,17 +144,6 @@ struct DotReport {
     return anchor.Median() / ndarray_into.Median();
   }
 };
-
-// max |got - want| / max |want| over all entries.
-double MaxRelativeError(const std::vector<float>& got, const std::vector<float>& want) {
-  double max_diff = 0, max_abs = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    max_diff = std::max(max_diff, std::fabs(static_cast<double>(got[i]) - want[i]));
-    max_abs = std::max(max_abs, std::fabs(static_cast<double>(want[i])));
-  }
-  if (got.size() != want.size()) return INFINITY;
-  return max_abs > 0 ? max_diff / max_abs : max_diff;
-}
 
 void RunDot(DotReport* r, int repeat, double min_time) {
   const int n = r->n;
