@@ -41,8 +41,9 @@ struct OpContext {
 };
 
 // Applies a request to one element: out = v (kWriteTo/kWriteInplace), out += v (kAddTo), nothing (kNullOp).
+// Host and device code (CUDA kernels of the op library use it per element).
 template <typename T>
-inline void Assign(T* out, OpReqType req, T v) {
+TROUPE_HOST_DEVICE inline void Assign(T* out, OpReqType req, T v) {
   switch (req) {
     case kNullOp: break;
     case kWriteTo:

@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ops/cuda/cuda_common.h"
 #include "ops/internal/elementwise.h"
 #include "ops/internal/kernels.h"
 #include "ops/internal/philox.h"
@@ -20,54 +21,27 @@ namespace troupe::internal {
 
 namespace {
 
-cudaStream_t Stream(void* stream) { return stream != nullptr ? *static_cast<cudaStream_t*>(stream) : nullptr; }
-
-void Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": CUDA error: " + cudaGetErrorString(e));
-}
-
-void CheckLaunch(const char* what) { Check(cudaGetLastError(), what); }
-
-constexpr int kThreads = 256;
-
-unsigned Blocks(std::int64_t n) {
-  const std::int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
-}
-
-// Grid-stride loops: any n fits in the grid.
+// Grid-stride loops (TROUPE_GRID_LOOP): any n fits in the grid.
 template <typename T>
 __global__ void BinaryKernel(BinaryOp op, const T* a, const T* b, T* o, std::int64_t n) {
   using C = Compute<T>;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    o[i] = T(ApplyBinary<C>(op, static_cast<C>(a[i]), static_cast<C>(b[i])));
-  }
+  TROUPE_GRID_LOOP(i, n) { o[i] = T(ApplyBinary<C>(op, static_cast<C>(a[i]), static_cast<C>(b[i]))); }
 }
 
 template <typename T>
 __global__ void BinaryScalarKernel(BinaryOp op, const T* a, Compute<T> s, T* o, std::int64_t n) {
   using C = Compute<T>;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    o[i] = T(ApplyBinary<C>(op, static_cast<C>(a[i]), s));
-  }
+  TROUPE_GRID_LOOP(i, n) { o[i] = T(ApplyBinary<C>(op, static_cast<C>(a[i]), s)); }
 }
 
 template <typename T>
 __global__ void FillKernel(T* o, T v, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    o[i] = v;
-  }
+  TROUPE_GRID_LOOP(i, n) { o[i] = v; }
 }
 
 template <typename I, typename O>
 __global__ void CastKernel(const I* a, O* o, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    o[i] = ConvertTo<O>(a[i]);
-  }
+  TROUPE_GRID_LOOP(i, n) { o[i] = ConvertTo<O>(a[i]); }
 }
 
 __device__ inline float DevUniformFloat(std::uint32_t w) { return static_cast<float>(w >> 8) * (1.0f / 16777216.0f); }
@@ -77,8 +51,7 @@ __device__ inline double DevUniformDouble(std::uint32_t hi, std::uint32_t lo) {
 
 template <typename T>
 __global__ void UniformKernel(T* o, std::int64_t n, std::uint64_t key, std::uint64_t base, double low, double high) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  TROUPE_GRID_LOOP(i, n) {
     std::uint32_t r[4];
     if constexpr (std::is_same_v<T, double>) {
       PhiloxBlock(key, base + static_cast<std::uint64_t>(i) / 2, r);
@@ -94,8 +67,7 @@ __global__ void UniformKernel(T* o, std::int64_t n, std::uint64_t key, std::uint
 
 template <typename T>
 __global__ void NormalKernel(T* o, std::int64_t n, std::uint64_t key, std::uint64_t base, double mean, double stddev) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  TROUPE_GRID_LOOP(i, n) {
     std::uint32_t r[4];
     if constexpr (std::is_same_v<T, double>) {
       PhiloxBlock(key, base + static_cast<std::uint64_t>(i), r);
@@ -150,17 +122,17 @@ bool GpuMemInfo(int dev_id, std::size_t* free_bytes, std::size_t* total_bytes) {
 
 void GpuCopy(void* dst, const void* src, std::size_t bytes, CopyKind kind, int dev_id, void* stream) {
   if (bytes == 0) return;
-  Check(cudaSetDevice(dev_id), "cudaSetDevice");
+  SetDevice(dev_id);
   const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
                            : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
                                                              : cudaMemcpyDeviceToDevice;
-  Check(cudaMemcpyAsync(dst, src, bytes, k, Stream(stream)), "cudaMemcpyAsync");
+  Check(cudaMemcpyAsync(dst, src, bytes, k, StreamOf(stream)), "cudaMemcpyAsync");
 }
 
 void GpuCopyPeer(void* dst, int dst_dev, const void* src, int src_dev, std::size_t bytes, void* stream) {
   if (bytes == 0) return;
-  Check(cudaSetDevice(dst_dev), "cudaSetDevice");
-  Check(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, Stream(stream)), "cudaMemcpyPeerAsync");
+  SetDevice(dst_dev);
+  Check(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, StreamOf(stream)), "cudaMemcpyPeerAsync");
 }
 
 // ---- elementwise -----------------------------------------------------------------------------------
@@ -168,15 +140,14 @@ void GpuCopyPeer(void* dst, int dst_dev, const void* src, int src_dev, std::size
 void GpuBinary(BinaryOp op, const TBlob& lhs, const TBlob& rhs, const TBlob& out, void* stream) {
   const std::int64_t n = out.Size();
   if (n == 0) return;
-  Check(cudaSetDevice(out.ctx.dev_id), "cudaSetDevice");
+  SetDevice(out.ctx.dev_id);
   DTypeSwitch(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       throw Error("arithmetic is not defined for dtype bool");
     } else {
-      BinaryKernel<T><<<Blocks(n), kThreads, 0, Stream(stream)>>>(op, static_cast<const T*>(lhs.dptr),
-                                                                   static_cast<const T*>(rhs.dptr),
-                                                                   static_cast<T*>(out.dptr), n);
+      BinaryKernel<T><<<Blocks(n), kThreads, 0, StreamOf(stream)>>>(
+          op, static_cast<const T*>(lhs.dptr), static_cast<const T*>(rhs.dptr), static_cast<T*>(out.dptr), n);
     }
   });
   CheckLaunch("elementwise kernel");
@@ -185,7 +156,7 @@ void GpuBinary(BinaryOp op, const TBlob& lhs, const TBlob& rhs, const TBlob& out
 void GpuBinaryScalar(BinaryOp op, const TBlob& lhs, double scalar, const TBlob& out, void* stream) {
   const std::int64_t n = out.Size();
   if (n == 0) return;
-  Check(cudaSetDevice(out.ctx.dev_id), "cudaSetDevice");
+  SetDevice(out.ctx.dev_id);
   DTypeSwitch(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
@@ -193,8 +164,8 @@ void GpuBinaryScalar(BinaryOp op, const TBlob& lhs, double scalar, const TBlob& 
     } else {
       using C = Compute<T>;
       const C s = static_cast<C>(ConvertTo<T>(scalar));
-      BinaryScalarKernel<T><<<Blocks(n), kThreads, 0, Stream(stream)>>>(op, static_cast<const T*>(lhs.dptr), s,
-                                                                         static_cast<T*>(out.dptr), n);
+      BinaryScalarKernel<T><<<Blocks(n), kThreads, 0, StreamOf(stream)>>>(op, static_cast<const T*>(lhs.dptr), s,
+                                                                          static_cast<T*>(out.dptr), n);
     }
   });
   CheckLaunch("elementwise scalar kernel");
@@ -203,10 +174,10 @@ void GpuBinaryScalar(BinaryOp op, const TBlob& lhs, double scalar, const TBlob& 
 void GpuFill(const TBlob& out, double value, void* stream) {
   const std::int64_t n = out.Size();
   if (n == 0) return;
-  Check(cudaSetDevice(out.ctx.dev_id), "cudaSetDevice");
+  SetDevice(out.ctx.dev_id);
   DTypeSwitch(out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    FillKernel<T><<<Blocks(n), kThreads, 0, Stream(stream)>>>(static_cast<T*>(out.dptr), ConvertTo<T>(value), n);
+    FillKernel<T><<<Blocks(n), kThreads, 0, StreamOf(stream)>>>(static_cast<T*>(out.dptr), ConvertTo<T>(value), n);
   });
   CheckLaunch("fill kernel");
 }
@@ -214,13 +185,13 @@ void GpuFill(const TBlob& out, double value, void* stream) {
 void GpuCast(const TBlob& in, const TBlob& out, void* stream) {
   const std::int64_t n = out.Size();
   if (n == 0) return;
-  Check(cudaSetDevice(out.ctx.dev_id), "cudaSetDevice");
+  SetDevice(out.ctx.dev_id);
   DTypeSwitch(in.dtype, [&](auto in_tag) {
     using I = decltype(in_tag);
     DTypeSwitch(out.dtype, [&](auto out_tag) {
       using O = decltype(out_tag);
-      CastKernel<I, O><<<Blocks(n), kThreads, 0, Stream(stream)>>>(static_cast<const I*>(in.dptr),
-                                                                  static_cast<O*>(out.dptr), n);
+      CastKernel<I, O>
+          <<<Blocks(n), kThreads, 0, StreamOf(stream)>>>(static_cast<const I*>(in.dptr), static_cast<O*>(out.dptr), n);
     });
   });
   CheckLaunch("cast kernel");
@@ -230,15 +201,15 @@ void GpuSample(Distribution dist, const TBlob& out, std::uint64_t key, std::uint
                void* stream) {
   const std::int64_t n = out.Size();
   if (n == 0) return;
-  Check(cudaSetDevice(out.ctx.dev_id), "cudaSetDevice");
+  SetDevice(out.ctx.dev_id);
   DTypeSwitch(out.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_floating_point_v<Compute<T>>) {
       T* o = static_cast<T*>(out.dptr);
       if (dist == Distribution::kNormal) {
-        NormalKernel<T><<<Blocks(n), kThreads, 0, Stream(stream)>>>(o, n, key, base, p1, p2);
+        NormalKernel<T><<<Blocks(n), kThreads, 0, StreamOf(stream)>>>(o, n, key, base, p1, p2);
       } else {
-        UniformKernel<T><<<Blocks(n), kThreads, 0, Stream(stream)>>>(o, n, key, base, p1, p2);
+        UniformKernel<T><<<Blocks(n), kThreads, 0, StreamOf(stream)>>>(o, n, key, base, p1, p2);
       }
     } else {
       throw Error("random sampling needs a floating dtype");
@@ -285,10 +256,10 @@ void CheckBlas(cublasStatus_t s, const char* what) {
 void GpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta, void* stream) {
   if (m == 0 || n == 0) return;
-  Check(cudaSetDevice(c.ctx.dev_id), "cudaSetDevice");
+  SetDevice(c.ctx.dev_id);
   thread_local BlasHandles handles;
   cublasHandle_t h = handles.Get(c.ctx.dev_id);
-  CheckBlas(cublasSetStream(h, Stream(stream)), "cublasSetStream");
+  CheckBlas(cublasSetStream(h, StreamOf(stream)), "cublasSetStream");
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   const cublasOperation_t ob = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t oa = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;

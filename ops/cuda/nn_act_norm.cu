@@ -18,18 +18,17 @@
 //   Regression heads  CUDA kernels.
 // Every function enqueues on the engine's stream (run_ctx.stream) and throws troupe::Error on a CUDA or
 // cuDNN failure (naming the call), which poisons the outputs. cuDNN handles are one per worker thread and
-// device, as the cuBLAS ones in ops/cuda/kernels.cu; descriptors live in the operator object and are only
-// re-set when the shape changes.
+// device (ops/cuda/cuda_common.h); descriptors live in the operator object and are only re-set when the
+// shape changes.
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
-#include <map>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "actors/error.h"
+#include "ops/cuda/cuda_common.h"
 #include "ops/nn/act_norm.h"
 #include "ops/resource.h"
 
@@ -38,81 +37,18 @@ namespace troupe {
 namespace {
 
 using act_norm::AxisView;
-using act_norm::Store;
 
 // ------------------------------------------------------------------------------------------- plumbing
-cudaStream_t StreamOf(const OpContext& ctx) {
-  return ctx.run_ctx.stream != nullptr ? *static_cast<cudaStream_t*>(ctx.run_ctx.stream) : nullptr;
-}
-
-void Check(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw Error(what + ": CUDA error: " + cudaGetErrorString(e));
-}
-
-void CheckLaunch(const std::string& what) { Check(cudaGetLastError(), what + " (kernel launch)"); }
-
-void CheckDnn(cudnnStatus_t s, const std::string& what) {
-  if (s != CUDNN_STATUS_SUCCESS) throw Error(what + ": cuDNN error: " + cudnnGetErrorString(s));
-}
-
-// One cuDNN handle per worker thread and device: engine workers are dedicated threads, so a handle is never
-// used by two threads at once.
-class DnnHandles {
- public:
-  ~DnnHandles() {
-    for (auto& [dev, h] : handles_) {
-      if (cudaSetDevice(dev) == cudaSuccess) cudnnDestroy(h);
-    }
-  }
-  cudnnHandle_t Get(int dev) {
-    auto it = handles_.find(dev);
-    if (it != handles_.end()) return it->second;
-    cudnnHandle_t h = nullptr;
-    CheckDnn(cudnnCreate(&h), "cudnnCreate on gpu(" + std::to_string(dev) + ")");
-    handles_.emplace(dev, h);
-    return h;
-  }
-
- private:
-  std::map<int, cudnnHandle_t> handles_;
-};
-
-// The handle of this thread for ctx's device, bound to ctx's stream.
-cudnnHandle_t DnnHandle(const OpContext& ctx) {
-  thread_local DnnHandles handles;
-  const int dev = ctx.run_ctx.ctx.dev_id;
-  Check(cudaSetDevice(dev), "cudaSetDevice");
-  cudnnHandle_t h = handles.Get(dev);
-  CheckDnn(cudnnSetStream(h, StreamOf(ctx)), "cudnnSetStream");
-  return h;
-}
-
-template <typename T>
-cudnnDataType_t DnnType() {
-  return std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-}
-
-// Owned cuDNN descriptors.
-class TensorDesc {
- public:
-  TensorDesc() { CheckDnn(cudnnCreateTensorDescriptor(&d_), "cudnnCreateTensorDescriptor"); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d_); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-  // (n, c, h, w), NCHW; throws when a dimension does not fit cuDNN's int.
-  void Set(cudnnDataType_t type, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w) {
-    for (std::int64_t v : {n, c, h, w}) {
-      if (v > 0x7fffffff) throw Error("cuDNN tensor dimension " + std::to_string(v) + " exceeds 2^31 - 1");
-    }
-    CheckDnn(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, type, static_cast<int>(n), static_cast<int>(c),
-                                        static_cast<int>(h), static_cast<int>(w)),
-             "cudnnSetTensor4dDescriptor");
-  }
-  cudnnTensorDescriptor_t get() const { return d_; }
-
- private:
-  cudnnTensorDescriptor_t d_ = nullptr;
-};
+using internal::Blocks;
+using internal::Check;
+using internal::CheckDnn;
+using internal::CheckLaunch;
+using internal::DnnHandle;
+using internal::DnnType;
+using internal::kThreads;
+using internal::SetDevice;
+using internal::StreamOf;
+using internal::TensorDesc;
 
 class ActivationDesc {
  public:
@@ -148,18 +84,9 @@ class TempCarver {
   char* base_ = nullptr;
 };
 
-constexpr int kThreads = 256;
-unsigned Blocks(std::int64_t n) {
-  const std::int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
-}
 unsigned RowBlocks(std::int64_t rows) {
   return static_cast<unsigned>(rows < 0x7fffffff ? (rows > 0 ? rows : 1) : 0x7fffffff);
 }
-
-#define TROUPE_GRID_LOOP(i, n)                                                                     \
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
 // Block-wide sum of one double per thread (blockDim.x == kThreads); every thread gets the total.
 __device__ double BlockSum(double v, double* shared) {
@@ -188,7 +115,7 @@ __device__ double BlockMax(double v, double* shared) {
 // dst = src (kWriteTo/kWriteInplace), dst += src (kAddTo); scale applied to src.
 template <typename T>
 __global__ void ApplyReqKernel(T* dst, const T* src, std::int64_t n, OpReqType req, T scale) {
-  TROUPE_GRID_LOOP(i, n) { Store(dst + i, req, src != nullptr ? src[i] * scale : T(0)); }
+  TROUPE_GRID_LOOP(i, n) { Assign(dst + i, req, src != nullptr ? src[i] * scale : T(0)); }
 }
 
 template <typename T>
@@ -199,12 +126,12 @@ __global__ void FillKernel(T* dst, std::int64_t n, T v) {
 // ------------------------------------------------------------------------------------------ Activation
 template <typename T>
 __global__ void ActForwardKernel(act_norm::ActType t, const T* x, T* y, std::int64_t n, OpReqType req) {
-  TROUPE_GRID_LOOP(i, n) { Store(y + i, req, act_norm::ActForward(t, x[i])); }
+  TROUPE_GRID_LOOP(i, n) { Assign(y + i, req, act_norm::ActForward(t, x[i])); }
 }
 
 template <typename T>
 __global__ void ActBackwardKernel(act_norm::ActType t, const T* og, const T* v, T* g, std::int64_t n, OpReqType req) {
-  TROUPE_GRID_LOOP(i, n) { Store(g + i, req, og[i] * act_norm::ActGrad(t, v[i])); }
+  TROUPE_GRID_LOOP(i, n) { Assign(g + i, req, og[i] * act_norm::ActGrad(t, v[i])); }
 }
 
 class ActivationGpuOp : public Operator {
@@ -223,7 +150,7 @@ class ActivationGpuOp : public Operator {
     const TBlob& x = in_data[0];
     const std::int64_t n = x.Size();
     if (n == 0) return;
-    act_norm::FloatSwitch(x.dtype, "Activation", [&](auto tag) {
+    internal::FloatSwitch(x.dtype, "Activation", [&](auto tag) {
       using T = decltype(tag);
       if (UsesDnn()) {
         cudnnHandle_t h = DnnHandle(ctx);
@@ -232,7 +159,7 @@ class ActivationGpuOp : public Operator {
         CheckDnn(cudnnActivationForward(h, desc_->get(), &alpha, td_.get(), x.dptr, &beta, td_.get(), out_data[0].dptr),
                  "Activation: cudnnActivationForward");
       } else {
-        Check(cudaSetDevice(x.ctx.dev_id), "cudaSetDevice");
+        SetDevice(x.ctx.dev_id);
         ActForwardKernel<T><<<Blocks(n), kThreads, 0, StreamOf(ctx)>>>(type_, x.dptr_as<T>(), out_data[0].dptr_as<T>(),
                                                                        n, req[0]);
         CheckLaunch("Activation forward");
@@ -248,7 +175,7 @@ class ActivationGpuOp : public Operator {
     const std::int64_t n = og.Size();
     if (n == 0) return;
     const TBlob& v = act_norm::ActGradFromInput(type_) ? in_data[0] : out_data[0];
-    act_norm::FloatSwitch(og.dtype, "Activation", [&](auto tag) {
+    internal::FloatSwitch(og.dtype, "Activation", [&](auto tag) {
       using T = decltype(tag);
       if (type_ == act_norm::ActType::kReLU) {
         // relu'(x) depends only on the sign, which y = relu(x) shares: y stands in for x (as MXNet does).
@@ -259,7 +186,7 @@ class ActivationGpuOp : public Operator {
                                          v.dptr, &beta, td_.get(), in_grad[0].dptr),
                  "Activation: cudnnActivationBackward");
       } else {
-        Check(cudaSetDevice(og.ctx.dev_id), "cudaSetDevice");
+        SetDevice(og.ctx.dev_id);
         ActBackwardKernel<T><<<Blocks(n), kThreads, 0, StreamOf(ctx)>>>(type_, og.dptr_as<T>(), v.dptr_as<T>(),
                                                                         in_grad[0].dptr_as<T>(), n, req[0]);
         CheckLaunch("Activation backward");
@@ -293,7 +220,7 @@ class ActivationGpuOp : public Operator {
 // ------------------------------------------------------------------------------------------- LeakyReLU
 template <typename T>
 __global__ void LeakyForwardKernel(act_norm::LeakyType t, const T* x, T* y, std::int64_t n, OpReqType req, T slope) {
-  TROUPE_GRID_LOOP(i, n) { Store(y + i, req, act_norm::LeakyForward(t, x[i], slope)); }
+  TROUPE_GRID_LOOP(i, n) { Assign(y + i, req, act_norm::LeakyForward(t, x[i], slope)); }
 }
 
 template <typename T>
@@ -301,7 +228,7 @@ __global__ void PReLUForwardKernel(const T* x, const T* gamma, bool scalar, std:
                                    T* y, std::int64_t n, OpReqType req) {
   TROUPE_GRID_LOOP(i, n) {
     const T s = gamma[scalar ? 0 : (i / inner) % c];
-    Store(y + i, req, x[i] > T(0) ? x[i] : s * x[i]);
+    Assign(y + i, req, x[i] > T(0) ? x[i] : s * x[i]);
   }
 }
 
@@ -311,14 +238,14 @@ __global__ void RReLUForwardKernel(const T* x, T* y, T* mask, std::int64_t n, Op
   TROUPE_GRID_LOOP(i, n) {
     const T s = train ? lo + span * T(act_norm::UniformAt(key, base, static_cast<std::uint64_t>(i))) : mean_slope;
     if (mask != nullptr) mask[i] = s;
-    if (y != nullptr) Store(y + i, req, x[i] > T(0) ? x[i] : s * x[i]);
+    if (y != nullptr) Assign(y + i, req, x[i] > T(0) ? x[i] : s * x[i]);
   }
 }
 
 template <typename T>
 __global__ void LeakyBackwardKernel(act_norm::LeakyType t, const T* og, const T* v, T* g, std::int64_t n,
                                     OpReqType req, T slope) {
-  TROUPE_GRID_LOOP(i, n) { Store(g + i, req, og[i] * act_norm::LeakyGrad(t, v[i], slope)); }
+  TROUPE_GRID_LOOP(i, n) { Assign(g + i, req, og[i] * act_norm::LeakyGrad(t, v[i], slope)); }
 }
 
 template <typename T>
@@ -326,7 +253,7 @@ __global__ void PReLUBackwardKernel(const T* og, const T* x, const T* gamma, boo
                                     std::int64_t c, T* g, std::int64_t n, OpReqType req) {
   TROUPE_GRID_LOOP(i, n) {
     const T s = gamma[scalar ? 0 : (i / inner) % c];
-    Store(g + i, req, og[i] * (x[i] > T(0) ? T(1) : s));
+    Assign(g + i, req, og[i] * (x[i] > T(0) ? T(1) : s));
   }
 }
 
@@ -343,12 +270,12 @@ __global__ void PReLUGammaKernel(const T* og, const T* x, std::int64_t outer, st
     if (!(x[j] > T(0))) acc += static_cast<double>(x[j]) * og[j];
   }
   const double total = BlockSum(acc, shared);
-  if (threadIdx.x == 0) Store(gg + ch, req, static_cast<T>(total));
+  if (threadIdx.x == 0) Assign(gg + ch, req, static_cast<T>(total));
 }
 
 template <typename T>
 __global__ void RReLUBackwardKernel(const T* og, const T* y, const T* mask, T* g, std::int64_t n, OpReqType req) {
-  TROUPE_GRID_LOOP(i, n) { Store(g + i, req, og[i] * (y[i] > T(0) ? T(1) : mask[i])); }
+  TROUPE_GRID_LOOP(i, n) { Assign(g + i, req, og[i] * (y[i] > T(0) ? T(1) : mask[i])); }
 }
 
 class LeakyReLUGpuOp : public Operator {
@@ -360,9 +287,9 @@ class LeakyReLUGpuOp : public Operator {
     const TBlob& x = in_data[0];
     const std::int64_t n = x.Size();
     if (n == 0) return;
-    Check(cudaSetDevice(x.ctx.dev_id), "cudaSetDevice");
+    SetDevice(x.ctx.dev_id);
     cudaStream_t s = StreamOf(ctx);
-    act_norm::FloatSwitch(x.dtype, "LeakyReLU", [&](auto tag) {
+    internal::FloatSwitch(x.dtype, "LeakyReLU", [&](auto tag) {
       using T = decltype(tag);
       T* y = req[0] == kNullOp ? nullptr : out_data[0].dptr_as<T>();
       if (type_ == act_norm::LeakyType::kRReLU) {
@@ -395,9 +322,9 @@ class LeakyReLUGpuOp : public Operator {
     const TBlob& og = out_grad[0];
     const std::int64_t n = og.Size();
     if (n == 0) return;
-    Check(cudaSetDevice(og.ctx.dev_id), "cudaSetDevice");
+    SetDevice(og.ctx.dev_id);
     cudaStream_t s = StreamOf(ctx);
-    act_norm::FloatSwitch(og.dtype, "LeakyReLU", [&](auto tag) {
+    internal::FloatSwitch(og.dtype, "LeakyReLU", [&](auto tag) {
       using T = decltype(tag);
       if (type_ == act_norm::LeakyType::kPReLU) {
         const TBlob& x = in_data[0];
@@ -486,7 +413,7 @@ __global__ void BatchNormAffineGradKernel(const T* og, const T* gamma, bool fix_
   TROUPE_GRID_LOOP(i, n) {
     const std::int64_t ch = (i / inner) % c;
     const T w = fix_gamma ? T(1) : gamma[ch];
-    Store(g + i, req, og[i] * invstd[ch] * w);
+    Assign(g + i, req, og[i] * invstd[ch] * w);
   }
 }
 
@@ -495,8 +422,8 @@ __global__ void BatchNormParamGradKernel(const double* dotp, const double* sum_o
                                          T* ggamma, OpReqType req_gamma, T* gbeta, OpReqType req_beta,
                                          std::int64_t c) {
   TROUPE_GRID_LOOP(i, c) {
-    if (ggamma != nullptr) Store(ggamma + i, req_gamma, fix_gamma ? T(0) : static_cast<T>(dotp[i] * invstd[i]));
-    if (gbeta != nullptr) Store(gbeta + i, req_beta, static_cast<T>(sum_og[i]));
+    if (ggamma != nullptr) Assign(ggamma + i, req_gamma, fix_gamma ? T(0) : static_cast<T>(dotp[i] * invstd[i]));
+    if (gbeta != nullptr) Assign(gbeta + i, req_beta, static_cast<T>(sum_og[i]));
   }
 }
 
@@ -505,8 +432,8 @@ template <typename T>
 __global__ void BatchNormDnnParamGradKernel(const T* dscale, const T* dbias, bool fix_gamma, T* ggamma,
                                             OpReqType req_gamma, T* gbeta, OpReqType req_beta, std::int64_t c) {
   TROUPE_GRID_LOOP(i, c) {
-    if (ggamma != nullptr) Store(ggamma + i, req_gamma, fix_gamma ? T(0) : dscale[i]);
-    if (gbeta != nullptr) Store(gbeta + i, req_beta, dbias[i]);
+    if (ggamma != nullptr) Assign(ggamma + i, req_gamma, fix_gamma ? T(0) : dscale[i]);
+    if (gbeta != nullptr) Assign(gbeta + i, req_beta, dbias[i]);
   }
 }
 
@@ -521,7 +448,7 @@ class BatchNormGpuOp : public Operator {
     const bool batch = ctx.is_train && !p_.use_global_stats;
     batch_stats_ = batch;
     if (v.n == 0) return;
-    act_norm::FloatSwitch(x.dtype, "BatchNorm", [&](auto tag) {
+    internal::FloatSwitch(x.dtype, "BatchNorm", [&](auto tag) {
       using T = decltype(tag);
       cudnnHandle_t h = DnnHandle(ctx);
       cudaStream_t s = StreamOf(ctx);
@@ -578,7 +505,7 @@ class BatchNormGpuOp : public Operator {
     const TBlob& x = in_data[0];
     const AxisView v = View(x.shape);
     if (v.n == 0) return;
-    act_norm::FloatSwitch(x.dtype, "BatchNorm", [&](auto tag) {
+    internal::FloatSwitch(x.dtype, "BatchNorm", [&](auto tag) {
       using T = decltype(tag);
       cudnnHandle_t h = DnnHandle(ctx);
       cudaStream_t s = StreamOf(ctx);
@@ -636,7 +563,7 @@ class BatchNormGpuOp : public Operator {
 
  private:
   AxisView View(const TShape& s) const {
-    return act_norm::ViewAround(s, act_norm::NormalizeAxis(p_.axis, s.ndim(), "BatchNorm", "axis"));
+    return act_norm::ViewAround(s, internal::NormalizeAxis(p_.axis, s.ndim(), "BatchNorm", "axis"));
   }
   template <typename T>
   void SetDesc(const AxisView& v) {
@@ -673,13 +600,13 @@ __global__ void DropoutMaskKernel(T* mask, std::int64_t mn, bool drop, std::uint
 template <typename T>
 __global__ void DropoutForwardKernel(const T* x, T* y, std::int64_t n, OpReqType req, BroadcastIndex b, bool drop,
                                      std::uint64_t key, std::uint64_t base, float keep, T scale) {
-  TROUPE_GRID_LOOP(i, n) { Store(y + i, req, x[i] * DropoutMaskValue<T>(drop, key, base, b(i), keep, scale)); }
+  TROUPE_GRID_LOOP(i, n) { Assign(y + i, req, x[i] * DropoutMaskValue<T>(drop, key, base, b(i), keep, scale)); }
 }
 
 template <typename T>
 __global__ void DropoutBackwardKernel(const T* og, const T* mask, T* g, std::int64_t n, OpReqType req,
                                       BroadcastIndex b) {
-  TROUPE_GRID_LOOP(i, n) { Store(g + i, req, og[i] * mask[b(i)]); }
+  TROUPE_GRID_LOOP(i, n) { Assign(g + i, req, og[i] * mask[b(i)]); }
 }
 
 class DropoutGpuOp : public Operator {
@@ -701,9 +628,9 @@ class DropoutGpuOp : public Operator {
       base = gen->Reserve(act_norm::RandomBlocks(mn));
     }
     const float keep = 1.0f - p_.p;
-    Check(cudaSetDevice(x.ctx.dev_id), "cudaSetDevice");
+    SetDevice(x.ctx.dev_id);
     cudaStream_t s = StreamOf(ctx);
-    act_norm::FloatSwitch(x.dtype, "Dropout", [&](auto tag) {
+    internal::FloatSwitch(x.dtype, "Dropout", [&](auto tag) {
       using T = decltype(tag);
       const T scale = keep > 0 ? T(1) / T(keep) : T(0);
       if (req.size() > 1 && req[1] != kNullOp && out_data[1].dptr != nullptr) {
@@ -726,8 +653,8 @@ class DropoutGpuOp : public Operator {
     const TBlob& og = out_grad[0];
     const std::int64_t n = og.Size();
     if (n == 0) return;
-    Check(cudaSetDevice(og.ctx.dev_id), "cudaSetDevice");
-    act_norm::FloatSwitch(og.dtype, "Dropout", [&](auto tag) {
+    SetDevice(og.ctx.dev_id);
+    internal::FloatSwitch(og.dtype, "Dropout", [&](auto tag) {
       using T = decltype(tag);
       DropoutBackwardKernel<T><<<Blocks(n), kThreads, 0, StreamOf(ctx)>>>(
           og.dptr_as<T>(), out_data[1].dptr_as<T>(), in_grad[0].dptr_as<T>(), n, req[0],
@@ -759,7 +686,7 @@ __global__ void SoftmaxForwardKernel(const T* x, T* y, std::int64_t outer, std::
     for (std::int64_t k = threadIdx.x; k < n; k += blockDim.x) {
       const std::int64_t j = base + k * inner;
       const double z = (x[j] - mx) / temperature - log_sum;
-      Store(y + j, req, static_cast<T>(log ? z : exp(z)));
+      Assign(y + j, req, static_cast<T>(log ? z : exp(z)));
     }
     __syncthreads();  // the next row reuses `shared`
   }
@@ -780,7 +707,7 @@ __global__ void SoftmaxBackwardKernel(const T* dy, const T* y, T* g, std::int64_
     for (std::int64_t k = threadIdx.x; k < n; k += blockDim.x) {
       const std::int64_t j = base + k * inner;
       const double d = log ? dy[j] - exp(static_cast<double>(y[j])) * sum : y[j] * (dy[j] - sum);
-      Store(g + j, req, static_cast<T>(d / temperature));
+      Assign(g + j, req, static_cast<T>(d / temperature));
     }
     __syncthreads();
   }
@@ -802,9 +729,9 @@ class SoftmaxGpuOp : public Operator {
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp || in_data[0].Size() == 0) return;
     const TBlob& x = in_data[0];
-    const AxisView v = act_norm::ViewAround(x.shape, act_norm::NormalizeAxis(p_.axis, x.shape.ndim(), Name(), "axis"));
-    Check(cudaSetDevice(x.ctx.dev_id), "cudaSetDevice");
-    act_norm::FloatSwitch(x.dtype, Name(), [&](auto tag) {
+    const AxisView v = act_norm::ViewAround(x.shape, internal::NormalizeAxis(p_.axis, x.shape.ndim(), Name(), "axis"));
+    SetDevice(x.ctx.dev_id);
+    internal::FloatSwitch(x.dtype, Name(), [&](auto tag) {
       using T = decltype(tag);
       // cuDNN when it computes exactly this: no temperature (it cannot scale its input) and not in place.
       if (temperature_ == 1.0 && x.dptr != out_data[0].dptr && UseDnn<T>(x.shape, v)) {
@@ -823,9 +750,9 @@ class SoftmaxGpuOp : public Operator {
                 const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp || out_data[0].Size() == 0) return;
     const TBlob& y = out_data[0];
-    const AxisView v = act_norm::ViewAround(y.shape, act_norm::NormalizeAxis(p_.axis, y.shape.ndim(), Name(), "axis"));
-    Check(cudaSetDevice(y.ctx.dev_id), "cudaSetDevice");
-    act_norm::FloatSwitch(y.dtype, Name(), [&](auto tag) {
+    const AxisView v = act_norm::ViewAround(y.shape, internal::NormalizeAxis(p_.axis, y.shape.ndim(), Name(), "axis"));
+    SetDevice(y.ctx.dev_id);
+    internal::FloatSwitch(y.dtype, Name(), [&](auto tag) {
       using T = decltype(tag);
       // cuDNN's backward takes the temperature as its scale (d/dx of f(x/T) is f'(x/T) / T).
       if (in_grad[0].dptr != out_grad[0].dptr && UseDnn<T>(y.shape, v)) {
@@ -906,7 +833,7 @@ __global__ void SoftmaxOutputGradKernel(const T* y, const T* label, const T* og,
     }
     double d = ignored ? 0.0 : (y[j] - target) * scale;
     if (og != nullptr) d *= og[j];
-    Store(g + j, req, static_cast<T>(d));
+    Assign(g + j, req, static_cast<T>(d));
   }
 }
 
@@ -918,8 +845,8 @@ class SoftmaxOutputGpuOp : public Operator {
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     const TBlob& x = in_data[0];
     if (req[0] == kNullOp || x.Size() == 0) return;
-    Check(cudaSetDevice(x.ctx.dev_id), "cudaSetDevice");
-    act_norm::FloatSwitch(x.dtype, "SoftmaxOutput", [&](auto tag) {
+    SetDevice(x.ctx.dev_id);
+    internal::FloatSwitch(x.dtype, "SoftmaxOutput", [&](auto tag) {
       using T = decltype(tag);
       LaunchSoftmaxForward<T>(StreamOf(ctx), x.dptr_as<T>(), out_data[0].dptr_as<T>(), prop_.View(x.shape), req[0], 1.0,
                               false);
@@ -933,9 +860,9 @@ class SoftmaxOutputGpuOp : public Operator {
     const TBlob& label = in_data[1];
     if (y.Size() == 0) return;
     const AxisView v = prop_.View(y.shape);
-    Check(cudaSetDevice(y.ctx.dev_id), "cudaSetDevice");
+    SetDevice(y.ctx.dev_id);
     cudaStream_t s = StreamOf(ctx);
-    act_norm::FloatSwitch(y.dtype, "SoftmaxOutput", [&](auto tag) {
+    internal::FloatSwitch(y.dtype, "SoftmaxOutput", [&](auto tag) {
       using T = decltype(tag);
       if (req[1] != kNullOp && req[1] != kAddTo) {
         FillKernel<T><<<Blocks(label.Size()), kThreads, 0, s>>>(in_grad[1].dptr_as<T>(), label.Size(), T(0));
@@ -976,13 +903,13 @@ class SoftmaxOutputGpuOp : public Operator {
 // ------------------------------------------------------------------------------------ regression heads
 template <typename T>
 __global__ void RegressionForwardKernel(RegressionKind k, const T* x, T* y, std::int64_t n, OpReqType req) {
-  TROUPE_GRID_LOOP(i, n) { Store(y + i, req, act_norm::RegressionForward(k, x[i])); }
+  TROUPE_GRID_LOOP(i, n) { Assign(y + i, req, act_norm::RegressionForward(k, x[i])); }
 }
 
 template <typename T>
 __global__ void RegressionBackwardKernel(RegressionKind k, const T* y, const T* label, T* g, std::int64_t n,
                                          OpReqType req, T scale) {
-  TROUPE_GRID_LOOP(i, n) { Store(g + i, req, scale * act_norm::RegressionGrad(k, y[i], label[i])); }
+  TROUPE_GRID_LOOP(i, n) { Assign(g + i, req, scale * act_norm::RegressionGrad(k, y[i], label[i])); }
 }
 
 class RegressionOutputGpuOp : public Operator {
@@ -994,8 +921,8 @@ class RegressionOutputGpuOp : public Operator {
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     const std::int64_t n = in_data[0].Size();
     if (req[0] == kNullOp || n == 0) return;
-    Check(cudaSetDevice(in_data[0].ctx.dev_id), "cudaSetDevice");
-    act_norm::FloatSwitch(in_data[0].dtype, name_, [&](auto tag) {
+    SetDevice(in_data[0].ctx.dev_id);
+    internal::FloatSwitch(in_data[0].dtype, name_, [&](auto tag) {
       using T = decltype(tag);
       RegressionForwardKernel<T><<<Blocks(n), kThreads, 0, StreamOf(ctx)>>>(kind_, in_data[0].dptr_as<T>(),
                                                                             out_data[0].dptr_as<T>(), n, req[0]);
@@ -1009,9 +936,9 @@ class RegressionOutputGpuOp : public Operator {
     const TBlob& label = in_data[1];
     const std::int64_t n = out_data[0].Size();
     if (n == 0) return;
-    Check(cudaSetDevice(out_data[0].ctx.dev_id), "cudaSetDevice");
+    SetDevice(out_data[0].ctx.dev_id);
     cudaStream_t s = StreamOf(ctx);
-    act_norm::FloatSwitch(out_data[0].dtype, name_, [&](auto tag) {
+    internal::FloatSwitch(out_data[0].dtype, name_, [&](auto tag) {
       using T = decltype(tag);
       if (req[1] != kNullOp && req[1] != kAddTo) {
         FillKernel<T><<<Blocks(label.Size()), kThreads, 0, s>>>(in_grad[1].dptr_as<T>(), label.Size(), T(0));

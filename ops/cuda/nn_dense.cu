@@ -9,17 +9,17 @@
 //
 // Float32 products use FMA (no TF32 tensor-core math): the GPU must agree with the CPU operator to ~1e-5.
 // Operator objects cache their cuDNN descriptors and algorithm choices for the last shape they saw; the
-// engine never enters one object from two threads at once. cuDNN handles are per worker thread and device.
+// engine never enters one object from two threads at once. cuDNN handles are per worker thread and device
+// (ops/cuda/cuda_common.h).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
-#include <algorithm>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ops/cuda/cuda_common.h"
 #include "ops/internal/kernels.h"
 #include "ops/nn/dense.h"
 #include "ops/resource.h"
@@ -27,65 +27,16 @@
 namespace troupe {
 namespace {
 
-constexpr int kThreads = 256;
-
-cudaStream_t StreamOf(const OpContext& ctx) {
-  return ctx.run_ctx.stream != nullptr ? *static_cast<cudaStream_t*>(ctx.run_ctx.stream) : nullptr;
-}
-
-void CheckCuda(cudaError_t e, const char* op, const char* what) {
-  if (e != cudaSuccess) throw Error(std::string(op) + ": " + what + " failed: " + cudaGetErrorString(e));
-}
-
-void CheckDnn(cudnnStatus_t s, const char* op, const char* what) {
-  if (s != CUDNN_STATUS_SUCCESS) throw Error(std::string(op) + ": " + what + " failed: " + cudnnGetErrorString(s));
-}
-
-unsigned Blocks(std::int64_t n) {
-  const std::int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>(b, 65535 * 16)));
-}
-
-void SetDevice(const OpContext& ctx, const char* op) {
-  CheckCuda(cudaSetDevice(ctx.run_ctx.ctx.dev_id), op, "cudaSetDevice");
-}
-
-// One cuDNN handle per worker thread and device (a handle must not be used by two threads at once; each
-// engine worker is one thread).
-class DnnHandles {
- public:
-  ~DnnHandles() {
-    for (auto& [dev, h] : handles_) {
-      if (cudaSetDevice(dev) == cudaSuccess) cudnnDestroy(h);
-    }
-  }
-  cudnnHandle_t Get(int dev, cudaStream_t stream, const char* op) {
-    auto it = handles_.find(dev);
-    cudnnHandle_t h = nullptr;
-    if (it != handles_.end()) {
-      h = it->second;
-    } else {
-      CheckDnn(cudnnCreate(&h), op, "cudnnCreate");
-      handles_.emplace(dev, h);
-    }
-    CheckDnn(cudnnSetStream(h, stream), op, "cudnnSetStream");
-    return h;
-  }
-
- private:
-  std::map<int, cudnnHandle_t> handles_;
-};
-
-cudnnHandle_t DnnHandle(const OpContext& ctx, const char* op) {
-  thread_local DnnHandles handles;
-  return handles.Get(ctx.run_ctx.ctx.dev_id, StreamOf(ctx), op);
-}
-
-cudnnDataType_t DnnType(DType t, const char* op) {
-  if (t == DType::kFloat32) return CUDNN_DATA_FLOAT;
-  if (t == DType::kFloat64) return CUDNN_DATA_DOUBLE;
-  throw Error(std::string(op) + ": dtype " + DTypeName(t) + " is not supported on the GPU (use float32 or float64)");
-}
+using internal::Blocks;
+using internal::Check;
+using internal::CheckDnn;
+using internal::CheckLaunch;
+using internal::DnnHandle;
+using internal::DnnType;
+using internal::kThreads;
+using internal::SetDevice;
+using internal::StreamOf;
+using internal::TensorDesc;
 
 // cuDNN scaling factors: float for float data, double for double data.
 struct Scale {
@@ -96,22 +47,9 @@ struct Scale {
 };
 
 // RAII owners of cuDNN descriptors.
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  explicit TensorDesc(const char* op) { CheckDnn(cudnnCreateTensorDescriptor(&d), op, "cudnnCreateTensorDescriptor"); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-  void Set(cudnnDataType_t t, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w, const char* op) {
-    CheckDnn(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, t, static_cast<int>(n), static_cast<int>(c),
-                                        static_cast<int>(h), static_cast<int>(w)),
-             op, "cudnnSetTensor4dDescriptor");
-  }
-};
-
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  explicit FilterDesc(const char* op) { CheckDnn(cudnnCreateFilterDescriptor(&d), op, "cudnnCreateFilterDescriptor"); }
+  explicit FilterDesc(const char* op) { CheckDnn(cudnnCreateFilterDescriptor(&d), "cudnnCreateFilterDescriptor", op); }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
   FilterDesc(const FilterDesc&) = delete;
   FilterDesc& operator=(const FilterDesc&) = delete;
@@ -120,7 +58,7 @@ struct FilterDesc {
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
   explicit ConvDesc(const char* op) {
-    CheckDnn(cudnnCreateConvolutionDescriptor(&d), op, "cudnnCreateConvolutionDescriptor");
+    CheckDnn(cudnnCreateConvolutionDescriptor(&d), "cudnnCreateConvolutionDescriptor", op);
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
@@ -129,7 +67,7 @@ struct ConvDesc {
 
 struct PoolDesc {
   cudnnPoolingDescriptor_t d = nullptr;
-  explicit PoolDesc(const char* op) { CheckDnn(cudnnCreatePoolingDescriptor(&d), op, "cudnnCreatePoolingDescriptor"); }
+  explicit PoolDesc(const char* op) { CheckDnn(cudnnCreatePoolingDescriptor(&d), "cudnnCreatePoolingDescriptor", op); }
   ~PoolDesc() { cudnnDestroyPoolingDescriptor(d); }
   PoolDesc(const PoolDesc&) = delete;
   PoolDesc& operator=(const PoolDesc&) = delete;
@@ -140,10 +78,7 @@ struct PoolDesc {
 template <typename T>
 __global__ void AddBiasRowsKernel(T* out, const T* bias, std::int64_t rows, std::int64_t cols) {
   const std::int64_t n = rows * cols;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    out[i] += bias[i % cols];
-  }
+  TROUPE_GRID_LOOP(i, n) { out[i] += bias[i % cols]; }
 }
 
 // db[j] (=|+=) sum_r g[r, j]. A block covers 32 columns; its 8 thread rows stride over the matrix rows
@@ -172,17 +107,17 @@ class FullyConnectedGpuOp : public Operator {
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
-    SetDevice(ctx, kName);
+    SetDevice(ctx.run_ctx.ctx.dev_id, kName);
     const FcDims d = FullyConnectedDims(in_data[0].shape, param_.flatten);
     const int m = static_cast<int>(d.rows), k = static_cast<int>(d.cols), n = param_.num_hidden;
-    DenseFloatSwitch(in_data[0].dtype, kName, "GPU", [&](auto tag) {
+    internal::FloatSwitch(in_data[0].dtype, kName, [&](auto tag) {
       using T = decltype(tag);
       internal::GpuGemm(in_data[0], in_data[1], out_data[0], false, true, m, n, k, 1.0, req[0] == kAddTo ? 1.0 : 0.0,
                         ctx.run_ctx.stream);
       if (!param_.no_bias && m > 0) {
         AddBiasRowsKernel<T><<<Blocks(static_cast<std::int64_t>(m) * n), kThreads, 0, StreamOf(ctx)>>>(
             static_cast<T*>(out_data[0].dptr), static_cast<const T*>(in_data[2].dptr), m, n);
-        CheckCuda(cudaGetLastError(), kName, "bias kernel launch");
+        CheckLaunch("bias kernel launch", kName);
       }
     });
   }
@@ -190,10 +125,10 @@ class FullyConnectedGpuOp : public Operator {
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
-    SetDevice(ctx, kName);
+    SetDevice(ctx.run_ctx.ctx.dev_id, kName);
     const FcDims d = FullyConnectedDims(in_data[0].shape, param_.flatten);
     const int m = static_cast<int>(d.rows), k = static_cast<int>(d.cols), n = param_.num_hidden;
-    DenseFloatSwitch(out_grad[0].dtype, kName, "GPU", [&](auto tag) {
+    internal::FloatSwitch(out_grad[0].dtype, kName, [&](auto tag) {
       using T = decltype(tag);
       void* stream = ctx.run_ctx.stream;
       if (req[0] != kNullOp) {
@@ -213,7 +148,7 @@ class FullyConnectedGpuOp : public Operator {
         const unsigned grid = static_cast<unsigned>((n + 31) / 32);
         ColumnSumKernel<T><<<grid, block, 0, StreamOf(ctx)>>>(static_cast<const T*>(out_grad[0].dptr),
                                                               static_cast<T*>(in_grad[2].dptr), m, n, req[2] == kAddTo);
-        CheckCuda(cudaGetLastError(), kName, "bias-gradient kernel launch");
+        CheckLaunch("bias-gradient kernel launch", kName);
       }
     });
   }
@@ -245,31 +180,31 @@ Perf PickAlgo(const Perf* perf, int count, std::size_t cap, const char* op, cons
 class ConvolutionGpuOp : public Operator {
  public:
   explicit ConvolutionGpuOp(const ConvolutionParam& p)
-      : param_(p), geo_(MakeConvGeometry(p)), x_(kName), y_(kName), b_(kName), w_(kName), conv_(kName) {}
+      : param_(p), geo_(MakeConvGeometry(p)), w_(kName), conv_(kName) {}
 
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
-    SetDevice(ctx, kName);
+    SetDevice(ctx.run_ctx.ctx.dev_id, kName);
     Prepare(ctx, in_data[0].shape, out_data[0].shape, in_data[0].dtype);
     if (in_data[0].shape[0] == 0) return;
     cudnnHandle_t h = DnnHandle(ctx, kName);
     const DType t = in_data[0].dtype;
     const Scale one(1.0), beta(req[0] == kAddTo ? 1.0 : 0.0);
     void* ws = Workspace(ctx, fwd_.memory);
-    CheckDnn(cudnnConvolutionForward(h, one.For(t), x_.d, in_data[0].dptr, w_.d, in_data[1].dptr, conv_.d, fwd_.algo, ws,
-                                     fwd_.memory, beta.For(t), y_.d, out_data[0].dptr),
-             kName, "cudnnConvolutionForward");
+    CheckDnn(cudnnConvolutionForward(h, one.For(t), x_.get(), in_data[0].dptr, w_.d, in_data[1].dptr, conv_.d,
+                                     fwd_.algo, ws, fwd_.memory, beta.For(t), y_.get(), out_data[0].dptr),
+             "cudnnConvolutionForward", kName);
     if (!param_.no_bias) {
-      CheckDnn(cudnnAddTensor(h, one.For(t), b_.d, in_data[2].dptr, one.For(t), y_.d, out_data[0].dptr), kName,
-               "cudnnAddTensor (bias)");
+      CheckDnn(cudnnAddTensor(h, one.For(t), b_.get(), in_data[2].dptr, one.For(t), y_.get(), out_data[0].dptr),
+               "cudnnAddTensor (bias)", kName);
     }
   }
 
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
-    SetDevice(ctx, kName);
+    SetDevice(ctx.run_ctx.ctx.dev_id, kName);
     Prepare(ctx, in_data[0].shape, out_grad[0].shape, out_grad[0].dtype);
     const DType t = out_grad[0].dtype;
     const bool bias = !param_.no_bias && req[2] != kNullOp;
@@ -284,23 +219,24 @@ class ConvolutionGpuOp : public Operator {
     auto beta = [](OpReqType r) { return Scale(r == kAddTo ? 1.0 : 0.0); };
     if (bias) {
       const Scale b = beta(req[2]);
-      CheckDnn(cudnnConvolutionBackwardBias(h, one.For(t), y_.d, out_grad[0].dptr, b.For(t), b_.d, in_grad[2].dptr),
-               kName, "cudnnConvolutionBackwardBias");
+      CheckDnn(
+          cudnnConvolutionBackwardBias(h, one.For(t), y_.get(), out_grad[0].dptr, b.For(t), b_.get(), in_grad[2].dptr),
+          "cudnnConvolutionBackwardBias", kName);
     }
     if (req[1] != kNullOp) {
       const Scale b = beta(req[1]);
       void* ws = Workspace(ctx, bwd_filter_.memory);
-      CheckDnn(cudnnConvolutionBackwardFilter(h, one.For(t), x_.d, in_data[0].dptr, y_.d, out_grad[0].dptr, conv_.d,
-                                              bwd_filter_.algo, ws, bwd_filter_.memory, b.For(t), w_.d,
-                                              in_grad[1].dptr),
-               kName, "cudnnConvolutionBackwardFilter");
+      CheckDnn(
+          cudnnConvolutionBackwardFilter(h, one.For(t), x_.get(), in_data[0].dptr, y_.get(), out_grad[0].dptr, conv_.d,
+                                         bwd_filter_.algo, ws, bwd_filter_.memory, b.For(t), w_.d, in_grad[1].dptr),
+          "cudnnConvolutionBackwardFilter", kName);
     }
     if (req[0] != kNullOp) {
       const Scale b = beta(req[0]);
       void* ws = Workspace(ctx, bwd_data_.memory);
-      CheckDnn(cudnnConvolutionBackwardData(h, one.For(t), w_.d, in_data[1].dptr, y_.d, out_grad[0].dptr, conv_.d,
-                                            bwd_data_.algo, ws, bwd_data_.memory, b.For(t), x_.d, in_grad[0].dptr),
-               kName, "cudnnConvolutionBackwardData");
+      CheckDnn(cudnnConvolutionBackwardData(h, one.For(t), w_.d, in_data[1].dptr, y_.get(), out_grad[0].dptr, conv_.d,
+                                            bwd_data_.algo, ws, bwd_data_.memory, b.For(t), x_.get(), in_grad[0].dptr),
+               "cudnnConvolutionBackwardData", kName);
     }
   }
 
@@ -315,7 +251,7 @@ class ConvolutionGpuOp : public Operator {
   // (Re)builds the descriptors and picks algorithms when the shape or type changed since the last call.
   void Prepare(const OpContext& ctx, const TShape& x, const TShape& y, DType dtype) {
     if (ready_ && x == x_shape_ && dtype == dtype_) return;
-    const cudnnDataType_t t = DnnType(dtype, kName);
+    const cudnnDataType_t t = internal::FloatSwitch(dtype, kName, [](auto tag) { return DnnType<decltype(tag)>(); });
     const std::int64_t n = x[0], c = x[1], f = y[1], g = param_.num_group;
     if (n == 0) return;  // nothing to describe; the callers return early
     x_.Set(t, n, c, x[2], x[3], kName);
@@ -323,31 +259,31 @@ class ConvolutionGpuOp : public Operator {
     b_.Set(t, 1, f, 1, 1, kName);
     CheckDnn(cudnnSetFilter4dDescriptor(w_.d, t, CUDNN_TENSOR_NCHW, static_cast<int>(f), static_cast<int>(c / g),
                                         static_cast<int>(geo_.kh), static_cast<int>(geo_.kw)),
-             kName, "cudnnSetFilter4dDescriptor");
-    CheckDnn(cudnnSetConvolution2dDescriptor(conv_.d, static_cast<int>(geo_.ph), static_cast<int>(geo_.pw),
-                                             static_cast<int>(geo_.sh), static_cast<int>(geo_.sw),
-                                             static_cast<int>(geo_.dh), static_cast<int>(geo_.dw),
-                                             CUDNN_CROSS_CORRELATION, t),
-             kName, "cudnnSetConvolution2dDescriptor");
-    CheckDnn(cudnnSetConvolutionGroupCount(conv_.d, static_cast<int>(g)), kName, "cudnnSetConvolutionGroupCount");
+             "cudnnSetFilter4dDescriptor", kName);
+    CheckDnn(
+        cudnnSetConvolution2dDescriptor(conv_.d, static_cast<int>(geo_.ph), static_cast<int>(geo_.pw),
+                                        static_cast<int>(geo_.sh), static_cast<int>(geo_.sw), static_cast<int>(geo_.dh),
+                                        static_cast<int>(geo_.dw), CUDNN_CROSS_CORRELATION, t),
+        "cudnnSetConvolution2dDescriptor", kName);
+    CheckDnn(cudnnSetConvolutionGroupCount(conv_.d, static_cast<int>(g)), "cudnnSetConvolutionGroupCount", kName);
     if (cudnnSetConvolutionMathType(conv_.d, CUDNN_FMA_MATH) != CUDNN_STATUS_SUCCESS) {
-      CheckDnn(cudnnSetConvolutionMathType(conv_.d, CUDNN_DEFAULT_MATH), kName, "cudnnSetConvolutionMathType");
+      CheckDnn(cudnnSetConvolutionMathType(conv_.d, CUDNN_DEFAULT_MATH), "cudnnSetConvolutionMathType", kName);
     }
     cudnnHandle_t h = DnnHandle(ctx, kName);
     const std::size_t cap = static_cast<std::size_t>(param_.workspace) << 20;
     constexpr int kMaxAlgos = 16;
     int count = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[kMaxAlgos];
-    CheckDnn(cudnnGetConvolutionForwardAlgorithm_v7(h, x_.d, w_.d, conv_.d, y_.d, kMaxAlgos, &count, fwd), kName,
-             "cudnnGetConvolutionForwardAlgorithm_v7");
+    CheckDnn(cudnnGetConvolutionForwardAlgorithm_v7(h, x_.get(), w_.d, conv_.d, y_.get(), kMaxAlgos, &count, fwd),
+             "cudnnGetConvolutionForwardAlgorithm_v7", kName);
     fwd_ = PickAlgo(fwd, count, cap, kName, "forward");
     cudnnConvolutionBwdDataAlgoPerf_t bd[kMaxAlgos];
-    CheckDnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_.d, y_.d, conv_.d, x_.d, kMaxAlgos, &count, bd), kName,
-             "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    CheckDnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w_.d, y_.get(), conv_.d, x_.get(), kMaxAlgos, &count, bd),
+             "cudnnGetConvolutionBackwardDataAlgorithm_v7", kName);
     bwd_data_ = PickAlgo(bd, count, cap, kName, "backward-data");
     cudnnConvolutionBwdFilterAlgoPerf_t bf[kMaxAlgos];
-    CheckDnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_.d, y_.d, conv_.d, w_.d, kMaxAlgos, &count, bf), kName,
-             "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    CheckDnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x_.get(), y_.get(), conv_.d, w_.d, kMaxAlgos, &count, bf),
+             "cudnnGetConvolutionBackwardFilterAlgorithm_v7", kName);
     bwd_filter_ = PickAlgo(bf, count, cap, kName, "backward-filter");
     x_shape_ = x;
     dtype_ = dtype;
@@ -402,8 +338,7 @@ __device__ inline double Lowest<double>() {
 
 template <typename T>
 __global__ void PoolForwardKernel(const T* x, T* y, PoolGeometry g, std::int64_t total, OpReqType req) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  TROUPE_GRID_LOOP(i, total) {
     const std::int64_t ow = i % g.out_w, oh = (i / g.out_w) % g.out_h, plane = i / (g.out_w * g.out_h);
     const T* in = x + plane * g.height * g.width;
     const DevWindow w = PoolWindow(g, oh, ow);
@@ -427,8 +362,7 @@ __global__ void PoolForwardKernel(const T* x, T* y, PoolGeometry g, std::int64_t
 // One thread per output scatters its gradient (atomically: windows overlap) to its argmax or its window.
 template <typename T>
 __global__ void PoolBackwardKernel(const T* x, const T* dy, T* dx, PoolGeometry g, std::int64_t total) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  TROUPE_GRID_LOOP(i, total) {
     const std::int64_t ow = i % g.out_w, oh = (i / g.out_w) % g.out_h, plane = i / (g.out_w * g.out_h);
     T* dplane = dx + plane * g.height * g.width;
     const DevWindow w = PoolWindow(g, oh, ow);
@@ -455,12 +389,12 @@ __global__ void PoolBackwardKernel(const T* x, const T* dy, T* dx, PoolGeometry 
 
 class PoolingGpuOp : public Operator {
  public:
-  explicit PoolingGpuOp(const PoolingParam& p) : param_(p), x_(kName), y_(kName), pool_(kName) {}
+  explicit PoolingGpuOp(const PoolingParam& p) : param_(p), pool_(kName) {}
 
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
-    SetDevice(ctx, kName);
+    SetDevice(ctx.run_ctx.ctx.dev_id, kName);
     const PoolGeometry g = MakePoolGeometry(param_, in_data[0].shape);
     const std::int64_t total = out_data[0].Size();
     if (total == 0) return;
@@ -468,16 +402,16 @@ class PoolingGpuOp : public Operator {
     if (UseDnn(g)) {
       Prepare(in_data[0].shape, g, t);
       const Scale one(1.0), beta(req[0] == kAddTo ? 1.0 : 0.0);
-      CheckDnn(cudnnPoolingForward(DnnHandle(ctx, kName), pool_.d, one.For(t), x_.d, in_data[0].dptr, beta.For(t),
-                                   y_.d, out_data[0].dptr),
-               kName, "cudnnPoolingForward");
+      CheckDnn(cudnnPoolingForward(DnnHandle(ctx, kName), pool_.d, one.For(t), x_.get(), in_data[0].dptr, beta.For(t),
+                                   y_.get(), out_data[0].dptr),
+               "cudnnPoolingForward", kName);
       return;
     }
-    DenseFloatSwitch(t, kName, "GPU", [&](auto tag) {
+    internal::FloatSwitch(t, kName, [&](auto tag) {
       using T = decltype(tag);
       PoolForwardKernel<T><<<Blocks(total), kThreads, 0, StreamOf(ctx)>>>(
           static_cast<const T*>(in_data[0].dptr), static_cast<T*>(out_data[0].dptr), g, total, req[0]);
-      CheckCuda(cudaGetLastError(), kName, "forward kernel launch");
+      CheckLaunch("forward kernel launch", kName);
     });
   }
 
@@ -485,28 +419,29 @@ class PoolingGpuOp : public Operator {
                 const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
                 const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
-    SetDevice(ctx, kName);
+    SetDevice(ctx.run_ctx.ctx.dev_id, kName);
     const PoolGeometry g = MakePoolGeometry(param_, in_grad[0].shape);
     const DType t = out_grad[0].dtype;
     const std::int64_t total = out_grad[0].Size();
     if (UseDnn(g) && total > 0) {
       Prepare(in_grad[0].shape, g, t);
       const Scale one(1.0), beta(req[0] == kAddTo ? 1.0 : 0.0);
-      CheckDnn(cudnnPoolingBackward(DnnHandle(ctx, kName), pool_.d, one.For(t), y_.d, out_data[0].dptr, y_.d,
-                                    out_grad[0].dptr, x_.d, in_data[0].dptr, beta.For(t), x_.d, in_grad[0].dptr),
-               kName, "cudnnPoolingBackward");
+      CheckDnn(
+          cudnnPoolingBackward(DnnHandle(ctx, kName), pool_.d, one.For(t), y_.get(), out_data[0].dptr, y_.get(),
+                               out_grad[0].dptr, x_.get(), in_data[0].dptr, beta.For(t), x_.get(), in_grad[0].dptr),
+          "cudnnPoolingBackward", kName);
       return;
     }
     if (req[0] != kAddTo) {
-      CheckCuda(cudaMemsetAsync(in_grad[0].dptr, 0, in_grad[0].Bytes(), StreamOf(ctx)), kName, "cudaMemsetAsync");
+      Check(cudaMemsetAsync(in_grad[0].dptr, 0, in_grad[0].Bytes(), StreamOf(ctx)), "cudaMemsetAsync", kName);
     }
     if (total == 0) return;
-    DenseFloatSwitch(t, kName, "GPU", [&](auto tag) {
+    internal::FloatSwitch(t, kName, [&](auto tag) {
       using T = decltype(tag);
       PoolBackwardKernel<T><<<Blocks(total), kThreads, 0, StreamOf(ctx)>>>(
           g.max ? static_cast<const T*>(in_data[0].dptr) : nullptr, static_cast<const T*>(out_grad[0].dptr),
           static_cast<T*>(in_grad[0].dptr), g, total);
-      CheckCuda(cudaGetLastError(), kName, "backward kernel launch");
+      CheckLaunch("backward kernel launch", kName);
     });
   }
 
@@ -523,7 +458,7 @@ class PoolingGpuOp : public Operator {
 
   void Prepare(const TShape& x, const PoolGeometry& g, DType dtype) {
     if (ready_ && x == x_shape_ && dtype == dtype_) return;
-    const cudnnDataType_t t = DnnType(dtype, kName);
+    const cudnnDataType_t t = internal::FloatSwitch(dtype, kName, [](auto tag) { return DnnType<decltype(tag)>(); });
     x_.Set(t, x[0], x[1], x[2], x[3], kName);
     y_.Set(t, x[0], x[1], g.out_h, g.out_w, kName);
     const cudnnPoolingMode_t mode = g.max ? CUDNN_POOLING_MAX
@@ -532,7 +467,7 @@ class PoolingGpuOp : public Operator {
     CheckDnn(cudnnSetPooling2dDescriptor(pool_.d, mode, CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(g.kh),
                                          static_cast<int>(g.kw), static_cast<int>(g.ph), static_cast<int>(g.pw),
                                          static_cast<int>(g.sh), static_cast<int>(g.sw)),
-             kName, "cudnnSetPooling2dDescriptor");
+             "cudnnSetPooling2dDescriptor", kName);
     x_shape_ = x;
     dtype_ = dtype;
     ready_ = true;

@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "ops/cuda/cuda_common.h"
 #include "ops/nn/tensor_ops.h"
 #include "ops/simple_op.h"
 
@@ -20,35 +22,21 @@ namespace troupe {
 namespace {
 
 using internal::BinaryOp;
-using tensor_ops::AssignReq;
+using internal::FloatSwitch;
 using tensor_ops::BroadcastIndexer;
-using tensor_ops::FloatSwitch;
 using tensor_ops::ScalarOp;
 
-constexpr int kThreads = 256;
-
-cudaStream_t StreamOf(const RunContext& rctx) {
-  return rctx.stream != nullptr ? *static_cast<cudaStream_t*>(rctx.stream) : nullptr;
-}
-
-void Check(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw Error(what + ": CUDA error: " + cudaGetErrorString(e));
-}
-
-unsigned Blocks(std::int64_t n) {
-  const std::int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
-}
+using internal::Blocks;
+using internal::Check;
+using internal::CheckLaunch;
+using internal::kThreads;
+using internal::StreamOf;
 
 // Makes the stream's device current (the worker normally did already) and returns the stream.
-cudaStream_t Prepare(const RunContext& rctx, const std::string& op) {
-  Check(cudaSetDevice(rctx.ctx.dev_id), op + ": cudaSetDevice");
+cudaStream_t Prepare(const RunContext& rctx, std::string_view op) {
+  internal::SetDevice(rctx.ctx.dev_id, op);
   return StreamOf(rctx);
 }
-
-#define TROUPE_GRID_LOOP(i, n)                                                                    \
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
 
 // ---- kernels ----
 
@@ -71,12 +59,11 @@ void CopyWithReqGpu(const TBlob& src, const TBlob& dst, OpReqType req, const Run
       const std::int64_t n = dst.Size();
       AddToKernel<T><<<Blocks(n), kThreads, 0, s>>>(static_cast<const T*>(src.dptr), static_cast<T*>(dst.dptr), n);
     });
-    Check(cudaGetLastError(), std::string(op) + ": AddToKernel");
+    CheckLaunch("AddToKernel", op);
     return;
   }
   if (src.dptr == dst.dptr || dst.Bytes() == 0) return;
-  Check(cudaMemcpyAsync(dst.dptr, src.dptr, dst.Bytes(), cudaMemcpyDeviceToDevice, s),
-        std::string(op) + ": cudaMemcpyAsync");
+  Check(cudaMemcpyAsync(dst.dptr, src.dptr, dst.Bytes(), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync", op);
 }
 
 template <typename T>
@@ -84,7 +71,7 @@ __global__ void ConcatForwardKernel(const T* src, T* dst, ConcatSlab sl, OpReqTy
   const std::int64_t n = sl.outer * sl.width;
   TROUPE_GRID_LOOP(i, n) {
     const std::int64_t r = i / sl.width, j = i % sl.width;
-    AssignReq(dst + r * sl.out_row + sl.offset + j, req, src[i]);
+    Assign(dst + r * sl.out_row + sl.offset + j, req, src[i]);
   }
 }
 
@@ -93,7 +80,7 @@ __global__ void ConcatBackwardKernel(const T* og, T* dst, ConcatSlab sl, OpReqTy
   const std::int64_t n = sl.outer * sl.width;
   TROUPE_GRID_LOOP(i, n) {
     const std::int64_t r = i / sl.width, j = i % sl.width;
-    AssignReq(dst + i, req, og[r * sl.out_row + sl.offset + j]);
+    Assign(dst + i, req, og[r * sl.out_row + sl.offset + j]);
   }
 }
 
@@ -103,13 +90,13 @@ __global__ void ReduceKernel(const T* x, T* o, BroadcastIndexer ix, bool mean, O
     double acc = 0;
     for (std::int64_t r = 0; r < ix.reduce_size; ++r) acc += static_cast<double>(x[ix.BigOffset(i, r)]);
     if (mean) acc /= static_cast<double>(ix.reduce_size);
-    AssignReq(o + i, req, static_cast<T>(acc));
+    Assign(o + i, req, static_cast<T>(acc));
   }
 }
 
 template <typename T>
 __global__ void BroadcastBackKernel(const T* g, T* o, BroadcastIndexer ix, T scale, OpReqType req) {
-  TROUPE_GRID_LOOP(i, ix.big_size) { AssignReq(o + i, req, g[ix.SmallOffset(i)] * scale); }
+  TROUPE_GRID_LOOP(i, ix.big_size) { Assign(o + i, req, g[ix.SmallOffset(i)] * scale); }
 }
 
 template <typename W, typename I>
@@ -117,7 +104,7 @@ __global__ void EmbeddingForwardKernel(const I* idx, const W* w, W* o, std::int6
                                        std::int64_t rows, OpReqType req) {
   TROUPE_GRID_LOOP(i, n * dim) {
     const std::int64_t k = i / dim, j = i % dim;
-    AssignReq(o + i, req, w[tensor_ops::ClipIndex(idx[k], rows) * dim + j]);
+    Assign(o + i, req, w[tensor_ops::ClipIndex(idx[k], rows) * dim + j]);
   }
 }
 
@@ -132,7 +119,7 @@ __global__ void EmbeddingBackwardKernel(const I* idx, const W* g, W* wg, std::in
 
 template <typename T>
 __global__ void ElemwiseKernel(BinaryOp op, const T* a, const T* b, T* o, std::int64_t n, OpReqType req) {
-  TROUPE_GRID_LOOP(i, n) { AssignReq(o + i, req, internal::ApplyBinary(op, a[i], b[i])); }
+  TROUPE_GRID_LOOP(i, n) { Assign(o + i, req, internal::ApplyBinary(op, a[i], b[i])); }
 }
 
 // Element i of og is read before element i of either gradient is written (lhs_grad may alias og).
@@ -142,28 +129,26 @@ __global__ void ElemwiseGradKernel(BinaryOp op, const T* og, const T* a, const T
   TROUPE_GRID_LOOP(i, n) {
     const T g = og[i];
     const T x = a != nullptr ? a[i] : T(0), y = b != nullptr ? b[i] : T(0);
-    if (req_r != kNullOp) AssignReq(rg + i, req_r, tensor_ops::BinaryGradRhs(op, g, x, y));
-    if (req_l != kNullOp) AssignReq(lg + i, req_l, tensor_ops::BinaryGradLhs(op, g, x, y));
+    if (req_r != kNullOp) Assign(rg + i, req_r, tensor_ops::BinaryGradRhs(op, g, x, y));
+    if (req_l != kNullOp) Assign(lg + i, req_l, tensor_ops::BinaryGradLhs(op, g, x, y));
   }
 }
 
 template <typename T>
 __global__ void ScalarKernel(ScalarOp op, const T* x, T s, T* o, std::int64_t n, OpReqType req) {
-  TROUPE_GRID_LOOP(i, n) { AssignReq(o + i, req, tensor_ops::ScalarForward(op, x[i], s)); }
+  TROUPE_GRID_LOOP(i, n) { Assign(o + i, req, tensor_ops::ScalarForward(op, x[i], s)); }
 }
 
 template <typename T>
 __global__ void ScalarGradKernel(ScalarOp op, const T* og, const T* x, T s, T* o, std::int64_t n, OpReqType req) {
-  TROUPE_GRID_LOOP(i, n) {
-    AssignReq(o + i, req, tensor_ops::ScalarBackward(op, og[i], x != nullptr ? x[i] : T(0), s));
-  }
+  TROUPE_GRID_LOOP(i, n) { Assign(o + i, req, tensor_ops::ScalarBackward(op, og[i], x != nullptr ? x[i] : T(0), s)); }
 }
 
 template <typename T>
 __global__ void BroadcastKernel(BinaryOp op, const T* a, const T* b, T* o, BroadcastIndexer li, BroadcastIndexer ri,
                                 OpReqType req) {
   TROUPE_GRID_LOOP(i, li.big_size) {
-    AssignReq(o + i, req, internal::ApplyBinary(op, a[li.SmallOffset(i)], b[ri.SmallOffset(i)]));
+    Assign(o + i, req, internal::ApplyBinary(op, a[li.SmallOffset(i)], b[ri.SmallOffset(i)]));
   }
 }
 
@@ -184,18 +169,18 @@ __global__ void BroadcastGradKernel(BinaryOp op, bool lhs_side, const T* og, con
         acc += static_cast<double>(tensor_ops::BinaryGradRhs(op, og[big], x, y));
       }
     }
-    AssignReq(grad + o, req, static_cast<T>(acc));
+    Assign(grad + o, req, static_cast<T>(acc));
   }
 }
 
 template <typename T>
 __global__ void SmoothL1Kernel(const T* x, T sigma, T* o, std::int64_t n, OpReqType req) {
-  TROUPE_GRID_LOOP(i, n) { AssignReq(o + i, req, tensor_ops::SmoothL1(x[i], sigma)); }
+  TROUPE_GRID_LOOP(i, n) { Assign(o + i, req, tensor_ops::SmoothL1(x[i], sigma)); }
 }
 
 template <typename T>
 __global__ void SmoothL1GradKernel(const T* og, const T* x, T sigma, T* o, std::int64_t n, OpReqType req) {
-  TROUPE_GRID_LOOP(i, n) { AssignReq(o + i, req, og[i] * tensor_ops::SmoothL1Grad(x[i], sigma)); }
+  TROUPE_GRID_LOOP(i, n) { Assign(o + i, req, og[i] * tensor_ops::SmoothL1Grad(x[i], sigma)); }
 }
 
 // ---- operators ----
@@ -237,7 +222,7 @@ class ConcatGpuOp : public Operator {
                                                               static_cast<T*>(out.dptr), slabs[i], req[0]);
       }
     });
-    Check(cudaGetLastError(), "Concat: forward kernel");
+    CheckLaunch("forward kernel", "Concat");
   }
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
@@ -256,7 +241,7 @@ class ConcatGpuOp : public Operator {
                                                                static_cast<T*>(in_grad[i].dptr), slabs[i], req[i]);
       }
     });
-    Check(cudaGetLastError(), "Concat: backward kernel");
+    CheckLaunch("backward kernel", "Concat");
   }
 
  private:
@@ -280,7 +265,7 @@ class ReduceAxesGpuOp : public Operator {
       ReduceKernel<T><<<Blocks(ix.small_size), kThreads, 0, s>>>(static_cast<const T*>(in.dptr),
                                                                  static_cast<T*>(out.dptr), ix, mean_, req[0]);
     });
-    Check(cudaGetLastError(), name_ + ": reduce kernel");
+    CheckLaunch("reduce kernel", name_);
   }
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
@@ -297,7 +282,7 @@ class ReduceAxesGpuOp : public Operator {
       BroadcastBackKernel<T><<<Blocks(ix.big_size), kThreads, 0, s>>>(static_cast<const T*>(og.dptr),
                                                                       static_cast<T*>(ig.dptr), ix, scale, req[0]);
     });
-    Check(cudaGetLastError(), name_ + ": backward kernel");
+    CheckLaunch("backward kernel", name_);
   }
 
  private:
@@ -344,21 +329,22 @@ class EmbeddingGpuOp : public Operator {
             rows, req[0]);
       });
     });
-    Check(cudaGetLastError(), "Embedding: forward kernel");
+    CheckLaunch("forward kernel", "Embedding");
   }
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
     cudaStream_t s = Prepare(ctx.run_ctx, "Embedding");
     if ((req[0] == kWriteTo || req[0] == kWriteInplace) && in_grad[0].Bytes() > 0) {
-      Check(cudaMemsetAsync(in_grad[0].dptr, 0, in_grad[0].Bytes(), s), "Embedding: cudaMemsetAsync (data grad)");
+      Check(cudaMemsetAsync(in_grad[0].dptr, 0, in_grad[0].Bytes(), s), "cudaMemsetAsync (data grad)", "Embedding");
     }
     if (req[1] == kNullOp) return;
     const TBlob& data = in_data[0];
     const TBlob& og = out_grad[0];
     const TBlob& wg = in_grad[1];
     const std::int64_t n = data.Size(), dim = param_.output_dim, rows = param_.input_dim;
-    if (req[1] != kAddTo) Check(cudaMemsetAsync(wg.dptr, 0, wg.Bytes(), s), "Embedding: cudaMemsetAsync (weight grad)");
+    if (req[1] != kAddTo)
+      Check(cudaMemsetAsync(wg.dptr, 0, wg.Bytes(), s), "cudaMemsetAsync (weight grad)", "Embedding");
     if (n * dim == 0) return;
     FloatSwitch(wg.dtype, "Embedding", [&](auto wtag) {
       using W = decltype(wtag);
@@ -368,7 +354,7 @@ class EmbeddingGpuOp : public Operator {
             static_cast<const I*>(data.dptr), static_cast<const W*>(og.dptr), static_cast<W*>(wg.dptr), n, dim, rows);
       });
     });
-    Check(cudaGetLastError(), "Embedding: backward kernel");
+    CheckLaunch("backward kernel", "Embedding");
   }
 
  private:
@@ -393,7 +379,7 @@ BinaryFunction ElemwiseForwardGpu(BinaryOp op, std::string name) {
                                                        static_cast<const T*>(rhs.dptr), static_cast<T*>(ret->dptr), n,
                                                        req);
     });
-    Check(cudaGetLastError(), name + ": forward kernel");
+    CheckLaunch("forward kernel", name);
   };
 }
 
@@ -410,7 +396,7 @@ void ElemwiseGradGpu(BinaryOp op, const std::string& name, const TBlob& og, cons
         req_l != kNullOp ? static_cast<T*>(lhs_grad->dptr) : nullptr,
         req_r != kNullOp ? static_cast<T*>(rhs_grad->dptr) : nullptr, n, req_l, req_r);
   });
-  Check(cudaGetLastError(), name + ": backward kernel");
+  CheckLaunch("backward kernel", name);
 }
 
 UnaryFunction ScalarForwardGpu(ScalarOp op, std::string name) {
@@ -423,7 +409,7 @@ UnaryFunction ScalarForwardGpu(ScalarOp op, std::string name) {
       ScalarKernel<T><<<Blocks(n), kThreads, 0, s>>>(op, static_cast<const T*>(src.dptr), static_cast<T>(env.scalar),
                                                      static_cast<T*>(ret->dptr), n, req);
     });
-    Check(cudaGetLastError(), name + ": forward kernel");
+    CheckLaunch("forward kernel", name);
   };
 }
 
@@ -438,7 +424,7 @@ void ScalarGradGpu(ScalarOp op, const std::string& name, const TBlob& og, const 
                                                        in != nullptr ? static_cast<const T*>(in->dptr) : nullptr,
                                                        static_cast<T>(scalar), static_cast<T*>(in_grad->dptr), n, req);
   });
-  Check(cudaGetLastError(), name + ": backward kernel");
+  CheckLaunch("backward kernel", name);
 }
 
 BinaryFunction BroadcastForwardGpu(BinaryOp op, std::string name) {
@@ -454,7 +440,7 @@ BinaryFunction BroadcastForwardGpu(BinaryOp op, std::string name) {
                                                                   static_cast<const T*>(rhs.dptr),
                                                                   static_cast<T*>(ret->dptr), li, ri, req);
     });
-    Check(cudaGetLastError(), name + ": forward kernel");
+    CheckLaunch("forward kernel", name);
   };
 }
 
@@ -478,7 +464,7 @@ void BroadcastGradGpu(BinaryOp op, const std::string& name, const TBlob& og, con
                                                                         static_cast<T*>(rhs_grad->dptr), ri, li, req_r);
     }
   });
-  Check(cudaGetLastError(), name + ": backward kernel");
+  CheckLaunch("backward kernel", name);
 }
 
 void SmoothL1ForwardGpu(const TBlob& src, const EnvArguments& env, TBlob* ret, OpReqType req, RunContext rctx) {
@@ -490,7 +476,7 @@ void SmoothL1ForwardGpu(const TBlob& src, const EnvArguments& env, TBlob* ret, O
     SmoothL1Kernel<T><<<Blocks(n), kThreads, 0, s>>>(static_cast<const T*>(src.dptr), static_cast<T>(env.scalar),
                                                      static_cast<T*>(ret->dptr), n, req);
   });
-  Check(cudaGetLastError(), "smooth_l1: forward kernel");
+  CheckLaunch("forward kernel", "smooth_l1");
 }
 
 void SmoothL1BackwardUseInGpu(const OutputGrad& out_grad, const Input0& in_data0, const EnvArguments& env,
@@ -505,7 +491,7 @@ void SmoothL1BackwardUseInGpu(const OutputGrad& out_grad, const Input0& in_data0
                                                          static_cast<T>(env.scalar), static_cast<T*>(in_grad->dptr), n,
                                                          req);
   });
-  Check(cudaGetLastError(), "smooth_l1: backward kernel");
+  CheckLaunch("backward kernel", "smooth_l1");
 }
 
 // ---- registration ----

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/internal/op_util.h"
 #include "ops/internal/philox.h"
 #include "ops/operator.h"
 #include "ops/param.h"
@@ -33,18 +34,6 @@
 namespace troupe {
 
 namespace act_norm {
-
-// Runs fn(float{}) or fn(double{}); every operator here supports exactly these two element types.
-template <typename Fn>
-void FloatSwitch(DType dtype, const std::string& op, Fn&& fn) {
-  if (dtype == DType::kFloat32) {
-    fn(float{});
-  } else if (dtype == DType::kFloat64) {
-    fn(double{});
-  } else {
-    throw Error(op + ": element type " + DTypeName(dtype) + " is not supported; use float32 or float64");
-  }
-}
 
 // Math on float or double with the C library's functions (available on host and device).
 template <typename T>
@@ -78,16 +67,6 @@ TROUPE_HOST_DEVICE inline T Sqrt(T x) {
 template <typename T>
 TROUPE_HOST_DEVICE inline T Abs(T x) {
   return x < T(0) ? -x : x;
-}
-
-// out = v, out += v or nothing, on host and device (ops/operator.h's Assign is host-only).
-template <typename T>
-TROUPE_HOST_DEVICE inline void Store(T* out, OpReqType req, T v) {
-  if (req == kAddTo) {
-    *out += v;
-  } else if (req != kNullOp) {
-    *out = v;
-  }
 }
 
 // ---- Activation ----
@@ -172,9 +151,6 @@ inline AxisView ViewAround(const TShape& s, int axis) {
   v.inner = s.ProdDims(axis + 1, s.ndim());
   return v;
 }
-// axis in [-ndim, ndim) normalised; throws naming op and `param` otherwise.
-int NormalizeAxis(int axis, int ndim, const std::string& op, const std::string& param);
-
 }  // namespace act_norm
 
 // ============================================================================================ Activation

@@ -11,19 +11,6 @@
 
 namespace troupe {
 
-namespace act_norm {
-
-int NormalizeAxis(int axis, int ndim, const std::string& op, const std::string& param) {
-  if (axis < -ndim || axis >= ndim) {
-    throw Error(op + ": parameter '" + param + "' is " + std::to_string(axis) + " but the input has " +
-                std::to_string(ndim) + " dimensions; use an axis in [" + std::to_string(-ndim) + ", " +
-                std::to_string(ndim) + ")");
-  }
-  return axis < 0 ? axis + ndim : axis;
-}
-
-}  // namespace act_norm
-
 BroadcastIndex MakeBroadcastIndex(const TShape& data, const TShape& mask) {
   BroadcastIndex b;
   b.ndim = data.ndim();
@@ -40,8 +27,7 @@ BroadcastIndex MakeBroadcastIndex(const TShape& data, const TShape& mask) {
 
 namespace {
 
-using act_norm::FloatSwitch;
-using act_norm::Store;
+using internal::FloatSwitch;
 
 // Checks the data argument's shape is known; the output has the same shape.
 bool SameShape(const std::vector<TShape>& in_shape, std::vector<TShape>* out_shape, int num_out) {
@@ -63,7 +49,7 @@ class ActivationCpuOp : public Operator {
       const T* x = in_data[0].dptr_as<T>();
       T* y = out_data[0].dptr_as<T>();
       const std::int64_t n = in_data[0].Size();
-      for (std::int64_t i = 0; i < n; ++i) Store(y + i, req[0], act_norm::ActForward(type_, x[i]));
+      for (std::int64_t i = 0; i < n; ++i) Assign(y + i, req[0], act_norm::ActForward(type_, x[i]));
     });
   }
 
@@ -78,7 +64,7 @@ class ActivationCpuOp : public Operator {
       const T* pv = v.dptr_as<T>();
       T* g = in_grad[0].dptr_as<T>();
       const std::int64_t n = out_grad[0].Size();
-      for (std::int64_t i = 0; i < n; ++i) Store(g + i, req[0], og[i] * act_norm::ActGrad(type_, pv[i]));
+      for (std::int64_t i = 0; i < n; ++i) Assign(g + i, req[0], og[i] * act_norm::ActGrad(type_, pv[i]));
     });
   }
 
@@ -105,7 +91,7 @@ class LeakyReLUCpuOp : public Operator {
         const bool scalar = gb.Size() == 1;
         for (std::int64_t i = 0; i < n && y != nullptr; ++i) {
           const T s = gamma[scalar ? 0 : (i / v.inner) % v.n];
-          Store(y + i, req[0], x[i] > T(0) ? x[i] : s * x[i]);
+          Assign(y + i, req[0], x[i] > T(0) ? x[i] : s * x[i]);
         }
       } else if (type_ == act_norm::LeakyType::kRReLU) {
         // Training: a slope per element, uniform in [lower, upper); inference: their mean (MXNet). The
@@ -122,12 +108,12 @@ class LeakyReLUCpuOp : public Operator {
           const T s = ctx.is_train ? lo + span * T(act_norm::UniformAt(key, base, static_cast<std::uint64_t>(i)))
                                    : (T(p_.lower_bound) + T(p_.upper_bound)) / T(2);
           if (mask != nullptr) mask[i] = s;
-          if (y != nullptr) Store(y + i, req[0], x[i] > T(0) ? x[i] : s * x[i]);
+          if (y != nullptr) Assign(y + i, req[0], x[i] > T(0) ? x[i] : s * x[i]);
         }
       } else {
         const T slope = T(p_.slope);
         for (std::int64_t i = 0; i < n && y != nullptr; ++i) {
-          Store(y + i, req[0], act_norm::LeakyForward(type_, x[i], slope));
+          Assign(y + i, req[0], act_norm::LeakyForward(type_, x[i], slope));
         }
       }
     });
@@ -152,13 +138,13 @@ class LeakyReLUCpuOp : public Operator {
             if (!(x[i] > T(0))) acc[scalar ? 0 : (i / v.inner) % v.n] += static_cast<double>(x[i]) * og[i];
           }
           T* gg = in_grad[1].dptr_as<T>();
-          for (std::size_t c = 0; c < acc.size(); ++c) Store(gg + c, req[1], static_cast<T>(acc[c]));
+          for (std::size_t c = 0; c < acc.size(); ++c) Assign(gg + c, req[1], static_cast<T>(acc[c]));
         }
         if (req[0] != kNullOp) {
           T* g = in_grad[0].dptr_as<T>();
           for (std::int64_t i = 0; i < n; ++i) {
             const T s = gamma[scalar ? 0 : (i / v.inner) % v.n];
-            Store(g + i, req[0], og[i] * (x[i] > T(0) ? T(1) : s));
+            Assign(g + i, req[0], og[i] * (x[i] > T(0) ? T(1) : s));
           }
         }
         return;
@@ -168,11 +154,11 @@ class LeakyReLUCpuOp : public Operator {
       if (type_ == act_norm::LeakyType::kRReLU) {
         const T* y = out_data[0].dptr_as<T>();
         const T* mask = out_data[1].dptr_as<T>();
-        for (std::int64_t i = 0; i < n; ++i) Store(g + i, req[0], og[i] * (y[i] > T(0) ? T(1) : mask[i]));
+        for (std::int64_t i = 0; i < n; ++i) Assign(g + i, req[0], og[i] * (y[i] > T(0) ? T(1) : mask[i]));
       } else {
         const T* v = (type_ == act_norm::LeakyType::kGELU ? in_data[0] : out_data[0]).dptr_as<T>();
         const T slope = T(p_.slope);
-        for (std::int64_t i = 0; i < n; ++i) Store(g + i, req[0], og[i] * act_norm::LeakyGrad(type_, v[i], slope));
+        for (std::int64_t i = 0; i < n; ++i) Assign(g + i, req[0], og[i] * act_norm::LeakyGrad(type_, v[i], slope));
       }
     });
   }

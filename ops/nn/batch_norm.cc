@@ -28,8 +28,7 @@ namespace troupe {
 
 namespace {
 
-using act_norm::FloatSwitch;
-using act_norm::Store;
+using internal::FloatSwitch;
 
 class BatchNormCpuOp : public Operator {
  public:
@@ -38,7 +37,7 @@ class BatchNormCpuOp : public Operator {
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>& aux_states) override {
     const TBlob& x = in_data[0];
-    const int axis = act_norm::NormalizeAxis(p_.axis, x.shape.ndim(), "BatchNorm", "axis");
+    const int axis = internal::NormalizeAxis(p_.axis, x.shape.ndim(), "BatchNorm", "axis");
     const act_norm::AxisView v = act_norm::ViewAround(x.shape, axis);
     const bool batch = ctx.is_train && !p_.use_global_stats;
     batch_stats_ = batch;
@@ -77,15 +76,15 @@ class BatchNormCpuOp : public Operator {
           mean = moving_mean[c];
           invstd = 1.0 / std::sqrt(static_cast<double>(moving_var[c]) + p_.eps);
         }
-        if (out_mean != nullptr) Store(out_mean + c, req[1], static_cast<T>(mean));
-        if (out_invstd != nullptr) Store(out_invstd + c, req[2], static_cast<T>(invstd));
+        if (out_mean != nullptr) Assign(out_mean + c, req[1], static_cast<T>(mean));
+        if (out_invstd != nullptr) Assign(out_invstd + c, req[2], static_cast<T>(invstd));
         if (y == nullptr) continue;
         const double w = p_.fix_gamma ? 1.0 : static_cast<double>(gamma[c]);
         const double scale = invstd * w, shift = beta[c] - mean * scale;
         for (std::int64_t o = 0; o < v.outer; ++o) {
           const std::int64_t off = (o * v.n + c) * v.inner;
           for (std::int64_t i = 0; i < v.inner; ++i) {
-            Store(y + off + i, req[0], static_cast<T>(px[off + i] * scale + shift));
+            Assign(y + off + i, req[0], static_cast<T>(px[off + i] * scale + shift));
           }
         }
       }
@@ -96,7 +95,7 @@ class BatchNormCpuOp : public Operator {
                 const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
                 const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
     const TBlob& x = in_data[0];
-    const int axis = act_norm::NormalizeAxis(p_.axis, x.shape.ndim(), "BatchNorm", "axis");
+    const int axis = internal::NormalizeAxis(p_.axis, x.shape.ndim(), "BatchNorm", "axis");
     const act_norm::AxisView v = act_norm::ViewAround(x.shape, axis);
     FloatSwitch(x.dtype, "BatchNorm", [&](auto tag) {
       using T = decltype(tag);
@@ -129,12 +128,12 @@ class BatchNormCpuOp : public Operator {
             const std::int64_t off = (o * v.n + c) * v.inner;
             for (std::int64_t i = 0; i < v.inner; ++i) {
               const double d = (og[off + i] - grad_mean - (px[off + i] - mean) * k) * iw;
-              Store(gx + off + i, req[0], static_cast<T>(d));
+              Assign(gx + off + i, req[0], static_cast<T>(d));
             }
           }
         }
-        if (ggamma != nullptr) Store(ggamma + c, req[1], static_cast<T>(p_.fix_gamma ? 0.0 : dotp * invstd));
-        if (gbeta != nullptr) Store(gbeta + c, req[2], static_cast<T>(sum_og));
+        if (ggamma != nullptr) Assign(ggamma + c, req[1], static_cast<T>(p_.fix_gamma ? 0.0 : dotp * invstd));
+        if (gbeta != nullptr) Assign(gbeta + c, req[2], static_cast<T>(sum_og));
       }
     });
   }
@@ -152,7 +151,7 @@ bool BatchNormProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape
   const TShape dshape = (*in_shape)[0];
   if (!dshape.known()) return false;
   if (dshape.ndim() < 1) throw Error("BatchNorm: 'data' must have at least 1 dimension, got a scalar");
-  const int axis = act_norm::NormalizeAxis(param_.axis, dshape.ndim(), "BatchNorm", "axis");
+  const int axis = internal::NormalizeAxis(param_.axis, dshape.ndim(), "BatchNorm", "axis");
   const TShape cs{dshape[axis]};
   AssignShape(in_shape, 1, cs, "BatchNorm", "gamma");
   AssignShape(in_shape, 2, cs, "BatchNorm", "beta");

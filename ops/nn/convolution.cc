@@ -60,23 +60,23 @@ ConvGeometry MakeConvGeometry(const ConvolutionParam& p) {
   return g;
 }
 
-namespace {
-
-constexpr const char* kOp = "Convolution";
-
-void CheckTuple(const TShape& t, const char* name, std::int64_t min_value, bool may_be_empty) {
+void CheckGeometryTuple(const TShape& t, const char* op, const char* name, std::int64_t min_value, bool may_be_empty) {
   if (t.ndim() <= 0 && may_be_empty) return;
   if (t.ndim() != 2) {
-    throw Error(std::string("Convolution: parameter '") + name + "' is " + t.ToString() +
-                "; it must have 2 values (h, w) for a 2-D convolution");
+    throw Error(std::string(op) + ": parameter '" + name + "' is " + t.ToString() +
+                "; it must have 2 values (height, width) for 2-D " + op);
   }
   for (int i = 0; i < 2; ++i) {
     if (t[i] < min_value) {
-      throw Error(std::string("Convolution: parameter '") + name + "' is " + t.ToString() + "; each value must be >= " +
+      throw Error(std::string(op) + ": parameter '" + name + "' is " + t.ToString() + "; each value must be >= " +
                   std::to_string(min_value));
     }
   }
 }
+
+namespace {
+
+constexpr const char* kOp = "Convolution";
 
 int GemmDim(std::int64_t v) {
   if (v > INT_MAX) throw Error("Convolution: a matrix dimension of " + std::to_string(v) + " exceeds the BLAS limit of 2^31-1");
@@ -169,7 +169,7 @@ class ConvolutionCpuOp : public Operator {
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
     const ConvDims d = Dims(in_data[0].shape, out_data[0].shape);
-    DenseFloatSwitch(in_data[0].dtype, kOp, "CPU", [&](auto tag) {
+    internal::FloatSwitch(in_data[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(in_data[0].dptr);
       const T* w = static_cast<const T*>(in_data[1].dptr);
@@ -207,7 +207,7 @@ class ConvolutionCpuOp : public Operator {
     const ConvDims d = Dims(in_data[0].shape, out_grad[0].shape);
     const bool need_dx = req[0] != kNullOp, need_dw = req[1] != kNullOp;
     const bool need_db = !param_.no_bias && req[2] != kNullOp;
-    DenseFloatSwitch(out_grad[0].dtype, kOp, "CPU", [&](auto tag) {
+    internal::FloatSwitch(out_grad[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       const T* dy = static_cast<const T*>(out_grad[0].dptr);
       const T* x = static_cast<const T*>(in_data[0].dptr);
@@ -306,10 +306,10 @@ void ConvolutionProp::Init(const Kwargs& kwargs) {
     throw Error("Convolution: parameter 'kernel' is " + param_.kernel.ToString() +
                 "; only 2-D convolution is supported, give 2 values (h, w)");
   }
-  CheckTuple(param_.kernel, "kernel", 1, false);
-  CheckTuple(param_.stride, "stride", 1, true);
-  CheckTuple(param_.dilate, "dilate", 1, true);
-  CheckTuple(param_.pad, "pad", 0, true);
+  CheckGeometryTuple(param_.kernel, kOp, "kernel", 1, false);
+  CheckGeometryTuple(param_.stride, kOp, "stride", 1, true);
+  CheckGeometryTuple(param_.dilate, kOp, "dilate", 1, true);
+  CheckGeometryTuple(param_.pad, kOp, "pad", 0, true);
   if (param_.layout != "None" && param_.layout != "NCHW") {
     throw Error("Convolution: parameter 'layout' is '" + param_.layout +
                 "'; only NCHW (or None) is supported for 2-D convolution");

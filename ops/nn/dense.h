@@ -13,25 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "ops/internal/op_util.h"
 #include "ops/operator.h"
 #include "ops/param.h"
 #include "ops/tensor.h"
 
 namespace troupe {
-
-// Runs fn(float{}) or fn(double{}) for the element types the dense operators compute in; any other dtype is
-// a troupe::Error naming the operator and the device.
-template <typename Fn>
-void DenseFloatSwitch(DType dtype, const char* op, const char* device, Fn&& fn) {
-  if (dtype == DType::kFloat32) {
-    fn(float{});
-  } else if (dtype == DType::kFloat64) {
-    fn(double{});
-  } else {
-    throw Error(std::string(op) + ": dtype " + DTypeName(dtype) + " is not supported on the " + device +
-                " (use float32 or float64)");
-  }
-}
 
 // ---- FullyConnected ---------------------------------------------------------------------------------------
 
@@ -83,6 +70,10 @@ struct ConvolutionParam : Params<ConvolutionParam> {
   std::string layout = "None";
   static void Declare(ParamSchema<ConvolutionParam>& s);
 };
+
+// Checks a 2-D geometry parameter of Convolution or Pooling (kernel, stride, dilate, pad): 2 values, each
+// >= min_value, or () when may_be_empty. Throws troupe::Error naming `op` and the parameter.
+void CheckGeometryTuple(const TShape& t, const char* op, const char* name, std::int64_t min_value, bool may_be_empty);
 
 // Convolution's geometry after defaults are applied (2-D).
 struct ConvGeometry {

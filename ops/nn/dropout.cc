@@ -18,8 +18,7 @@ namespace troupe {
 
 namespace {
 
-using act_norm::FloatSwitch;
-using act_norm::Store;
+using internal::FloatSwitch;
 
 class DropoutCpuOp : public Operator {
  public:
@@ -55,7 +54,7 @@ class DropoutCpuOp : public Operator {
       const T* px = x.dptr_as<T>();
       T* y = out_data[0].dptr_as<T>();
       const BroadcastIndex b = MakeBroadcastIndex(x.shape, mshape);
-      for (std::int64_t i = 0; i < n; ++i) Store(y + i, req[0], px[i] * mask[b(i)]);
+      for (std::int64_t i = 0; i < n; ++i) Assign(y + i, req[0], px[i] * mask[b(i)]);
     });
   }
 
@@ -71,7 +70,7 @@ class DropoutCpuOp : public Operator {
       const T* mask = out_data[1].dptr_as<T>();
       T* g = in_grad[0].dptr_as<T>();
       const std::int64_t n = og.Size();
-      for (std::int64_t i = 0; i < n; ++i) Store(g + i, req[0], pg[i] * mask[b(i)]);
+      for (std::int64_t i = 0; i < n; ++i) Assign(g + i, req[0], pg[i] * mask[b(i)]);
     });
   }
 

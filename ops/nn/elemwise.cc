@@ -13,10 +13,6 @@ namespace troupe {
 
 namespace tensor_ops {
 
-void ThrowNotFloat(const std::string& op, DType dtype) {
-  throw Error(op + ": element type " + DTypeName(dtype) + " is not supported (use float32 or float64)");
-}
-
 BroadcastIndexer MakeBroadcastIndexer(const TShape& big, const TShape& small) {
   BroadcastIndexer ix;
   ix.ndim = big.ndim();
@@ -76,8 +72,7 @@ TShape BroadcastShape(const TShape& lhs, const TShape& rhs, const std::string& o
 namespace {
 
 using internal::BinaryOp;
-using tensor_ops::AssignReq;
-using tensor_ops::FloatSwitch;
+using internal::FloatSwitch;
 using tensor_ops::ScalarOp;
 
 template <BinaryOp kOp>
@@ -116,7 +111,7 @@ BinaryFunction ElemwiseForward(BinaryOp op, std::string name) {
       T* o = static_cast<T*>(ret->dptr);
       const std::int64_t n = ret->Size();
       DispatchBinary(op, [&](auto k) {
-        for (std::int64_t i = 0; i < n; ++i) AssignReq(o + i, req, internal::ApplyBinary(k.value, a[i], b[i]));
+        for (std::int64_t i = 0; i < n; ++i) Assign(o + i, req, internal::ApplyBinary(k.value, a[i], b[i]));
       });
     });
   };
@@ -131,8 +126,8 @@ void ElemwiseBackwardLoop(BinaryOp op, const T* og, const T* a, const T* b, T* l
     for (std::int64_t i = 0; i < n; ++i) {
       const T g = og[i];
       const T x = a != nullptr ? a[i] : T(0), y = b != nullptr ? b[i] : T(0);
-      if (req_r != kNullOp) AssignReq(rg + i, req_r, tensor_ops::BinaryGradRhs(k.value, g, x, y));
-      if (req_l != kNullOp) AssignReq(lg + i, req_l, tensor_ops::BinaryGradLhs(k.value, g, x, y));
+      if (req_r != kNullOp) Assign(rg + i, req_r, tensor_ops::BinaryGradRhs(k.value, g, x, y));
+      if (req_l != kNullOp) Assign(lg + i, req_l, tensor_ops::BinaryGradLhs(k.value, g, x, y));
     }
   });
 }
@@ -176,7 +171,7 @@ UnaryFunction ScalarForwardCpu(ScalarOp op, std::string name) {
       T* o = static_cast<T*>(ret->dptr);
       const T s = static_cast<T>(env.scalar);
       const std::int64_t n = ret->Size();
-      for (std::int64_t i = 0; i < n; ++i) AssignReq(o + i, req, tensor_ops::ScalarForward(op, x[i], s));
+      for (std::int64_t i = 0; i < n; ++i) Assign(o + i, req, tensor_ops::ScalarForward(op, x[i], s));
     });
   };
 }
@@ -192,7 +187,7 @@ void ScalarBackwardCpu(ScalarOp op, const std::string& name, const TBlob& og, co
     const T s = static_cast<T>(scalar);
     const std::int64_t n = og.Size();
     for (std::int64_t i = 0; i < n; ++i) {
-      AssignReq(o + i, req, tensor_ops::ScalarBackward(op, g[i], x != nullptr ? x[i] : T(0), s));
+      Assign(o + i, req, tensor_ops::ScalarBackward(op, g[i], x != nullptr ? x[i] : T(0), s));
     }
   });
 }
@@ -231,7 +226,7 @@ BinaryFunction BroadcastForward(BinaryOp op, std::string name) {
       const std::int64_t n = ret->Size();
       DispatchBinary(op, [&](auto k) {
         for (std::int64_t i = 0; i < n; ++i) {
-          AssignReq(o + i, req, internal::ApplyBinary(k.value, a[li.SmallOffset(i)], b[ri.SmallOffset(i)]));
+          Assign(o + i, req, internal::ApplyBinary(k.value, a[li.SmallOffset(i)], b[ri.SmallOffset(i)]));
         }
       });
     });
@@ -253,7 +248,7 @@ void BroadcastBackwardCpu(BinaryOp op, const TBlob& og, const T* a, const T* b, 
         const T x = a != nullptr ? a[o] : T(0), y = b != nullptr ? b[ri.SmallOffset(big)] : T(0);
         acc += tensor_ops::BinaryGradLhs(op, g[big], x, y);
       }
-      AssignReq(lg + o, req_l, static_cast<T>(acc));
+      Assign(lg + o, req_l, static_cast<T>(acc));
     }
   }
   if (req_r != kNullOp) {
@@ -264,7 +259,7 @@ void BroadcastBackwardCpu(BinaryOp op, const TBlob& og, const T* a, const T* b, 
         const T x = a != nullptr ? a[li.SmallOffset(big)] : T(0), y = b != nullptr ? b[o] : T(0);
         acc += tensor_ops::BinaryGradRhs(op, g[big], x, y);
       }
-      AssignReq(rg + o, req_r, static_cast<T>(acc));
+      Assign(rg + o, req_r, static_cast<T>(acc));
     }
   }
 }
@@ -303,7 +298,7 @@ void SmoothL1Forward(const TBlob& src, const EnvArguments& env, TBlob* ret, OpRe
     T* o = static_cast<T*>(ret->dptr);
     const T sigma = static_cast<T>(env.scalar);
     const std::int64_t n = ret->Size();
-    for (std::int64_t i = 0; i < n; ++i) AssignReq(o + i, req, tensor_ops::SmoothL1(x[i], sigma));
+    for (std::int64_t i = 0; i < n; ++i) Assign(o + i, req, tensor_ops::SmoothL1(x[i], sigma));
   });
 }
 
@@ -317,7 +312,7 @@ void SmoothL1BackwardUseIn(const OutputGrad& out_grad, const Input0& in_data0, c
     T* o = static_cast<T*>(in_grad->dptr);
     const T sigma = static_cast<T>(env.scalar);
     const std::int64_t n = in_grad->Size();
-    for (std::int64_t i = 0; i < n; ++i) AssignReq(o + i, req, g[i] * tensor_ops::SmoothL1Grad(x[i], sigma));
+    for (std::int64_t i = 0; i < n; ++i) Assign(o + i, req, g[i] * tensor_ops::SmoothL1Grad(x[i], sigma));
   });
 }
 

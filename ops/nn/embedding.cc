@@ -70,7 +70,7 @@ class EmbeddingCpuOp : public Operator {
     const TBlob& weight = in_data[1];
     const TBlob& out = out_data[0];
     const std::int64_t n = data.Size(), dim = param_.output_dim, rows = param_.input_dim;
-    tensor_ops::FloatSwitch(weight.dtype, "Embedding", [&](auto wtag) {
+    internal::FloatSwitch(weight.dtype, "Embedding", [&](auto wtag) {
       using W = decltype(wtag);
       const W* w = static_cast<const W*>(weight.dptr);
       W* o = static_cast<W*>(out.dptr);
@@ -80,7 +80,7 @@ class EmbeddingCpuOp : public Operator {
         for (std::int64_t i = 0; i < n; ++i) {
           const W* row = w + tensor_ops::ClipIndex(idx[i], rows) * dim;
           W* dst = o + i * dim;
-          for (std::int64_t j = 0; j < dim; ++j) tensor_ops::AssignReq(dst + j, req[0], row[j]);
+          for (std::int64_t j = 0; j < dim; ++j) Assign(dst + j, req[0], row[j]);
         }
       });
     });
@@ -96,7 +96,7 @@ class EmbeddingCpuOp : public Operator {
     const TBlob& og = out_grad[0];
     const TBlob& wg = in_grad[1];
     const std::int64_t n = data.Size(), dim = param_.output_dim, rows = param_.input_dim;
-    tensor_ops::FloatSwitch(wg.dtype, "Embedding", [&](auto wtag) {
+    internal::FloatSwitch(wg.dtype, "Embedding", [&](auto wtag) {
       using W = decltype(wtag);
       const W* g = static_cast<const W*>(og.dptr);
       W* o = static_cast<W*>(wg.dptr);

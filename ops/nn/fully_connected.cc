@@ -52,7 +52,7 @@ class FullyConnectedCpuOp : public Operator {
     if (req[0] == kNullOp) return;
     const FcDims d = FullyConnectedDims(in_data[0].shape, param_.flatten);
     const int m = GemmDim(d.rows, "batch"), k = GemmDim(d.cols, "input size"), n = param_.num_hidden;
-    DenseFloatSwitch(in_data[0].dtype, kOp, "CPU", [&](auto tag) {
+    internal::FloatSwitch(in_data[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       T* out = static_cast<T*>(out_data[0].dptr);
       internal::CpuGemm(in_data[0], in_data[1], out_data[0], false, true, m, n, k, 1.0, req[0] == kAddTo ? 1.0 : 0.0);
@@ -71,7 +71,7 @@ class FullyConnectedCpuOp : public Operator {
                 const std::vector<TBlob>&) override {
     const FcDims d = FullyConnectedDims(in_data[0].shape, param_.flatten);
     const int m = GemmDim(d.rows, "batch"), k = GemmDim(d.cols, "input size"), n = param_.num_hidden;
-    DenseFloatSwitch(out_grad[0].dtype, kOp, "CPU", [&](auto tag) {
+    internal::FloatSwitch(out_grad[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       const TBlob& dy = out_grad[0];
       // dX = dY W  (m x n times n x k)

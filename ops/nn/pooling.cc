@@ -82,20 +82,6 @@ namespace {
 
 constexpr const char* kOp = "Pooling";
 
-void CheckTuple(const TShape& t, const char* name, std::int64_t min_value) {
-  if (t.ndim() <= 0) return;
-  if (t.ndim() != 2) {
-    throw Error(std::string("Pooling: parameter '") + name + "' is " + t.ToString() +
-                "; it must have 2 values (y, x) for 2-D pooling");
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (t[i] < min_value) {
-      throw Error(std::string("Pooling: parameter '") + name + "' is " + t.ToString() + "; each value must be >= " +
-                  std::to_string(min_value));
-    }
-  }
-}
-
 // The window of output (oh, ow): rows [h0, h1) and columns [w0, w1) inside the image, and the divisor of
 // an average.
 struct Window {
@@ -126,7 +112,7 @@ class PoolingCpuOp : public Operator {
     if (req[0] == kNullOp) return;
     const PoolGeometry g = MakePoolGeometry(param_, in_data[0].shape);
     const std::int64_t planes = in_data[0].shape[0] * in_data[0].shape[1];
-    DenseFloatSwitch(in_data[0].dtype, kOp, "CPU", [&](auto tag) {
+    internal::FloatSwitch(in_data[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(in_data[0].dptr);
       T* y = static_cast<T*>(out_data[0].dptr);
@@ -163,7 +149,7 @@ class PoolingCpuOp : public Operator {
     const TShape& shape = in_grad[0].shape;
     const PoolGeometry g = MakePoolGeometry(param_, shape);
     const std::int64_t planes = shape[0] * shape[1];
-    DenseFloatSwitch(out_grad[0].dtype, kOp, "CPU", [&](auto tag) {
+    internal::FloatSwitch(out_grad[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       const T* dy = static_cast<const T*>(out_grad[0].dptr);
       const T* x = g.max ? static_cast<const T*>(in_data[0].dptr) : nullptr;
@@ -222,10 +208,10 @@ void PoolingProp::Init(const Kwargs& kwargs) {
       throw Error("Pooling: parameter 'kernel' is " + param_.kernel.ToString() +
                   "; 2-D pooling needs 2 values (y, x) unless global_pool is True");
     }
-    CheckTuple(param_.kernel, "kernel", 1);
+    CheckGeometryTuple(param_.kernel, kOp, "kernel", 1, true);
   }
-  CheckTuple(param_.stride, "stride", 1);
-  CheckTuple(param_.pad, "pad", 0);
+  CheckGeometryTuple(param_.stride, kOp, "stride", 1, true);
+  CheckGeometryTuple(param_.pad, kOp, "pad", 0, true);
 }
 
 bool PoolingProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,

@@ -82,7 +82,7 @@ class ReduceAxesCpuOp : public Operator {
     const TBlob& in = in_data[0];
     const TBlob& out = out_data[0];
     const auto ix = tensor_ops::MakeBroadcastIndexer(in.shape, ReduceKeepdimsShape(param_, in.shape, name_));
-    tensor_ops::FloatSwitch(in.dtype, name_, [&](auto tag) {
+    internal::FloatSwitch(in.dtype, name_, [&](auto tag) {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(in.dptr);
       T* o = static_cast<T*>(out.dptr);
@@ -90,7 +90,7 @@ class ReduceAxesCpuOp : public Operator {
         double acc = 0;  // accumulate in double: float32 sums of many terms drift otherwise
         for (std::int64_t r = 0; r < ix.reduce_size; ++r) acc += x[ix.BigOffset(i, r)];
         if (mean_) acc /= static_cast<double>(ix.reduce_size);
-        tensor_ops::AssignReq(o + i, req[0], static_cast<T>(acc));
+        Assign(o + i, req[0], static_cast<T>(acc));
       }
     });
   }
@@ -102,12 +102,12 @@ class ReduceAxesCpuOp : public Operator {
     const TBlob& og = out_grad[0];
     const TBlob& ig = in_grad[0];
     const auto ix = tensor_ops::MakeBroadcastIndexer(ig.shape, ReduceKeepdimsShape(param_, ig.shape, name_));
-    tensor_ops::FloatSwitch(ig.dtype, name_, [&](auto tag) {
+    internal::FloatSwitch(ig.dtype, name_, [&](auto tag) {
       using T = decltype(tag);
       const T* g = static_cast<const T*>(og.dptr);
       T* o = static_cast<T*>(ig.dptr);
       const T scale = mean_ ? static_cast<T>(1.0 / static_cast<double>(ix.reduce_size)) : T(1);
-      for (std::int64_t i = 0; i < ix.big_size; ++i) tensor_ops::AssignReq(o + i, req[0], g[ix.SmallOffset(i)] * scale);
+      for (std::int64_t i = 0; i < ix.big_size; ++i) Assign(o + i, req[0], g[ix.SmallOffset(i)] * scale);
     });
   }
 

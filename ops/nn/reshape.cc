@@ -3,7 +3,6 @@
 // executor runs them in place.
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "ops/nn/tensor_ops.h"
 
@@ -21,7 +20,7 @@ void CopyWithReq(const TBlob& src, const TBlob& dst, OpReqType req, const char* 
                 " differ in size");
   }
   if (req == kAddTo) {
-    tensor_ops::FloatSwitch(dst.dtype, op, [&](auto tag) {
+    internal::FloatSwitch(dst.dtype, op, [&](auto tag) {
       using T = decltype(tag);
       const T* s = static_cast<const T*>(src.dptr);
       T* d = static_cast<T*>(dst.dptr);
@@ -51,16 +50,6 @@ class CopyCpuOp : public Operator {
  private:
   const char* name_;
 };
-
-int NormalizeAxis(int axis, int ndim, const char* op, const char* param) {
-  if (axis < -ndim || axis >= ndim) {
-    std::ostringstream m;
-    m << op << ": parameter '" << param << "' is " << axis << ", out of range for inputs with " << ndim
-      << " dimensions (accepted: " << -ndim << " .. " << ndim - 1 << ")";
-    throw Error(m.str());
-  }
-  return axis < 0 ? axis + ndim : axis;
-}
 
 [[noreturn]] void ThrowReshape(const ReshapeParam& p, const TShape& in, const std::string& why) {
   throw Error("Reshape: parameter 'shape' " + TupleText(p.shape.empty() ? p.target_shape : p.shape) +
@@ -280,7 +269,7 @@ bool ConcatProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* 
   for (std::size_t i = 0; i < n; ++i) check_rank((*in_shape)[i], args[i]);
   check_rank(given_out, "output");
   if (ndim < 0) return false;
-  const int axis = NormalizeAxis(param_.dim, ndim, "Concat", "dim");
+  const int axis = internal::NormalizeAxis(param_.dim, ndim, "Concat", "dim");
 
   // Every dimension but axis is shared by all inputs and the output.
   TShape common = TShape::Filled(ndim, -1);
@@ -374,7 +363,7 @@ class ConcatCpuOp : public Operator {
     if (req[0] == kNullOp) return;
     const TBlob& out = out_data[0];
     const auto slabs = Slabs(in_data, out.shape);
-    tensor_ops::FloatSwitch(out.dtype, "Concat", [&](auto tag) {
+    internal::FloatSwitch(out.dtype, "Concat", [&](auto tag) {
       using T = decltype(tag);
       T* o = static_cast<T*>(out.dptr);
       for (std::size_t i = 0; i < slabs.size(); ++i) {
@@ -383,7 +372,7 @@ class ConcatCpuOp : public Operator {
         for (std::int64_t r = 0; r < sl.outer; ++r) {
           T* dst = o + r * sl.out_row + sl.offset;
           const T* src = x + r * sl.width;
-          for (std::int64_t j = 0; j < sl.width; ++j) tensor_ops::AssignReq(dst + j, req[0], src[j]);
+          for (std::int64_t j = 0; j < sl.width; ++j) Assign(dst + j, req[0], src[j]);
         }
       }
     });
@@ -395,7 +384,7 @@ class ConcatCpuOp : public Operator {
     std::vector<TShape> shapes;
     for (const auto& g : in_grad) shapes.push_back(g.shape);
     const auto slabs = ConcatSlabs(shapes, og.shape, Axis(og.shape.ndim()));
-    tensor_ops::FloatSwitch(og.dtype, "Concat", [&](auto tag) {
+    internal::FloatSwitch(og.dtype, "Concat", [&](auto tag) {
       using T = decltype(tag);
       const T* g = static_cast<const T*>(og.dptr);
       for (std::size_t i = 0; i < slabs.size(); ++i) {
@@ -404,7 +393,7 @@ class ConcatCpuOp : public Operator {
         T* dst = static_cast<T*>(in_grad[i].dptr);
         for (std::int64_t r = 0; r < sl.outer; ++r) {
           const T* src = g + r * sl.out_row + sl.offset;
-          for (std::int64_t j = 0; j < sl.width; ++j) tensor_ops::AssignReq(dst + r * sl.width + j, req[i], src[j]);
+          for (std::int64_t j = 0; j < sl.width; ++j) Assign(dst + r * sl.width + j, req[i], src[j]);
         }
       }
     });

@@ -23,8 +23,7 @@ namespace troupe {
 namespace {
 
 using act_norm::AxisView;
-using act_norm::FloatSwitch;
-using act_norm::Store;
+using internal::FloatSwitch;
 
 // Softmax (or log-softmax) of x / temperature along the middle axis of (outer, n, inner); y may be x.
 template <typename T>
@@ -44,7 +43,7 @@ void SoftmaxForwardCpu(const T* x, T* y, OpReqType req, const AxisView& v, doubl
       const double log_sum = std::log(sum);
       for (std::int64_t k = 0; k < v.n; ++k) {
         const double val = log ? buf[k] - log_sum : std::exp(buf[k] - log_sum);
-        Store(y + base + k * v.inner, req, static_cast<T>(val));
+        Assign(y + base + k * v.inner, req, static_cast<T>(val));
       }
     }
   }
@@ -66,7 +65,7 @@ void SoftmaxBackwardCpu(const T* dy, const T* y, T* g, OpReqType req, const Axis
       for (std::int64_t k = 0; k < v.n; ++k) {
         const std::int64_t j = base + k * v.inner;
         const double d = log ? dy[j] - std::exp(static_cast<double>(y[j])) * sum : y[j] * (dy[j] - sum);
-        Store(g + j, req, static_cast<T>(d / temperature));
+        Assign(g + j, req, static_cast<T>(d / temperature));
       }
     }
   }
@@ -79,7 +78,7 @@ class SoftmaxCpuOp : public Operator {
   void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     const TBlob& x = in_data[0];
-    const AxisView v = act_norm::ViewAround(x.shape, act_norm::NormalizeAxis(p_.axis, x.shape.ndim(), Name(), "axis"));
+    const AxisView v = act_norm::ViewAround(x.shape, internal::NormalizeAxis(p_.axis, x.shape.ndim(), Name(), "axis"));
     FloatSwitch(x.dtype, Name(), [&](auto tag) {
       using T = decltype(tag);
       SoftmaxForwardCpu<T>(x.dptr_as<T>(), out_data[0].dptr_as<T>(), req[0], v, temperature_, log_);
@@ -90,7 +89,7 @@ class SoftmaxCpuOp : public Operator {
                 const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
                 const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
     const TBlob& y = out_data[0];
-    const AxisView v = act_norm::ViewAround(y.shape, act_norm::NormalizeAxis(p_.axis, y.shape.ndim(), Name(), "axis"));
+    const AxisView v = act_norm::ViewAround(y.shape, internal::NormalizeAxis(p_.axis, y.shape.ndim(), Name(), "axis"));
     FloatSwitch(y.dtype, Name(), [&](auto tag) {
       using T = decltype(tag);
       SoftmaxBackwardCpu<T>(out_grad[0].dptr_as<T>(), y.dptr_as<T>(), in_grad[0].dptr_as<T>(), req[0], v,
@@ -166,7 +165,7 @@ class SoftmaxOutputCpuOp : public Operator {
             }
             double d = ignored ? 0.0 : (py[j] - target) * scale;
             if (og != nullptr) d *= og[j];
-            Store(g + j, req[0], static_cast<T>(d));
+            Assign(g + j, req[0], static_cast<T>(d));
           }
         }
       }
@@ -191,7 +190,7 @@ class RegressionOutputCpuOp : public Operator {
       const T* x = in_data[0].dptr_as<T>();
       T* y = out_data[0].dptr_as<T>();
       const std::int64_t n = in_data[0].Size();
-      for (std::int64_t i = 0; i < n; ++i) Store(y + i, req[0], act_norm::RegressionForward(kind_, x[i]));
+      for (std::int64_t i = 0; i < n; ++i) Assign(y + i, req[0], act_norm::RegressionForward(kind_, x[i]));
     });
   }
 
@@ -212,7 +211,7 @@ class RegressionOutputCpuOp : public Operator {
       const double num_output = static_cast<double>(label.Size()) / static_cast<double>(label.shape[0]);
       const T scale = static_cast<T>(p_.grad_scale / num_output);
       const std::int64_t n = out_data[0].Size();
-      for (std::int64_t i = 0; i < n; ++i) Store(g + i, req[0], scale * act_norm::RegressionGrad(kind_, y[i], pl[i]));
+      for (std::int64_t i = 0; i < n; ++i) Assign(g + i, req[0], scale * act_norm::RegressionGrad(kind_, y[i], pl[i]));
     });
   }
 
@@ -241,7 +240,7 @@ bool SoftmaxProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>*
   if (in_shape->empty() || !(*in_shape)[0].known()) return false;
   const TShape& d = (*in_shape)[0];
   if (d.ndim() < 1) throw Error(TypeString() + ": 'data' must have at least 1 dimension, got a scalar");
-  act_norm::NormalizeAxis(param_.axis, d.ndim(), TypeString(), "axis");
+  internal::NormalizeAxis(param_.axis, d.ndim(), TypeString(), "axis");
   *out_shape = {d};
   return true;
 }

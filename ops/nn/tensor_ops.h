@@ -14,31 +14,12 @@
 #include <vector>
 
 #include "ops/internal/elementwise.h"
+#include "ops/internal/op_util.h"
 #include "ops/operator.h"
 
 namespace troupe {
 
 namespace tensor_ops {
-
-// out = v / out += v / nothing, usable in CUDA kernels (Assign() in ops/operator.h is host-only).
-template <typename T>
-TROUPE_HOST_DEVICE inline void AssignReq(T* out, OpReqType req, T v) {
-  if (req == kAddTo) {
-    *out += v;
-  } else if (req != kNullOp) {
-    *out = v;
-  }
-}
-
-[[noreturn]] void ThrowNotFloat(const std::string& op, DType dtype);
-
-// Runs fn(float{}) or fn(double{}); any other element type is a troupe::Error naming `op`.
-template <typename Fn>
-decltype(auto) FloatSwitch(DType dtype, const std::string& op, Fn&& fn) {
-  if (dtype == DType::kFloat32) return fn(float{});
-  if (dtype == DType::kFloat64) return fn(double{});
-  ThrowNotFloat(op, dtype);
-}
 
 // Maps between a "big" shape and a "small" one of the same rank whose dimensions each equal the big one's or
 // are 1 (the broadcast / reduced dimensions). Used by broadcast_* (small = an operand, big = the output) and

@@ -1,0 +1,43 @@
+// Small helpers every operator of the library (ops/nn) shares on both devices: the float-only dtype
+// dispatch and axis normalisation, with one error text each so that every operator reports the same
+// problem the same way.
+//
+// Compiles under nvcc (-std=c++20): the .cu operators include it through their ops/nn/*.h headers. The
+// helpers here are host code; the per-element request (Assign) that kernels use is in ops/operator.h.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "actors/error.h"
+#include "ops/tensor.h"
+
+namespace troupe::internal {
+
+// The error FloatSwitch throws: "<op>: element type <t> is not supported; use float32 or float64".
+// Out of line of the switch so that the hot path is two comparisons and a call.
+[[noreturn]] inline void ThrowNotFloat(std::string_view op, DType dtype) {
+  throw Error(std::string(op) + ": element type " + DTypeName(dtype) + " is not supported; use float32 or float64");
+}
+
+// Runs fn(float{}) or fn(double{}) and returns its result: the library's operators compute in exactly these
+// two element types (on the CPU and on the GPU); any other is a troupe::Error naming `op` and the type.
+template <typename Fn>
+decltype(auto) FloatSwitch(DType dtype, std::string_view op, Fn&& fn) {
+  if (dtype == DType::kFloat32) return fn(float{});
+  if (dtype == DType::kFloat64) return fn(double{});
+  ThrowNotFloat(op, dtype);
+}
+
+// An axis parameter in [-ndim, ndim) as a dimension index in [0, ndim); otherwise a troupe::Error naming the
+// operator, the parameter, the value and the accepted range.
+inline int NormalizeAxis(int axis, int ndim, std::string_view op, std::string_view param) {
+  if (axis < -ndim || axis >= ndim) {
+    throw Error(std::string(op) + ": parameter '" + std::string(param) + "' is " + std::to_string(axis) +
+                " but the input has " + std::to_string(ndim) + " dimensions; use an axis in [" + std::to_string(-ndim) +
+                ", " + std::to_string(ndim) + ")");
+  }
+  return axis < 0 ? axis + ndim : axis;
+}
+
+}  // namespace troupe::internal
