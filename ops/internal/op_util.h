@@ -6,6 +6,7 @@
 // helpers here are host code; the per-element request (Assign) that kernels use is in ops/operator.h.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -38,6 +39,23 @@ inline int NormalizeAxis(int axis, int ndim, std::string_view op, std::string_vi
                 ", " + std::to_string(ndim) + ")");
   }
   return axis < 0 ? axis + ndim : axis;
+}
+
+// Sum of n contiguous values in independent partial sums, which the compiler turns into vector adds (a
+// single running sum is a dependency chain it may not reorder without -ffast-math): the bias gradients'
+// reduction over every output position runs at memory speed this way.
+template <typename T>
+T SumContiguous(const T* p, std::int64_t n) {
+  constexpr int kLanes = 16;
+  T acc[kLanes] = {};
+  std::int64_t q = 0;
+  for (; q + kLanes <= n; q += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += p[q + j];
+  }
+  T s = T(0);
+  for (int j = 0; j < kLanes; ++j) s += acc[j];
+  for (; q < n; ++q) s += p[q];
+  return s;
 }
 
 }  // namespace troupe::internal

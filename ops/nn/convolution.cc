@@ -219,7 +219,13 @@ class ConvolutionCpuOp : public Operator {
       T* col = Direct() || (!need_dx && !need_dw) ? nullptr : ColSpace<T>(ctx, d);
       const int fg = GemmDim(d.fg), p = GemmDim(d.p), k = GemmDim(d.k);
       if (need_dw && d.n == 0 && req[1] != kAddTo) std::fill(dw, dw + d.f * d.k, T(0));
+      T* db = need_db ? static_cast<T*>(in_grad[2].dptr) : nullptr;
+      if (need_db && req[2] != kAddTo) std::fill(db, db + d.f, T(0));
       for (std::int64_t i = 0; i < d.n; ++i) {
+        if (need_db) {
+          // Summed per image, before the products below evict its output gradient from the cache.
+          for (std::int64_t f = 0; f < d.f; ++f) db[f] += internal::SumContiguous(dy + (i * d.f + f) * d.p, d.p);
+        }
         // The weight gradient sums over the batch: overwrite on the first image unless accumulating.
         const double beta_w = (i == 0 && req[1] != kAddTo) ? 0.0 : 1.0;
         if (need_dx && req[0] != kAddTo && !Direct()) {
@@ -247,18 +253,6 @@ class ConvolutionCpuOp : public Operator {
               internal::CpuGemm(Mat(wg), Mat(dyg), Mat(col), true, false, k, p, fg, 1.0, 0.0);
               Col2ImAdd(col, d, geo_, dx + in_off);
             }
-          }
-        }
-      }
-      if (need_db) {
-        T* db = static_cast<T*>(in_grad[2].dptr);
-        if (req[2] != kAddTo) std::fill(db, db + d.f, T(0));
-        for (std::int64_t i = 0; i < d.n; ++i) {
-          for (std::int64_t f = 0; f < d.f; ++f) {
-            const T* plane = dy + (i * d.f + f) * d.p;
-            T s = T(0);
-            for (std::int64_t q = 0; q < d.p; ++q) s += plane[q];
-            db[f] += s;
           }
         }
       }
