@@ -243,6 +243,7 @@ TEST(Registry, EveryOperatorHasADescriptionAndDocumentedParameters) {
     const OperatorInfo* info = OperatorRegistry::Get().Find(name);
     ASSERT_NE(info, nullptr);
     EXPECT_FALSE(info->description.empty()) << name << " has no description";
+    EXPECT_EQ(info->description.find('\n'), std::string::npos) << name << ": the description is one line";
     for (const auto& p : info->params) EXPECT_FALSE(p.description.empty()) << name << "." << p.name;
   }
 }
@@ -257,6 +258,48 @@ TEST(AssignShapeHelper, MergesUnknownDimsAndNamesTheArgumentOnConflict) {
   AssignType(&types, 0, 1, "Op", "data");
   EXPECT_EQ(types[0], 1);
   ExpectError([&] { AssignType(&types, 0, 0, "Op", "data"); }, {"Op", "'data'", "float64", "float32"});
+}
+
+// ------------------------------------------------------------------------------------ type inference
+// Types flow from the known arguments to the unknown ones, the outputs and the auxiliary states; a known
+// argument of another type is an error naming the operator and the argument.
+TEST(TypeInference, LibraryOperatorsFillUnknownTypesAndNameConflicts) {
+  const int f32 = static_cast<int>(DType::kFloat32), f64 = static_cast<int>(DType::kFloat64);
+  const int i32 = static_cast<int>(DType::kInt32);
+  struct Row {
+    std::string op;
+    Kwargs kwargs;
+    std::vector<int> in;
+    std::vector<int> want_in, want_out, want_aux;
+  };
+  const std::vector<Row> rows = {
+      {"FullyConnected", {{"num_hidden", "4"}}, {f64, kTypeUnknown, kTypeUnknown}, {f64, f64, f64}, {f64}, {}},
+      {"FullyConnected", {{"num_hidden", "4"}}, {kTypeUnknown, f32, kTypeUnknown}, {f32, f32, f32}, {f32}, {}},
+      {"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"no_bias", "True"}}, {f64, kTypeUnknown},
+       {f64, f64}, {f64}, {}},
+      {"BatchNorm", {}, {f64, kTypeUnknown, kTypeUnknown}, {f64, f64, f64}, {f64, f64, f64}, {f64, f64}},
+      {"elemwise_add", {}, {kTypeUnknown, f32}, {f32, f32}, {f32}, {}},
+      {"SoftmaxOutput", {}, {f32, kTypeUnknown}, {f32, f32}, {f32}, {}},
+      // Embedding: indices may be of any type; the weight and the output have the 'dtype' parameter's.
+      {"Embedding", {{"input_dim", "5"}, {"output_dim", "2"}, {"dtype", "float64"}}, {i32, kTypeUnknown},
+       {i32, f64}, {f64}, {}},
+  };
+  for (const auto& row : rows) {
+    SCOPED_TRACE(row.op);
+    auto p = OperatorProperty::Create(row.op);
+    p->Init(row.kwargs);
+    std::vector<int> in = row.in, out, aux;
+    ASSERT_TRUE(p->InferType(&in, &out, &aux));
+    EXPECT_EQ(in, row.want_in);
+    EXPECT_EQ(out, row.want_out);
+    EXPECT_EQ(aux, row.want_aux);
+  }
+  auto fc = OperatorProperty::Create("FullyConnected");
+  fc->Init({{"num_hidden", "4"}});
+  std::vector<int> in{f32, f64, kTypeUnknown}, out, aux;
+  ExpectError([&] { fc->InferType(&in, &out, &aux); }, {"FullyConnected", "'weight'", "float64", "float32"});
+  std::vector<int> none{kTypeUnknown, kTypeUnknown, kTypeUnknown};
+  EXPECT_FALSE(fc->InferType(&none, &out, &aux));  // nothing known yet
 }
 
 // ------------------------------------------------------------------------------------ OperatorRunner
