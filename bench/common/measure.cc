@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 
 #include "actors/error.h"
 #include "engine/engine.h"
@@ -123,6 +124,18 @@ Json SeriesJson(const Series& s, const char* derived_unit, const std::function<d
   j["ok"] = s.ok();
   j["errors"] = s.errors;
   return j;
+}
+
+bool WriteJsonFile(const std::string& path, const Json& root, const char* who) {
+  const std::string text = root.dump(2) + "\n";
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "%s: could not write %s\n", who, path.c_str());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace troupe::bench

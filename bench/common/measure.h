@@ -50,6 +50,9 @@ std::string Fmt(const char* format, double v);
 double MedianOf(std::vector<double> v);
 // A number, or JSON null for none.
 Json OptNum(std::optional<double> v);
+// Writes `root` pretty-printed (2 spaces) to `path`; on failure prints "<who>: could not write <path>" to
+// stderr and returns false.
+bool WriteJsonFile(const std::string& path, const Json& root, const char* who);
 // max |got - want| / max |want| over all entries (infinity when the sizes differ): the relative error of a
 // float result against a reference computed by the same library.
 double MaxRelativeError(const std::vector<float>& got, const std::vector<float>& want);

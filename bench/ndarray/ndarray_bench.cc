@@ -706,17 +706,7 @@ Json NDArrayBench::BuildJson() const {
   return root;
 }
 
-bool NDArrayBench::WriteJson() const {
-  const std::string text = BuildJson().dump(2) + "\n";
-  std::ofstream out(opt_.json_path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) {
-    std::fprintf(stderr, "troupe bench ndarray: could not write %s\n", opt_.json_path.c_str());
-    return false;
-  }
-  return true;
-}
+bool NDArrayBench::WriteJson() const { return WriteJsonFile(opt_.json_path, BuildJson(), "troupe bench ndarray"); }
 
 void NDArrayBench::PrintTable() const {
   const auto cell = [](std::optional<double> v, const char* format) { return v ? Fmt(format, *v) : std::string("-"); };

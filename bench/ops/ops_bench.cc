@@ -810,17 +810,7 @@ Json OpsBench::BuildJson() const {
   return root;
 }
 
-bool OpsBench::WriteJson() const {
-  const std::string text = BuildJson().dump(2) + "\n";
-  std::ofstream out(opt_.json_path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) {
-    std::fprintf(stderr, "troupe bench ops: could not write %s\n", opt_.json_path.c_str());
-    return false;
-  }
-  return true;
-}
+bool OpsBench::WriteJson() const { return WriteJsonFile(opt_.json_path, BuildJson(), "troupe bench ops"); }
 
 void OpsBench::PrintTable() const {
   const auto cell = [](std::optional<double> v, const char* format) { return v ? Fmt(format, *v) : std::string("-"); };

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/error.h"
 #include "ops/imperative.h"
 #include "ops/ndarray.h"
 #include "ops/operator.h"
@@ -104,6 +105,64 @@ inline std::vector<HostTensor> RunForward(const OpCase& c, const std::vector<Hos
     for (auto& x : a.aux) aux_after->push_back(ToHost(x));
   }
   return out;
+}
+
+// Expects `fn` to throw troupe::Error whose message contains every one of `parts`.
+template <typename F>
+void ExpectError(F&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no troupe::Error thrown; expected one mentioning '" << (parts.empty() ? "" : parts.front()) << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
+}
+
+// Expects creating and initialising operator `op` with kwargs to fail with a message containing `parts`.
+inline void ExpectInitError(const std::string& op, const Kwargs& kwargs, const std::vector<std::string>& parts) {
+  SCOPED_TRACE(op);
+  ExpectError([&] { OperatorProperty::Create(op)->Init(kwargs); }, parts);
+}
+
+// What one Forward (c.is_train) and its Backward pass(es) return: every output, the arguments' gradients,
+// the gradients of the optional second pass with kAddTo (grad_add), and the auxiliary states.
+struct FwdBwd {
+  std::vector<HostTensor> out, grad, grad_add, aux;
+};
+
+// Forward, then Backward with the given heads (one per visible output). reqs: per argument (default
+// kWriteTo); init: the gradients' initial contents (default zeros); aux: initial auxiliary states; add_to:
+// when given, a second Backward after the same Forward adds every argument's gradient to these values
+// (kAddTo), into grad_add. c.ctx and c.dtype choose the device and type (GPU suites use the same function).
+inline FwdBwd RunForwardBackward(const OpCase& c, const std::vector<HostTensor>& inputs,
+                                 const std::vector<HostTensor>& heads, std::vector<OpReqType> reqs = {},
+                                 const std::vector<HostTensor>& init = {}, const std::vector<HostTensor>& aux = {},
+                                 const std::vector<HostTensor>& add_to = {}) {
+  auto r = MakeRunner(c);
+  OpArrays a = MakeArrays(*r, c, inputs, aux);
+  r->Forward(c.is_train, a.in, a.out, a.aux);
+  std::vector<NDArray> hs;
+  for (std::size_t i = 0; i < heads.size(); ++i) hs.push_back(ToArray(heads[i], r->out_shapes()[i], c.dtype, c.ctx));
+  const std::size_t nargs = r->in_shapes().size();
+  auto backward = [&](const std::vector<OpReqType>& rq, const std::vector<HostTensor>& start) {
+    std::vector<NDArray> grads;
+    for (std::size_t i = 0; i < nargs; ++i) {
+      const HostTensor z(static_cast<std::size_t>(r->in_shapes()[i].Size()), 0.0);
+      grads.push_back(ToArray(start.empty() ? z : start[i], r->in_shapes()[i], c.dtype, c.ctx));
+    }
+    r->Backward(hs, a.in, a.out, a.aux, grads, rq);
+    std::vector<HostTensor> out;
+    for (auto& g : grads) out.push_back(ToHost(g));
+    return out;
+  };
+  if (reqs.empty()) reqs.assign(nargs, kWriteTo);
+  FwdBwd res;
+  res.grad = backward(reqs, init);
+  if (!add_to.empty()) res.grad_add = backward(std::vector<OpReqType>(nargs, kAddTo), add_to);
+  for (auto& o : a.out) res.out.push_back(ToHost(o));
+  for (auto& x : a.aux) res.aux.push_back(ToHost(x));
+  return res;
 }
 
 // Output shapes inferred for a case (throws what InferShape throws).

@@ -30,35 +30,15 @@ class ActNormGpuTest : public ::testing::Test {
   }
 };
 
-struct Results {
-  std::vector<HostTensor> out, aux, grad, grad_add;
-};
+using Results = test::FwdBwd;
 
 // Forward (is_train from the case), then Backward with kWriteTo and again with kAddTo onto `init`.
 Results RunOn(OpCase c, Context ctx, DType dtype, const std::vector<HostTensor>& inputs,
-            const std::vector<HostTensor>& aux, const std::vector<HostTensor>& heads,
-            const std::vector<HostTensor>& init) {
+              const std::vector<HostTensor>& aux, const std::vector<HostTensor>& heads,
+              const std::vector<HostTensor>& init) {
   c.ctx = ctx;
   c.dtype = dtype;
-  auto r = test::MakeRunner(c);
-  test::OpArrays a = test::MakeArrays(*r, c, inputs, aux);
-  r->Forward(c.is_train, a.in, a.out, a.aux);
-  Results res;
-  for (auto& o : a.out) res.out.push_back(test::ToHost(o));
-  for (auto& x : a.aux) res.aux.push_back(test::ToHost(x));
-  std::vector<NDArray> hs;
-  for (std::size_t i = 0; i < heads.size(); ++i) hs.push_back(test::ToArray(heads[i], r->out_shapes()[i], dtype, ctx));
-  for (OpReqType req : {kWriteTo, kAddTo}) {
-    std::vector<NDArray> grads;
-    for (std::size_t i = 0; i < r->in_shapes().size(); ++i) {
-      const HostTensor z(static_cast<std::size_t>(r->in_shapes()[i].Size()), 0.0);
-      grads.push_back(test::ToArray(req == kAddTo ? init[i] : z, r->in_shapes()[i], dtype, ctx));
-    }
-    r->Backward(hs, a.in, a.out, a.aux, grads, std::vector<OpReqType>(grads.size(), req));
-    auto& dst = req == kAddTo ? res.grad_add : res.grad;
-    for (auto& g : grads) dst.push_back(test::ToHost(g));
-  }
-  return res;
+  return test::RunForwardBackward(c, inputs, heads, {}, {}, aux, init);
 }
 
 // Runs the case on both devices with the same inputs and compares everything.

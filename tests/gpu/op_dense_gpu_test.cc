@@ -27,30 +27,10 @@ class DenseGpuTest : public ::testing::Test {
 };
 
 // Outputs, then the gradient of every argument with kWriteTo, then with kAddTo onto `init`.
-struct Results {
-  std::vector<HostTensor> out, grad, grad_add;
-};
-
-Results Run(OpCase c, Context ctx, const std::vector<HostTensor>& inputs, const std::vector<HostTensor>& heads,
-            const std::vector<HostTensor>& init) {
+test::FwdBwd Run(OpCase c, Context ctx, const std::vector<HostTensor>& inputs, const std::vector<HostTensor>& heads,
+                 const std::vector<HostTensor>& init) {
   c.ctx = ctx;
-  auto r = test::MakeRunner(c);
-  test::OpArrays a = test::MakeArrays(*r, c, inputs, {});
-  r->Forward(true, a.in, a.out, a.aux);
-  Results res;
-  for (auto& o : a.out) res.out.push_back(test::ToHost(o));
-  std::vector<NDArray> h;
-  for (std::size_t i = 0; i < heads.size(); ++i) h.push_back(test::ToArray(heads[i], r->out_shapes()[i], c.dtype, ctx));
-  for (OpReqType req : {kWriteTo, kAddTo}) {
-    std::vector<NDArray> grads;
-    for (std::size_t i = 0; i < r->in_shapes().size(); ++i) {
-      grads.push_back(req == kAddTo ? test::ToArray(init[i], r->in_shapes()[i], c.dtype, ctx)
-                                    : NDArray::Zeros(r->in_shapes()[i], ctx, c.dtype));
-    }
-    r->Backward(h, a.in, a.out, a.aux, grads, std::vector<OpReqType>(grads.size(), req));
-    for (auto& g : grads) (req == kAddTo ? res.grad_add : res.grad).push_back(test::ToHost(g));
-  }
-  return res;
+  return test::RunForwardBackward(c, inputs, heads, {}, {}, {}, init);
 }
 
 // Runs c on the CPU and on GPU 0 with the same random float32 inputs and compares everything.
@@ -68,8 +48,8 @@ void Compare(const OpCase& base) {
   for (const auto& s : r->in_shapes()) inputs.push_back(test::RandomTensor(s, &rng));
   for (const auto& s : r->in_shapes()) init.push_back(test::RandomTensor(s, &rng));
   for (const auto& s : r->out_shapes()) heads.push_back(test::RandomTensor(s, &rng));
-  const Results cpu = Run(c, Context::CPU(), inputs, heads, init);
-  const Results gpu = Run(c, Context::GPU(0), inputs, heads, init);
+  const test::FwdBwd cpu = Run(c, Context::CPU(), inputs, heads, init);
+  const test::FwdBwd gpu = Run(c, Context::GPU(0), inputs, heads, init);
   const double rtol = 1e-4, atol = 1e-4;
   for (std::size_t i = 0; i < cpu.out.size(); ++i) {
     EXPECT_TRUE(Near(gpu.out[i], cpu.out[i], rtol, atol, "output " + std::to_string(i)));

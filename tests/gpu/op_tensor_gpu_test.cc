@@ -36,28 +36,14 @@ HostTensor Uniform(const TShape& s, std::uint64_t seed, double lo, double hi) {
   return test::RandomTensor(s, &rng, lo, hi);
 }
 
-struct Result {
-  std::vector<HostTensor> out, grad;
-};
+using Result = test::FwdBwd;
 
-// Forward, then Backward with `req` for every argument (init: the gradients' initial values).
+// Forward, then Backward with `req` for every argument (or arg_reqs; init: the gradients' initial values).
 Result Run(OpCase c, Context ctx, const std::vector<HostTensor>& inputs, const std::vector<HostTensor>& heads,
            OpReqType req, const std::vector<HostTensor>& init, const std::vector<OpReqType>& arg_reqs = {}) {
   c.ctx = ctx;
-  auto r = MakeRunner(c);
-  OpArrays a = MakeArrays(*r, c, inputs, {});
-  r->Forward(true, a.in, a.out, a.aux);
-  std::vector<NDArray> og, grads;
-  for (std::size_t i = 0; i < heads.size(); ++i) og.push_back(ToArray(heads[i], r->out_shapes()[i], c.dtype, ctx));
-  for (std::size_t i = 0; i < r->in_shapes().size(); ++i) {
-    grads.push_back(ToArray(init[i], r->in_shapes()[i], c.dtype, ctx));
-  }
-  std::vector<OpReqType> reqs = arg_reqs.empty() ? std::vector<OpReqType>(grads.size(), req) : arg_reqs;
-  r->Backward(og, a.in, a.out, a.aux, grads, reqs);
-  Result res;
-  for (auto& o : a.out) res.out.push_back(ToHost(o));
-  for (auto& g : grads) res.grad.push_back(ToHost(g));
-  return res;
+  std::vector<OpReqType> reqs = arg_reqs.empty() ? std::vector<OpReqType>(inputs.size(), req) : arg_reqs;
+  return test::RunForwardBackward(c, inputs, heads, std::move(reqs), init);
 }
 
 // Compares GPU with CPU for one case: forward, backward kWriteTo, backward kAddTo.

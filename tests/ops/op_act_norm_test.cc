@@ -20,51 +20,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Forward then Backward on one runner. heads: one per visible output; reqs/init: per argument (default
-// kWriteTo into zeros).
-struct FwdBwd {
-  std::vector<HostTensor> out, grad, aux;
-};
-FwdBwd RunForwardBackward(const OpCase& c, const std::vector<HostTensor>& inputs, const std::vector<HostTensor>& heads,
-                          std::vector<OpReqType> reqs = {}, const std::vector<HostTensor>& init = {},
-                          const std::vector<HostTensor>& aux = {}) {
-  auto r = MakeRunner(c);
-  OpArrays a = MakeArrays(*r, c, inputs, aux);
-  r->Forward(c.is_train, a.in, a.out, a.aux);
-  std::vector<NDArray> hs, grads;
-  for (std::size_t i = 0; i < heads.size(); ++i) hs.push_back(ToArray(heads[i], r->out_shapes()[i], c.dtype, c.ctx));
-  const std::size_t nargs = r->in_shapes().size();
-  if (reqs.empty()) reqs.assign(nargs, kWriteTo);
-  for (std::size_t i = 0; i < nargs; ++i) {
-    const HostTensor z(static_cast<std::size_t>(r->in_shapes()[i].Size()), 0.0);
-    grads.push_back(ToArray(init.empty() ? z : init[i], r->in_shapes()[i], c.dtype, c.ctx));
-  }
-  r->Backward(hs, a.in, a.out, a.aux, grads, reqs);
-  FwdBwd res;
-  for (auto& o : a.out) res.out.push_back(ToHost(o));
-  for (auto& g : grads) res.grad.push_back(ToHost(g));
-  for (auto& x : a.aux) res.aux.push_back(ToHost(x));
-  return res;
-}
-
-// Expects `fn` to throw a troupe::Error whose message contains every string in `parts`.
-template <typename Fn>
-void ExpectError(Fn&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown; expected one mentioning " << parts.front();
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_THAT(std::string(e.what()), HasSubstr(p));
-  }
-}
-
 void ExpectBadParam(const std::string& op, const Kwargs& kwargs, const std::string& param) {
-  ExpectError(
-      [&] {
-        auto p = OperatorProperty::Create(op);
-        p->Init(kwargs);
-      },
-      {op, param});
+  test::ExpectInitError(op, kwargs, {op, param});
 }
 
 const HostTensor kActIn = {-2, -0.5, 0, 1.5};

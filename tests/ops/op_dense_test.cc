@@ -16,6 +16,8 @@ namespace troupe {
 namespace {
 
 using test::CheckGradient;
+using test::ExpectError;
+using test::ExpectInitError;
 using test::GradCheckOptions;
 using test::HostTensor;
 using test::InferOutShapes;
@@ -23,36 +25,9 @@ using test::Near;
 using test::OpCase;
 using test::RunForward;
 
-// Expects `fn` to throw troupe::Error whose message contains every one of `parts`.
-template <typename F>
-void ExpectError(F&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no troupe::Error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
-
-void ExpectInitError(const std::string& op, const Kwargs& kwargs, const std::vector<std::string>& parts) {
-  SCOPED_TRACE(op);
-  ExpectError([&] { OperatorProperty::Create(op)->Init(kwargs); }, parts);
-}
-
-// Forward, then Backward with the given heads; returns the gradient of every argument (kWriteTo).
-std::vector<HostTensor> RunBackward(const OpCase& c, const std::vector<HostTensor>& inputs,
-                                    const HostTensor& head) {
-  auto r = test::MakeRunner(c);
-  test::OpArrays a = test::MakeArrays(*r, c, inputs, {});
-  r->Forward(true, a.in, a.out, a.aux);
-  std::vector<NDArray> grads;
-  for (const auto& s : r->in_shapes()) grads.push_back(NDArray::Zeros(s, c.ctx, c.dtype));
-  const std::vector<OpReqType> reqs(grads.size(), kWriteTo);
-  r->Backward({test::ToArray(head, r->out_shapes()[0], c.dtype, c.ctx)}, a.in, a.out, a.aux, grads, reqs);
-  std::vector<HostTensor> out;
-  for (auto& g : grads) out.push_back(test::ToHost(g));
-  return out;
+// Backward with one head (every operator here has one visible output); the arguments' gradients.
+std::vector<HostTensor> RunBackward(const OpCase& c, const std::vector<HostTensor>& inputs, const HostTensor& head) {
+  return test::RunForwardBackward(c, inputs, {head}).grad;
 }
 
 const HostTensor kOneToNine = {1, 2, 3, 4, 5, 6, 7, 8, 9};

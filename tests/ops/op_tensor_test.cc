@@ -21,6 +21,7 @@ namespace troupe {
 namespace {
 
 using test::CheckGradient;
+using test::ExpectError;
 using test::GradCheckOptions;
 using test::HostTensor;
 using test::InferOutShapes;
@@ -36,36 +37,11 @@ using test::ToHost;
 
 constexpr double kTol = 1e-12;
 
-// Runs `f` and expects a troupe::Error whose message contains every one of `parts`.
-void ExpectError(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a troupe::Error mentioning '" << parts.front() << "'";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
-  }
-}
-
-// Forward then Backward once with given heads; returns the input gradients. reqs default kWriteTo; init
-// gives the gradients' initial contents (default zeros).
+// Forward then Backward once with given heads; returns the input gradients (see test::RunForwardBackward).
 std::vector<HostTensor> RunBackward(const OpCase& c, const std::vector<HostTensor>& inputs,
                                     const std::vector<HostTensor>& heads, std::vector<OpReqType> reqs = {},
                                     const std::vector<HostTensor>& init = {}) {
-  auto r = MakeRunner(c);
-  OpArrays a = MakeArrays(*r, c, inputs, {});
-  r->Forward(true, a.in, a.out, a.aux);
-  std::vector<NDArray> og, grads;
-  for (std::size_t i = 0; i < heads.size(); ++i) og.push_back(ToArray(heads[i], r->out_shapes()[i], c.dtype, c.ctx));
-  for (std::size_t i = 0; i < r->in_shapes().size(); ++i) {
-    const auto n = static_cast<std::size_t>(r->in_shapes()[i].Size());
-    grads.push_back(ToArray(init.empty() ? HostTensor(n, 0.0) : init[i], r->in_shapes()[i], c.dtype, c.ctx));
-  }
-  if (reqs.empty()) reqs.assign(grads.size(), kWriteTo);
-  r->Backward(og, a.in, a.out, a.aux, grads, reqs);
-  std::vector<HostTensor> out;
-  for (auto& g : grads) out.push_back(ToHost(g));
-  return out;
+  return test::RunForwardBackward(c, inputs, heads, std::move(reqs), init).grad;
 }
 
 HostTensor Iota(std::int64_t n, double start = 1) {

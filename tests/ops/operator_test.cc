@@ -18,21 +18,10 @@ namespace troupe {
 namespace {
 
 using test::CheckGradient;
+using test::ExpectError;
 using test::HostTensor;
 using test::OpCase;
 using test::RunForward;
-
-// Expects `fn` to throw troupe::Error whose message contains every one of `parts`.
-template <typename F>
-void ExpectError(F&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no troupe::Error thrown";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
-}
 
 // ------------------------------------------------------------------------------------------ parameters
 struct DemoParam : Params<DemoParam> {
