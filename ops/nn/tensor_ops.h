@@ -162,14 +162,10 @@ struct FlattenParam : Params<FlattenParam> {
 
 // (d0, d1, ..., dk) -> (d0, d1 * ... * dk); the data is not moved, forward and backward are copies (nothing
 // at all when run in place).
-class FlattenProp : public OperatorProperty {
+// What Flatten and Reshape share: the output is the input's data under another shape, so both directions
+// may run in place (a copy, or nothing when the memory is shared) and backward reads only out_grad.
+class ReshapeLikeProp : public OperatorProperty {
  public:
-  void Init(const Kwargs& kwargs) override { param_.Init(kwargs, "Flatten"); }
-  Kwargs GetParams() const override { return param_.GetParams(); }
-  bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
-                  std::vector<TShape>* aux_shape) const override;
-  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<FlattenProp>(*this); }
-  std::string TypeString() const override { return "Flatten"; }
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& /*in_data*/,
                                              const std::vector<int>& /*out_data*/) const override {
     return {out_grad[0]};
@@ -184,6 +180,16 @@ class FlattenProp : public OperatorProperty {
                                                            const std::vector<void*>& in_grad) const override {
     return {{out_grad[0], in_grad[0]}};
   }
+};
+
+class FlattenProp : public ReshapeLikeProp {
+ public:
+  void Init(const Kwargs& kwargs) override { param_.Init(kwargs, "Flatten"); }
+  Kwargs GetParams() const override { return param_.GetParams(); }
+  bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
+                  std::vector<TShape>* aux_shape) const override;
+  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<FlattenProp>(*this); }
+  std::string TypeString() const override { return "Flatten"; }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override;
 
  private:
@@ -221,7 +227,7 @@ struct ReshapeParam : Params<ReshapeParam> {
 // Throws troupe::Error naming "Reshape", the 'shape' parameter and the input shape.
 TShape ReshapeOutputShape(const ReshapeParam& param, const TShape& in);
 
-class ReshapeProp : public OperatorProperty {
+class ReshapeProp : public ReshapeLikeProp {
  public:
   void Init(const Kwargs& kwargs) override;
   Kwargs GetParams() const override { return param_.GetParams(); }
@@ -229,20 +235,6 @@ class ReshapeProp : public OperatorProperty {
                   std::vector<TShape>* aux_shape) const override;
   std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<ReshapeProp>(*this); }
   std::string TypeString() const override { return "Reshape"; }
-  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& /*in_data*/,
-                                             const std::vector<int>& /*out_data*/) const override {
-    return {out_grad[0]};
-  }
-  std::vector<std::pair<int, void*>> ForwardInplaceOption(const std::vector<int>& in_data,
-                                                          const std::vector<void*>& out_data) const override {
-    return {{in_data[0], out_data[0]}};
-  }
-  std::vector<std::pair<int, void*>> BackwardInplaceOption(const std::vector<int>& out_grad,
-                                                           const std::vector<int>& /*in_data*/,
-                                                           const std::vector<int>& /*out_data*/,
-                                                           const std::vector<void*>& in_grad) const override {
-    return {{out_grad[0], in_grad[0]}};
-  }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override;
   const ReshapeParam& param() const { return param_; }
 
