@@ -47,7 +47,8 @@ struct DataBatch {
 class DataIter {
  public:
   virtual ~DataIter() = default;
-  // Rewinds to the first batch of a new epoch (reshuffling when the iterator shuffles).
+  // Rewinds to the first batch of a new epoch. Whether the order changes per epoch is the iterator's
+  // (NDArrayIter reshuffles here; MNISTIter, as MXNet's, shuffles once when it is created).
   virtual void BeforeFirst() = 0;
   // Advances to the next batch; false at the end of the epoch.
   virtual bool Next() = 0;
