@@ -1,1 +1,650 @@
-// placeholder: ImageRecordIter (issue 5)
+// ImageRecordIter (MXNet 1.9's mx.io.ImageRecordIter): batches of JPEG images from a RecordIO .rec file,
+// decoded with libjpeg(-turbo) and augmented on a pool of threads.
+//
+// A record is MXNet's image record (io/recordio.h: ImageRecordHeader, then the JPEG bytes). Per sample, as
+// MXNet 1.9.1's ImageRecordIOParser2 with the default augmenter (src/io/iter_image_recordio_2.cc,
+// image_aug_default.cc):
+//   1. decode to RGB (data_shape C = 3) or grayscale (C = 1);
+//   2. resize > 0: scale so that the shorter side is `resize` (the longer one resize * long / short,
+//      integer division, as MXNet), bilinear with OpenCV's half-pixel centres;
+//   3. crop H x W: centre ((rows - H) / 2, (cols - W) / 2) or, with rand_crop, a uniform random corner.
+//      An image smaller than H x W is an error, as in MXNet ("input image size smaller than input shape"):
+//      it is neither padded nor resized up; the message suggests `resize=`;
+//   4. mirror left-right with probability 1/2 when rand_mirror (always when mirror=True);
+//   5. out = (pixel - mean_c) * (scale / std_c), float32, CHW (channels R, G, B; C = 1 uses mean_r, std_r).
+// Labels: header.label when header.flag is 0 (then label_width must be 1, as MXNet), else the first
+// label_width of the header's labels (MXNet demands flag == label_width exactly; we accept more and take
+// the first ones, fewer is an error). Batches: data (batch, C, H, W); label (batch,) for label_width 1
+// (MXNet's C API reshapes (batch, 1) to (batch,)), else (batch, label_width).
+//
+// Record order and sharding: with path_imgidx the records are the .idx entries sorted by offset (dmlc's
+// indexed_recordio reader sorts them too); without it the file is scanned once at creation to find every
+// record's offset (pass the .idx for big files). Part `part_index` of `num_parts` is the contiguous range
+// ShardRange gives over that list. shuffle=True permutes the part's records, anew every epoch, with a
+// Fisher-Yates over std::mt19937_64(seed + epoch) (MXNet needs the .idx for a true shuffle; we have every
+// offset either way, so the .idx is optional here). DataBatch::index is each record's header id
+// (header.id, MXNet's image_index()), not its position in the file.
+//
+// Randomness: every random decision for a sample (crop corner, mirror) comes from its own generator seeded
+// with (seed, epoch, the record's position in the file), so batches are the same for any
+// preprocess_threads and any thread scheduling; the same seed gives the same batches, another seed other
+// crops. (MXNet seeds one generator per thread, so its crops depend on scheduling; ours do not match it.)
+//
+// The last batch follows MXNet 1.9's parser:
+//   round_batch=True   completed with records from the start of the next epoch's order; num_batch_padd
+//                      counts them, and that next epoch (after BeforeFirst) continues after them.
+//   round_batch=False  completed by wrapping to the start of this epoch's order; num_batch_padd counts the
+//                      repeats (MXNet leaves stale data there and reports 0 padding); the next epoch starts
+//                      at its beginning.
+//
+// Errors: a missing or corrupt .rec/.idx file is RecordIOReader's / ReadRecordIndex's troupe::Error (file
+// and byte offset / line). An image libjpeg cannot decode (including one cut short: libjpeg only warns
+// "Premature end of JPEG file" and pads with grey, we refuse it), a label mismatch or an image smaller than
+// the crop is a troupe::Error naming the .rec file, the record's byte offset and its id. libjpeg's
+// error_exit is replaced by one that longjmps back into the decoding function, which holds no C++ objects
+// with destructors between setjmp and the jump, so libjpeg never calls exit() and nothing leaks.
+//
+// Threads: each batch's records are read sequentially by the caller's thread (one RecordIOReader), then
+// decoded and augmented by preprocess_threads threads (the caller and preprocess_threads - 1 pool threads
+// kept for the iterator's life), each writing its samples straight into the batch's fresh NDArray. Like
+// MXNet, preprocess_threads is capped at the number of hardware threads.
+// jpeglib.h uses size_t and FILE without including their headers.
+#include <cstddef>
+#include <cstdio>
+// clang-format off
+#include <jpeglib.h>
+#include <jerror.h>
+// clang-format on
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <csetjmp>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "actors/error.h"
+#include "io/internal/shuffle.h"
+#include "io/io.h"
+#include "io/recordio.h"
+
+namespace troupe {
+namespace {
+
+constexpr const char* kWho = "ImageRecordIter";
+
+struct ImageRecordParam : Params<ImageRecordParam> {
+  std::string path_imgrec;
+  std::string path_imgidx;
+  TShape data_shape;
+  int batch_size = 0;
+  int label_width = 1;
+  bool shuffle = false;
+  int seed = 0;
+  bool rand_crop = false;
+  bool rand_mirror = false;
+  bool mirror = false;
+  float mean_r = 0, mean_g = 0, mean_b = 0;
+  float std_r = 1, std_g = 1, std_b = 1;
+  float scale = 1;
+  int resize = -1;
+  int preprocess_threads = 4;
+  int num_parts = 1;
+  int part_index = 0;
+  bool round_batch = true;
+  bool verbose = true;
+  static void Declare(ParamSchema<ImageRecordParam>& s) {
+    s.Field("path_imgrec", &ImageRecordParam::path_imgrec).Describe("Path to the image RecordIO (.rec) file.");
+    s.Field("path_imgidx", &ImageRecordParam::path_imgidx)
+        .Default("")
+        .Describe("Path to the image RecordIO index (.idx) file; without it the .rec is scanned once.");
+    s.Field("data_shape", &ImageRecordParam::data_shape)
+        .Describe("The shape of one output image: (channels, height, width), channels 1 or 3.");
+    s.Field("batch_size", &ImageRecordParam::batch_size).LowerBound(1).Describe("Batch size.");
+    s.Field("label_width", &ImageRecordParam::label_width)
+        .Default(1)
+        .LowerBound(1)
+        .Describe("The number of labels per image.");
+    s.Field("shuffle", &ImageRecordParam::shuffle)
+        .Default(false)
+        .Describe("Whether to shuffle the records (anew every epoch).");
+    s.Field("seed", &ImageRecordParam::seed).Default(0).Describe("Random seed of the shuffle and the augmentations.");
+    s.Field("rand_crop", &ImageRecordParam::rand_crop).Default(false).Describe("Whether to crop at a random place.");
+    s.Field("rand_mirror", &ImageRecordParam::rand_mirror)
+        .Default(false)
+        .Describe("Whether to mirror the image left-right with probability 1/2.");
+    s.Field("mirror", &ImageRecordParam::mirror).Default(false).Describe("Whether to mirror every image.");
+    s.Field("mean_r", &ImageRecordParam::mean_r).Default(0.0f).Describe("Mean subtracted from the R channel.");
+    s.Field("mean_g", &ImageRecordParam::mean_g).Default(0.0f).Describe("Mean subtracted from the G channel.");
+    s.Field("mean_b", &ImageRecordParam::mean_b).Default(0.0f).Describe("Mean subtracted from the B channel.");
+    s.Field("std_r", &ImageRecordParam::std_r).Default(1.0f).Describe("Standard deviation of the R channel.");
+    s.Field("std_g", &ImageRecordParam::std_g).Default(1.0f).Describe("Standard deviation of the G channel.");
+    s.Field("std_b", &ImageRecordParam::std_b).Default(1.0f).Describe("Standard deviation of the B channel.");
+    s.Field("scale", &ImageRecordParam::scale).Default(1.0f).Describe("Multiplier of every value after normalising.");
+    s.Field("resize", &ImageRecordParam::resize)
+        .Default(-1)
+        .Describe("Resize the shorter edge to this size before cropping; -1: no resize.");
+    s.Field("preprocess_threads", &ImageRecordParam::preprocess_threads)
+        .Default(4)
+        .LowerBound(1)
+        .Describe("The number of threads that decode and augment images.");
+    s.Field("num_parts", &ImageRecordParam::num_parts).Default(1).LowerBound(1).Describe("Partitions of the records.");
+    s.Field("part_index", &ImageRecordParam::part_index)
+        .Default(0)
+        .LowerBound(0)
+        .Describe("The partition this iterator reads, in [0, num_parts).");
+    s.Field("round_batch", &ImageRecordParam::round_batch)
+        .Default(true)
+        .Describe("Whether to complete the last batch from the next epoch (round robin).");
+    s.Field("verbose", &ImageRecordParam::verbose).Default(true).Describe("Accepted for MXNet; prints nothing.");
+  }
+};
+
+// ------------------------------------------------------------------------------------------ JPEG decoding
+struct JpegErrorManager {
+  jpeg_error_mgr pub;  // first: libjpeg sees a jpeg_error_mgr*
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool truncated;
+};
+
+[[noreturn]] void JpegErrorExit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+void JpegEmitMessage(j_common_ptr cinfo, int msg_level) {
+  // Warnings (level -1) are corrupt-data notices; libjpeg goes on decoding. A premature end means a cut-off
+  // image whose missing part libjpeg fills with grey: remember it and refuse the image afterwards.
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  if (msg_level < 0) {
+    ++cinfo->err->num_warnings;
+    if (cinfo->err->msg_code == JWRN_JPEG_EOF && !err->truncated) {
+      err->truncated = true;
+      (*cinfo->err->format_message)(cinfo, err->message);
+    }
+  }
+}
+
+// Decodes a JPEG into interleaved 8-bit pixels (RGB or gray). Returns false with *message set when libjpeg
+// fails. No object with a destructor lives in this frame between setjmp and a longjmp: `out` belongs to the
+// caller and is resized before any libjpeg call that can fail afterwards reads into it.
+bool DecodeJpeg(const unsigned char* data, std::size_t size, bool gray, std::vector<unsigned char>* out, int* width,
+                int* height, std::string* message) {
+  jpeg_decompress_struct cinfo;
+  JpegErrorManager err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = JpegErrorExit;
+  err.pub.emit_message = JpegEmitMessage;
+  err.message[0] = '\0';
+  err.truncated = false;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    *message = err.message;
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  const std::size_t row_bytes = static_cast<std::size_t>(cinfo.output_width) * cinfo.output_components;
+  const std::size_t bytes = row_bytes * cinfo.output_height;
+  bool alloc_failed = false;
+  try {
+    out->resize(bytes);
+  } catch (const std::bad_alloc&) {
+    alloc_failed = true;
+  }
+  if (alloc_failed) {
+    jpeg_destroy_decompress(&cinfo);
+    std::snprintf(err.message, sizeof(err.message), "out of memory for a %ux%u image", cinfo.output_width,
+                  cinfo.output_height);
+    *message = err.message;
+    return false;
+  }
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = out->data() + row_bytes * cinfo.output_scanline;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  *width = static_cast<int>(cinfo.output_width);
+  *height = static_cast<int>(cinfo.output_height);
+  jpeg_destroy_decompress(&cinfo);
+  if (err.truncated) {
+    *message = err.message;
+    return false;
+  }
+  return true;
+}
+
+// Bilinear resize of interleaved 8-bit pixels, sampling at half-pixel centres as OpenCV's INTER_LINEAR
+// (src = (dst + 0.5) * ratio - 0.5, clamped to the edge).
+void ResizeBilinear(const std::vector<unsigned char>& src, int sw, int sh, int channels, int dw, int dh,
+                    std::vector<unsigned char>* dst) {
+  dst->resize(static_cast<std::size_t>(dw) * dh * channels);
+  auto taps = [](int s, int d, std::vector<int>* lo, std::vector<float>* w) {
+    lo->resize(static_cast<std::size_t>(d));
+    w->resize(static_cast<std::size_t>(d));
+    const double ratio = static_cast<double>(s) / d;
+    for (int i = 0; i < d; ++i) {
+      double f = (i + 0.5) * ratio - 0.5;
+      if (f < 0) f = 0;
+      int i0 = static_cast<int>(f);
+      double frac = f - i0;
+      if (i0 >= s - 1) {
+        i0 = s - 1;
+        frac = 0;
+      }
+      (*lo)[static_cast<std::size_t>(i)] = i0;
+      (*w)[static_cast<std::size_t>(i)] = static_cast<float>(frac);
+    }
+  };
+  std::vector<int> x0, y0;
+  std::vector<float> wx, wy;
+  taps(sw, dw, &x0, &wx);
+  taps(sh, dh, &y0, &wy);
+  const std::size_t stride = static_cast<std::size_t>(sw) * channels;
+  for (int y = 0; y < dh; ++y) {
+    const int ya = y0[static_cast<std::size_t>(y)], yb = std::min(ya + 1, sh - 1);
+    const float fy = wy[static_cast<std::size_t>(y)];
+    const unsigned char* ra = src.data() + stride * static_cast<std::size_t>(ya);
+    const unsigned char* rb = src.data() + stride * static_cast<std::size_t>(yb);
+    unsigned char* o = dst->data() + static_cast<std::size_t>(y) * dw * channels;
+    for (int x = 0; x < dw; ++x) {
+      const int xa = x0[static_cast<std::size_t>(x)], xb = std::min(xa + 1, sw - 1);
+      const float fx = wx[static_cast<std::size_t>(x)];
+      for (int c = 0; c < channels; ++c) {
+        const float top = ra[xa * channels + c] + (ra[xb * channels + c] - ra[xa * channels + c]) * fx;
+        const float bot = rb[xa * channels + c] + (rb[xb * channels + c] - rb[xa * channels + c]) * fx;
+        const float v = top + (bot - top) * fy;
+        o[x * channels + c] = static_cast<unsigned char>(std::clamp(v + 0.5f, 0.0f, 255.0f));
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------ randomness
+std::uint64_t Mix64(std::uint64_t z) {  // splitmix64's finaliser: a bijection that scatters every input bit
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// A small generator per sample (splitmix64), seeded from (seed, epoch, record): the decisions for a sample
+// never depend on which thread handles it or in which order.
+class SampleRng {
+ public:
+  SampleRng(std::int64_t seed, std::uint64_t epoch, std::uint64_t record)
+      : state_(Mix64(Mix64(Mix64(static_cast<std::uint64_t>(seed)) ^ epoch) ^ record)) {}
+  std::uint64_t Next() { return Mix64(state_ += 0x9e3779b97f4a7c15ULL); }
+  // Uniform in [0, n] (multiply-shift; bias below 2^-40 for image sizes).
+  std::uint64_t UpTo(std::uint64_t n) {
+    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(Next()) * (n + 1)) >> 64);
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+// ------------------------------------------------------------------------------------------ thread pool
+// Runs fn(0 .. n-1) on the caller and `workers` pool threads, which live as long as the pool. Indices are
+// handed out through an atomic counter; when several calls throw, the exception of the lowest index is
+// rethrown (the same one whatever the scheduling).
+class WorkPool {
+ public:
+  explicit WorkPool(int workers) {
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~WorkPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  WorkPool(const WorkPool&) = delete;
+  WorkPool& operator=(const WorkPool&) = delete;
+
+  void ParallelFor(std::size_t n, const std::function<void(std::size_t)>& fn) {
+    error_ = nullptr;
+    error_index_ = n;
+    next_.store(0);
+    if (threads_.empty() || n <= 1) {
+      Work(fn, n);
+    } else {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_ = &fn;
+        n_ = n;
+        next_.store(0);
+        busy_ = threads_.size();
+        ++generation_;
+      }
+      work_cv_.notify_all();
+      Work(fn, n);  // the caller is one of the workers
+      std::unique_lock<std::mutex> lock(mu_);
+      // Every pool thread takes part in every generation (busy_ counts them), so none can still be
+      // working on this job, or miss the next one, once busy_ is 0.
+      done_cv_.wait(lock, [this] { return busy_ == 0; });
+      job_ = nullptr;
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void Work(const std::function<void(std::size_t)>& fn, std::size_t n) {
+    for (std::size_t i; (i = next_.fetch_add(1)) < n;) {
+      try {
+        fn(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu_);
+        if (!error_ || i < error_index_) {
+          error_ = std::current_exception();
+          error_index_ = i;
+        }
+      }
+    }
+  }
+
+  void Loop() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      const auto* job = job_;
+      const std::size_t n = n_;
+      lock.unlock();
+      Work(*job, n);
+      lock.lock();
+      if (--busy_ == 0) done_cv_.notify_all();
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  const std::function<void(std::size_t)>* job_ = nullptr;
+  std::size_t n_ = 0;
+  std::size_t busy_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::atomic<std::size_t> next_{0};
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+  std::size_t error_index_ = 0;
+};
+
+// ------------------------------------------------------------------------------------------ the iterator
+class ImageRecordIter : public DataIter {
+ public:
+  explicit ImageRecordIter(const Kwargs& kwargs) {
+    param_.Init(kwargs, kWho);  // CreateDataIter has taken prefetch_buffer out already
+    const TShape& ds = param_.data_shape;
+    if (ds.ndim() != 3 || (ds[0] != 1 && ds[0] != 3) || ds[1] < 1 || ds[2] < 1) {
+      throw Error(std::string(kWho) + ": data_shape must be (channels, height, width) with channels 1 (gray) or 3 " +
+                  "(RGB) and a positive height and width, got " + param_detail::PrintTuple(ds.ToVector()));
+    }
+    channels_ = static_cast<int>(ds[0]);
+    height_ = static_cast<int>(ds[1]);
+    width_ = static_cast<int>(ds[2]);
+    if (param_.resize != -1 && param_.resize < 1) {
+      throw Error(std::string(kWho) + ": resize must be -1 (no resize) or a positive size, got " +
+                  std::to_string(param_.resize));
+    }
+    if (param_.part_index >= param_.num_parts) {
+      throw Error(std::string(kWho) + ": part_index=" + std::to_string(param_.part_index) +
+                  " is not below num_parts=" + std::to_string(param_.num_parts) +
+                  "; parts are numbered 0 .. num_parts-1");
+    }
+    const float stds[3] = {param_.std_r, param_.std_g, param_.std_b};
+    const float means[3] = {param_.mean_r, param_.mean_g, param_.mean_b};
+    const char* std_names[3] = {"std_r", "std_g", "std_b"};
+    for (int c = 0; c < 3; ++c) {
+      if (stds[c] == 0.0f) {
+        throw Error(std::string(kWho) + ": " + std_names[c] + " is 0; it divides every value of its channel");
+      }
+      mean_[c] = means[c];
+      mult_[c] = param_.scale / stds[c];
+    }
+
+    std::vector<std::uint64_t> offsets;
+    try {  // the reader's errors name the file and offset; say which iterator and parameter they concern
+      reader_ = std::make_unique<RecordIOReader>(param_.path_imgrec);
+      if (!param_.path_imgidx.empty()) {
+        for (const auto& [key, offset] : ReadRecordIndex(param_.path_imgidx)) offsets.push_back(offset);
+        std::sort(offsets.begin(), offsets.end());
+      } else {
+        std::string record;
+        for (;;) {
+          const std::uint64_t at = reader_->Tell();
+          if (!reader_->Next(&record)) break;
+          offsets.push_back(at);
+        }
+      }
+    } catch (const Error& e) {
+      throw Error(std::string(kWho) + " (path_imgrec='" + param_.path_imgrec + "', path_imgidx='" +
+                  param_.path_imgidx + "'): " + e.what());
+    }
+    const auto [begin, end] = ShardRange(offsets.size(), param_.num_parts, param_.part_index, kWho);
+    if (begin == end) {
+      throw Error(std::string(kWho) + ": part " + std::to_string(param_.part_index) + " of " +
+                  std::to_string(param_.num_parts) + " of '" + param_.path_imgrec + "' (" +
+                  std::to_string(offsets.size()) + (offsets.size() == 1 ? " record" : " records") + ") is empty; use fewer parts or more records");
+    }
+    first_record_ = begin;
+    offsets_.assign(offsets.begin() + static_cast<std::ptrdiff_t>(begin),
+                    offsets.begin() + static_cast<std::ptrdiff_t>(end));
+    const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    pool_ = std::make_unique<WorkPool>(std::min(param_.preprocess_threads, hw) - 1);
+    MakeOrder();
+  }
+
+  void BeforeFirst() override {
+    if (overflow_) {
+      overflow_ = false;  // the padded batch already started the next epoch
+    } else if (consumed_) {
+      ++epoch_;
+      MakeOrder();
+      pos_ = 0;
+    }
+    consumed_ = false;
+  }
+
+  bool Next() override {
+    const std::size_t n = offsets_.size();
+    if (overflow_ || pos_ >= n) return false;
+    const auto bs = static_cast<std::size_t>(param_.batch_size);
+    // (record within the part, epoch whose random draws it gets)
+    std::vector<std::pair<std::size_t, std::uint64_t>> slots;
+    slots.reserve(bs);
+    while (slots.size() < bs && pos_ < n) slots.emplace_back(order_[pos_++], epoch_);
+    int pad = 0;
+    if (slots.size() < bs) {
+      pad = static_cast<int>(bs - slots.size());
+      if (param_.round_batch) {
+        ++epoch_;
+        MakeOrder();
+        pos_ = 0;
+        while (slots.size() < bs) {
+          slots.emplace_back(order_[pos_], epoch_);
+          pos_ = (pos_ + 1) % n;
+        }
+        overflow_ = true;
+      } else {
+        for (std::size_t k = 0; slots.size() < bs; k = (k + 1) % n) slots.emplace_back(order_[k], epoch_);
+      }
+    }
+    // Reading is sequential (one reader); decoding, the expensive part, is parallel.
+    std::vector<std::string> raw(bs);
+    for (std::size_t i = 0; i < bs; ++i) {
+      const std::uint64_t offset = offsets_[slots[i].first];
+      if (reader_->Tell() != offset) reader_->Seek(offset);
+      if (!reader_->Next(&raw[i])) {
+        throw Error(std::string(kWho) + ": '" + param_.path_imgrec + "' ends before the record at byte offset " +
+                    std::to_string(offset) + (param_.path_imgidx.empty() ? "" : " listed in '" + param_.path_imgidx + "'") +
+                    "; the .idx does not belong to this .rec or the file is truncated");
+      }
+    }
+    const TShape data_shape = DataShapes()[0], label_shape = LabelShapes()[0];
+    NDArray data(data_shape, Context::CPU());
+    NDArray label(label_shape, Context::CPU());
+    // Fresh arrays with nothing pushed on them: after WaitToWrite the workers may fill their memory directly.
+    data.WaitToWrite();
+    label.WaitToWrite();
+    float* d = data.data().dptr_as<float>();
+    float* l = label.data().dptr_as<float>();
+    std::vector<std::uint64_t> index(bs);
+    const std::size_t sample_size = static_cast<std::size_t>(channels_) * height_ * width_;
+    pool_->ParallelFor(bs, [&](std::size_t i) {
+      const std::size_t local = slots[i].first;
+      index[i] = Process(raw[i], offsets_[local], first_record_ + local, slots[i].second, d + i * sample_size,
+                         l + i * static_cast<std::size_t>(param_.label_width));
+    });
+    value_.data = {std::move(data)};
+    value_.label = {std::move(label)};
+    value_.num_batch_padd = pad;
+    value_.index = std::move(index);
+    consumed_ = true;
+    return true;
+  }
+
+  const DataBatch& Value() const override { return value_; }
+
+  std::vector<TShape> DataShapes() const override {
+    return {TShape{param_.batch_size, channels_, height_, width_}};
+  }
+  std::vector<TShape> LabelShapes() const override {
+    if (param_.label_width == 1) return {TShape{param_.batch_size}};
+    return {TShape{param_.batch_size, param_.label_width}};
+  }
+
+ private:
+  void MakeOrder() {
+    order_.resize(offsets_.size());
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    if (!param_.shuffle) return;
+    internal::ShuffleOrder(&order_, static_cast<std::uint64_t>(static_cast<std::int64_t>(param_.seed)) + epoch_);
+  }
+
+  // Decodes and augments one record into out (C*H*W floats) and label (label_width floats); returns the
+  // record's header id. Runs on pool threads: touches only its arguments and read-only members.
+  std::uint64_t Process(const std::string& raw, std::uint64_t offset, std::uint64_t record, std::uint64_t epoch,
+                        float* out, float* label) const {
+    const std::string where =
+        std::string(kWho) + ": '" + param_.path_imgrec + "' record at byte offset " + std::to_string(offset);
+    std::string payload;
+    const ImageRecordHeader header = UnpackImageRecord(raw, &payload, where);
+    const std::string what = where + " (image id " + std::to_string(header.id) + ")";
+    const auto lw = static_cast<std::size_t>(param_.label_width);
+    if (header.flag == 0) {
+      if (lw != 1) {
+        throw Error(what + " has one label but label_width=" + std::to_string(lw) +
+                    "; pack label_width labels per image or set label_width=1");
+      }
+      label[0] = header.label;
+    } else {
+      if (header.labels.size() < lw) {
+        throw Error(what + " has " + std::to_string(header.labels.size()) + " labels but label_width=" +
+                    std::to_string(lw) + "; set label_width to at most the labels packed per image");
+      }
+      std::copy_n(header.labels.begin(), lw, label);
+    }
+
+    thread_local std::vector<unsigned char> pixels, resized;
+    int w = 0, h = 0;
+    std::string message;
+    if (!DecodeJpeg(reinterpret_cast<const unsigned char*>(payload.data()), payload.size(), channels_ == 1, &pixels,
+                    &w, &h, &message)) {
+      throw Error(what + ": cannot decode the JPEG image (" + std::to_string(payload.size()) +
+                  " bytes): libjpeg: " + message + "; re-encode the image and pack the .rec again");
+    }
+    const std::vector<unsigned char>* img = &pixels;
+    if (param_.resize > 0) {
+      int nw, nh;
+      // As MXNet: the shorter side becomes `resize`, the other scales with integer division.
+      if (h > w) {
+        nw = param_.resize;
+        nh = static_cast<int>(static_cast<std::int64_t>(param_.resize) * h / w);
+      } else {
+        nh = param_.resize;
+        nw = static_cast<int>(static_cast<std::int64_t>(param_.resize) * w / h);
+      }
+      ResizeBilinear(pixels, w, h, channels_, nw, nh, &resized);
+      img = &resized;
+      w = nw;
+      h = nh;
+    }
+    if (h < height_ || w < width_) {
+      throw Error(what + ": the image is " + std::to_string(w) + "x" + std::to_string(h) +
+                  " (width x height" + (param_.resize > 0 ? " after resize" : "") +
+                  "), smaller than the crop of data_shape " + std::to_string(width_) + "x" + std::to_string(height_) +
+                  "; set resize= to at least " + std::to_string(std::max(height_, width_)) +
+                  " or make data_shape smaller");
+    }
+    SampleRng rng(param_.seed, epoch, record);
+    std::size_t y = static_cast<std::size_t>(h - height_), x = static_cast<std::size_t>(w - width_);
+    if (param_.rand_crop) {
+      y = rng.UpTo(y);
+      x = rng.UpTo(x);
+    } else {
+      y /= 2;
+      x /= 2;
+    }
+    const bool mirrored = (param_.rand_mirror && (rng.Next() >> 63) != 0) || param_.mirror;
+    const std::size_t plane = static_cast<std::size_t>(height_) * width_;
+    const std::size_t stride = static_cast<std::size_t>(w) * channels_;
+    for (int i = 0; i < height_; ++i) {
+      const unsigned char* row = img->data() + (y + i) * stride + x * channels_;
+      for (int c = 0; c < channels_; ++c) {
+        float* o = out + c * plane + static_cast<std::size_t>(i) * width_;
+        const float mean = mean_[c], mult = mult_[c];
+        if (mirrored) {
+          for (int j = 0; j < width_; ++j) o[width_ - 1 - j] = (row[j * channels_ + c] - mean) * mult;
+        } else {
+          for (int j = 0; j < width_; ++j) o[j] = (row[j * channels_ + c] - mean) * mult;
+        }
+      }
+    }
+    return header.id;
+  }
+
+  ImageRecordParam param_;
+  int channels_ = 3, height_ = 0, width_ = 0;
+  float mean_[3] = {0, 0, 0};
+  float mult_[3] = {1, 1, 1};  // scale / std per channel
+  std::unique_ptr<RecordIOReader> reader_;
+  std::vector<std::uint64_t> offsets_;  // this part's records, in file order
+  std::uint64_t first_record_ = 0;      // position in the file's record list of offsets_[0]
+  std::vector<std::size_t> order_;      // this epoch's order of offsets_
+  std::uint64_t epoch_ = 0;
+  std::size_t pos_ = 0;                 // next position in order_
+  bool overflow_ = false;               // the last batch was completed from the next epoch (round_batch)
+  bool consumed_ = false;               // a batch was returned since the last BeforeFirst()
+  std::unique_ptr<WorkPool> pool_;
+  DataBatch value_;
+};
+
+TROUPE_REGISTER_DATA_ITER(ImageRecordIter,
+                          [](const Kwargs& kwargs) -> std::unique_ptr<DataIter> {
+                            return std::make_unique<ImageRecordIter>(kwargs);
+                          })
+    .describe("Iterates on image RecordIO files (JPEG), decoding and augmenting on a pool of threads.")
+    .add_arguments(ImageRecordParam::Docs());
+
+}  // namespace
+}  // namespace troupe

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "actors/error.h"
+#include "io/internal/shuffle.h"
 #include "io/io.h"
 
 namespace troupe {
@@ -271,14 +272,7 @@ class MNISTIter : public DataIter {
                    labels.bytes.begin() + static_cast<std::ptrdiff_t>(labels.data_offset + end));
     order_.resize(end - begin);
     for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
-    if (param_.shuffle) {
-      std::mt19937_64 rng(static_cast<std::uint64_t>(static_cast<std::int64_t>(param_.seed)));
-      for (std::size_t i = order_.size(); i > 1; --i) {
-        // Multiply-shift maps a 64-bit draw onto [0, i); the bias is below 2^-40 for any data set size.
-        const auto j = static_cast<std::size_t>((static_cast<unsigned __int128>(rng()) * i) >> 64);
-        std::swap(order_[i - 1], order_[j]);
-      }
-    }
+    if (param_.shuffle) internal::ShuffleOrder(&order_, static_cast<std::uint64_t>(static_cast<std::int64_t>(param_.seed)));
   }
 
   void BeforeFirst() override { loc_ = 0; }
