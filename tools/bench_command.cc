@@ -99,6 +99,36 @@ constexpr const char* kOpsExamples =
     "  TROUPE_BLAS_THREADS=1 troupe bench ops --workloads fc --json fc1.json\n"
     "      TROUPE_* settings apply to the engine and its OpenBLAS thread count (both are in the JSON)";
 
+constexpr const char* kIoDescription =
+    "Measure the data iterators against the library work they cannot avoid, each anchor measured in the same "
+    "run and alternated with its figure. A call is one epoch INCLUDING creating the iterator; every figure runs "
+    "untimed first (warm-up), then --repeat timed runs of at least 3 calls; the median and the best run are "
+    "reported. (a) mnist: MNISTIter over Fashion-MNIST train (60,000 samples from --mnist-dir; the t10k files "
+    "with --quick), batch 128, shuffle off, prefetch on, against gzread of the same two .gz files with zlib "
+    "alone, in samples/s; checks: the label file holds 6,000 labels per class (1,000 with --quick), an epoch "
+    "delivers the data set rounded down to whole batches (MNISTIter drops the incomplete last batch, as "
+    "MXNet's does: 59,904 samples) with the labels of those samples in the file. (b) imagerec: "
+    "ImageRecordIter over a .rec of --images JPEGs (256x256, generated with libjpeg into a temporary folder "
+    "and packed as `troupe im2rec` packs them), data_shape (3,224,224), batch 64, preprocess_threads "
+    "--threads, against decoding the same JPEG bytes from memory with libjpeg alone on --threads threads, in "
+    "images/s; checks: the data shape is (64,3,224,224), images per epoch equal --images, the label histogram "
+    "equals the one packed. When ImageRecordIter is not in the build, imagerec is reported as unavailable "
+    "(not a failure). The ratio is anchor time / iterator time; the JSON holds every figure, the anchors, the "
+    "ratios and the targets (both >= 0.8). Progress goes to stderr, a table to stdout. Exit status: 0 when every "
+    "check passed (targets are reported, not enforced), 1 when one failed (the JSON says which, with "
+    "\"ok\": false), 2 on bad usage.";
+
+constexpr const char* kIoExamples =
+    "Examples:\n"
+    "  troupe bench io --json io.json\n"
+    "      the full run (about 1-2 minutes on 2 cores)\n"
+    "  troupe bench io --quick --json /tmp/smoke.json\n"
+    "      small data: checks that the harness and the in-run checks pass\n"
+    "  troupe bench io --workloads imagerec --images 500 --threads 4 --json rec.json\n"
+    "      only ImageRecordIter, 500 JPEGs, 4 decoding threads (iterator and anchor alike)\n"
+    "  troupe bench io --workloads mnist --mnist-dir ~/fashion-mnist --json mnist.json\n"
+    "      only MNISTIter, over the .gz files in another folder";
+
 // A number as a person writes it: 0.2, not 0.200000.
 std::string FormatNumber(double v) {
   std::ostringstream os;
@@ -118,6 +148,7 @@ BenchCommand::BenchCommand(CLI::App* root) {
       "  troupe bench engine --json engine.json\n"
       "  troupe bench ndarray --json ndarray.json\n"
       "  troupe bench ops --json ops.json\n"
+      "  troupe bench io --json io.json\n"
       "  troupe bench ops --help\n");
 
   // --- engine ---------------------------------------------------------------------------------------
@@ -260,6 +291,44 @@ BenchCommand::BenchCommand(CLI::App* root) {
       ->type_name("N");
   ops->allow_extras(false);
   workloads_.push_back({"ops", ops, [this] { return bench::RunOpsBench(ops_options_); }});
+
+  // --- io -------------------------------------------------------------------------------------------
+  bench::IoBenchOptions& q = io_options_;
+  CLI::App* io =
+      app_->add_subcommand("io", "MNISTIter and ImageRecordIter epochs against zlib inflate and libjpeg decode alone");
+  io->footer(std::string(kIoDescription) + "\n\n" + kIoExamples + "\n");
+  io->add_option("--json", q.json_path, "Write the results to FILE (pretty-printed JSON)")
+      ->required()
+      ->type_name("FILE");
+  io->add_flag("--quick", q.quick,
+               "Small data (t10k files, " + std::to_string(bench::kIoQuickImages) +
+                   " JPEGs), one repetition: a smoke run for CTest");
+  io->add_option("--repeat", q.repeat,
+                 "Timed runs per figure (each at least 3 epochs); the median and the best are reported (default " +
+                     std::to_string(bench::kIoDefaultRepeat) + ", 1 with --quick)")
+      ->check(CLI::Range(1, 1000))
+      ->type_name("R");
+  io->add_option("--workloads", q.workloads, "Which workloads: any of mnist, imagerec")
+      ->delimiter(',')
+      ->check(CLI::IsMember(bench::IoBenchWorkloads()))
+      ->type_name("LIST")
+      ->capture_default_str();
+  io->add_option("--mnist-dir", q.mnist_dir, "mnist: folder of the Fashion-MNIST train-*/t10k-* .gz files")
+      ->type_name("DIR")
+      ->capture_default_str();
+  io->add_option("--images", q.images,
+                 "imagerec: JPEGs in the generated .rec (default " + std::to_string(bench::kIoDefaultImages) + ", " +
+                     std::to_string(bench::kIoQuickImages) + " with --quick)")
+      ->check(CLI::Range(1, 1000000))
+      ->type_name("N");
+  io->add_option("--threads", q.threads, "imagerec: preprocess_threads of the iterator and threads of the anchor")
+      ->check(CLI::Range(1, 64))
+      ->type_name("T")
+      ->capture_default_str();
+  io->add_option("--temp-dir", q.temp_dir, "imagerec: where the temporary .rec goes (default: the system's)")
+      ->type_name("DIR");
+  io->allow_extras(false);
+  workloads_.push_back({"io", io, [this] { return bench::RunIoBench(io_options_); }});
 
   // Set after the workloads were added (subcommands inherit it when created): an unknown workload name
   // is collected here and reported by Run() with the list of known ones.

@@ -1,9 +1,9 @@
 // `troupe bench <workload>`: the benchmark command group of the troupe tool.
 //
 // Each workload is a subcommand backed by a library in bench/<workload>/ (today: `engine`, from
-// bench/engine/, `ndarray`, from bench/ndarray/, and `ops`, from bench/ops/). To add one: link its library into the `troupe` target
-// (tools/CMakeLists.txt), then add a Workload entry in BenchCommand's constructor with its options,
-// description and examples.
+// bench/engine/, `ndarray`, from bench/ndarray/, `ops`, from bench/ops/, and `io`, from bench/io/). To add
+// one: link its library into the `troupe` target (tools/CMakeLists.txt), then add a Workload entry in
+// BenchCommand's constructor with its options, description and examples.
 //
 // Thread-safety: none needed; used from main() only.
 #pragma once
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/engine/engine_bench.h"
+#include "bench/io/io_bench.h"
 #include "bench/ndarray/ndarray_bench.h"
 #include "bench/ops/ops_bench.h"
 
@@ -48,6 +49,7 @@ class BenchCommand {
   bench::EngineBenchOptions engine_options_;
   bench::NDArrayBenchOptions ndarray_options_;
   bench::OpsBenchOptions ops_options_;
+  bench::IoBenchOptions io_options_;
 };
 
 }  // namespace troupe::tools

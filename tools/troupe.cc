@@ -1,7 +1,8 @@
 // The `troupe` command: one executable, one subcommand per job (DESIGN.md §2 "tools/").
 //
-// Today: `troupe bench <workload>` (tools/bench_command.h). Later issues add launch, the scheduler/server
-// roles, shell and train as further subcommands, each in its own tools/<name>_command.{h,cc}.
+// Today: `troupe bench <workload>` (tools/bench_command.h) and `troupe im2rec` (tools/im2rec_command.h).
+// Later issues add launch, the scheduler/server roles, shell and train as further subcommands, each in
+// its own tools/<name>_command.{h,cc}.
 //
 // Exit status: 0 success (and --help/--version), 1 a failed run (e.g. a benchmark's in-run check),
 // 2 bad usage (unknown subcommand, workload or option; missing or bad value).
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "tools/bench_command.h"
+#include "tools/im2rec_command.h"
 
 #ifndef TROUPE_VERSION
 #define TROUPE_VERSION "unknown"
@@ -20,7 +22,7 @@
 namespace {
 
 constexpr int kExitUsage = 2;
-constexpr const char* kCommands = "bench";
+constexpr const char* kCommands = "bench, im2rec";
 
 }  // namespace
 
@@ -33,10 +35,12 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  troupe --version\n"
       "  troupe bench engine --json engine.json\n"
+      "  troupe im2rec train.lst images/ train\n"
       "  troupe bench --help\n");
   app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION);
 
   troupe::tools::BenchCommand bench(&app);
+  troupe::tools::Im2RecCommand im2rec(&app);
   // After the subcommands were added (they inherit it when created): an unknown command is collected and
   // reported below with the list of known ones, instead of CLI11's generic message.
   app.allow_extras();
@@ -50,6 +54,7 @@ int main(int argc, char** argv) {
 
   try {
     if (bench.chosen()) return bench.Run();
+    if (im2rec.chosen()) return im2rec.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     return 1;

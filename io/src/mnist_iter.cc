@@ -265,11 +265,17 @@ class MNISTIter : public DataIter {
     const auto [begin, end] = ShardRange(images.dims[0], param_.num_parts, param_.part_index, kWho);
     begin_ = begin;
     const std::size_t pixels = static_cast<std::size_t>(rows_ * cols_);
-    // Keep only this part's bytes: a worker of a sharded job holds 1/num_parts of the set.
-    pixels_.assign(images.bytes.begin() + static_cast<std::ptrdiff_t>(images.data_offset + begin * pixels),
-                   images.bytes.begin() + static_cast<std::ptrdiff_t>(images.data_offset + end * pixels));
-    labels_.assign(labels.bytes.begin() + static_cast<std::ptrdiff_t>(labels.data_offset + begin),
-                   labels.bytes.begin() + static_cast<std::ptrdiff_t>(labels.data_offset + end));
+    if (param_.num_parts == 1) {
+      // The whole set: keep the inflated buffers as they are (a copy would be one more pass over 47 MB).
+      pixels_ = std::move(images.bytes);
+      labels_ = std::move(labels.bytes);
+      pixel_base_ = images.data_offset;
+      label_base_ = labels.data_offset;
+    } else {
+      // Keep only this part's bytes: a worker of a sharded job holds 1/num_parts of the set.
+      pixels_.assign(images.bytes, images.data_offset + begin * pixels, (end - begin) * pixels);
+      labels_.assign(labels.bytes, labels.data_offset + begin, end - begin);
+    }
     order_.resize(end - begin);
     for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
     if (param_.shuffle) internal::ShuffleOrder(&order_, static_cast<std::uint64_t>(static_cast<std::int64_t>(param_.seed)));
@@ -292,10 +298,10 @@ class MNISTIter : public DataIter {
     value_.index.resize(batch);
     for (std::size_t b = 0; b < batch; ++b) {
       const std::size_t s = order_[loc_ + b];
-      const unsigned char* src = pixels_.data() + s * pixels;
+      const auto* src = reinterpret_cast<const unsigned char*>(pixels_.data()) + pixel_base_ + s * pixels;
       float* dst = d + b * pixels;
       for (std::size_t k = 0; k < pixels; ++k) dst[k] = static_cast<float>(src[k]) * (1.0f / 256.0f);
-      l[b] = static_cast<float>(labels_[s]);
+      l[b] = static_cast<float>(static_cast<unsigned char>(labels_[label_base_ + s]));
       value_.index[b] = begin_ + s;
     }
     value_.data = {std::move(data)};
@@ -317,8 +323,11 @@ class MNISTIter : public DataIter {
   MNISTParam param_;
   std::int64_t rows_ = 0, cols_ = 0;
   std::uint64_t begin_ = 0;            // index of this part's first sample in the file
-  std::vector<unsigned char> pixels_;  // this part's images, file order
-  std::vector<unsigned char> labels_;  // this part's labels, file order
+  // This part's images and labels in file order, from byte pixel_base_ / label_base_ on (the whole
+  // inflated file when there is one part, only the part's bytes otherwise).
+  std::string pixels_;
+  std::string labels_;
+  std::size_t pixel_base_ = 0, label_base_ = 0;
   std::vector<std::size_t> order_;     // sample order within the part (a permutation when shuffling)
   std::size_t loc_ = 0;                // position in order_ of the next batch
   DataBatch value_;
