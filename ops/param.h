@@ -37,6 +37,10 @@ namespace troupe {
 // Operator arguments as given by a user or a symbol file, in order.
 using Kwargs = std::vector<std::pair<std::string, std::string>>;
 
+// Names among `candidates` that look like `name` (equal ignoring case, one a prefix or part of the other):
+// what the registries suggest for an unknown operator or iterator. Comma-separated; empty when none.
+std::string SimilarNames(const std::string& name, const std::vector<std::string>& candidates);
+
 // One parameter, as the registry and the shell's `help` show it.
 struct ParamDoc {
   std::string name;

@@ -18,12 +18,17 @@ namespace troupe {
 
 namespace {
 constexpr char kPrefetchKey[] = "prefetch_buffer";
-constexpr int kDefaultPrefetch = 4;
 
-std::string Lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
+// The one parameter every registered iterator takes, parsed here before the iterator sees the rest.
+struct PrefetchParam : Params<PrefetchParam> {
+  int prefetch_buffer = 4;
+  static void Declare(ParamSchema<PrefetchParam>& s) {
+    s.Field(kPrefetchKey, &PrefetchParam::prefetch_buffer)
+        .Default(4)
+        .LowerBound(0)
+        .Describe("Batches prepared ahead on a background thread; 0 turns prefetching off.");
+  }
+};
 }  // namespace
 
 std::pair<std::uint64_t, std::uint64_t> ShardRange(std::uint64_t n, int num_parts, int part_index,
@@ -66,12 +71,7 @@ DataIterInfo& DataIterRegistry::Register(const std::string& name,
   DataIterInfo& info = impl_->infos.emplace_back();
   info.name = name;
   info.factory = std::move(factory);
-  ParamDoc prefetch;
-  prefetch.name = kPrefetchKey;
-  prefetch.type = "int (>= 0)";
-  prefetch.default_value = std::to_string(kDefaultPrefetch);
-  prefetch.description = "Batches prepared ahead on a background thread; 0 turns prefetching off.";
-  info.params.push_back(prefetch);
+  info.params = PrefetchParam::Docs();
   impl_->names[name] = &info;
   return info;
 }
@@ -93,47 +93,22 @@ std::vector<std::string> DataIterRegistry::ListNames() const {
 std::unique_ptr<DataIter> CreateDataIter(const std::string& name, const Kwargs& kwargs) {
   const DataIterInfo* info = DataIterRegistry::Get().Find(name);
   if (info == nullptr) {
-    // Suggest names that match case-insensitively or share a prefix, the usual typos ("mnistiter",
-    // "CSVIterator"); otherwise list them all, there are few.
-    const std::string lower = Lower(name);
     const std::vector<std::string> all = DataIterRegistry::Get().ListNames();
-    std::string similar, every;
-    for (const auto& n : all) {
-      const std::string ln = Lower(n);
-      const std::size_t k = std::min<std::size_t>(3, std::min(ln.size(), lower.size()));
-      if (!lower.empty() && (ln == lower || ln.compare(0, k, lower, 0, k) == 0 || ln.find(lower) != std::string::npos ||
-                             lower.find(ln) != std::string::npos)) {
-        similar += (similar.empty() ? "" : ", ") + n;
-      }
-      every += (every.empty() ? "" : ", ") + n;
-    }
+    const std::string similar = SimilarNames(name, all);
+    std::string every;
+    for (const auto& n : all) every += (every.empty() ? "" : ", ") + n;
     throw Error("unknown data iterator '" + name + "'" + (similar.empty() ? "" : "; did you mean: " + similar) +
                 " (registered: " + (every.empty() ? "none" : every) + ")");
   }
 
-  int prefetch = kDefaultPrefetch;
-  Kwargs rest;
-  rest.reserve(kwargs.size());
-  for (const auto& [key, value] : kwargs) {
-    if (key != kPrefetchKey) {
-      rest.emplace_back(key, value);
-      continue;
-    }
-    try {
-      prefetch = param_detail::Codec<int>::Parse(value);
-    } catch (const std::exception& e) {
-      throw Error(name + ": invalid value '" + value + "' for parameter '" + kPrefetchKey +
-                  "': expected an int >= 0 (" + e.what() + ")");
-    }
-    if (prefetch < 0) {
-      throw Error(name + ": invalid value '" + value + "' for parameter '" + kPrefetchKey +
-                  "': expected an int >= 0 (0 turns prefetching off)");
-    }
-  }
+  Kwargs prefetch_kwargs, rest;
+  for (const auto& kv : kwargs) (kv.first == kPrefetchKey ? prefetch_kwargs : rest).push_back(kv);
+  PrefetchParam prefetch;
+  prefetch.Init(prefetch_kwargs, name);
   std::unique_ptr<DataIter> it = info->factory(rest);
   if (it == nullptr) throw Error("data iterator '" + name + "': its factory returned no iterator");
-  if (prefetch == 0) return it;
-  return MakePrefetcher(std::move(it), prefetch);
+  if (prefetch.prefetch_buffer == 0) return it;
+  return MakePrefetcher(std::move(it), prefetch.prefetch_buffer);
 }
 
 }  // namespace troupe

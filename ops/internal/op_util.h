@@ -30,6 +30,10 @@ decltype(auto) FloatSwitch(DType dtype, std::string_view op, Fn&& fn) {
   ThrowNotFloat(op, dtype);
 }
 
+// "<op> has no implementation for <ctx>" (naming the missing CUDA support in a build without it): what
+// CreateGpuOperator and SimpleOp throw for a device without functions.
+[[noreturn]] void ThrowNoImplementation(const std::string& op, Context ctx);
+
 // An axis parameter in [-ndim, ndim) as a dimension index in [0, ndim); otherwise a troupe::Error naming the
 // operator, the parameter, the value and the accepted range.
 inline int NormalizeAxis(int axis, int ndim, std::string_view op, std::string_view param) {

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "actors/error.h"
+#include "ops/internal/op_util.h"
 
 namespace troupe {
 
@@ -163,20 +164,23 @@ std::vector<std::string> OperatorRegistry::ListNames() const {
 std::unique_ptr<OperatorProperty> OperatorProperty::Create(const std::string& name) {
   const OperatorInfo* info = OperatorRegistry::Get().Find(name);
   if (info == nullptr) {
-    // Suggest names that share a case-insensitive prefix, the usual typo ("fullyconnected").
-    std::string lower = name;
-    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-    std::string similar;
-    for (const auto& n : OperatorRegistry::Get().ListNames()) {
-      std::string ln = n;
-      std::transform(ln.begin(), ln.end(), ln.begin(), ::tolower);
-      if (!lower.empty() && (ln.starts_with(lower.substr(0, 4)) || ln == lower)) similar += (similar.empty() ? "" : ", ") + n;
-    }
+    const std::string similar = SimilarNames(name, OperatorRegistry::Get().ListNames());
     throw Error("unknown operator '" + name + "'" + (similar.empty() ? "" : "; did you mean: " + similar) +
                 " (OperatorRegistry::ListNames() lists all)");
   }
   return info->factory();
 }
+
+namespace internal {
+void ThrowNoImplementation(const std::string& op, Context ctx) {
+#ifdef TROUPE_HAVE_CUDA
+  throw Error(op + " has no implementation for " + ctx.ToString());
+#else
+  throw Error(op + " has no implementation for " + ctx.ToString() +
+              (ctx.is_gpu() ? ": this build of troupe has no CUDA support (configure with CUDA to use GPUs)" : ""));
+#endif
+}
+}  // namespace internal
 
 bool RegisterGpuOperator(const std::string& name, GpuOperatorFactory factory) {
   std::lock_guard lock(Gpu().mu);
@@ -191,14 +195,7 @@ std::unique_ptr<Operator> CreateGpuOperator(const OperatorProperty& prop, Contex
     auto it = Gpu().by_name.find(prop.TypeString());
     if (it != Gpu().by_name.end()) f = it->second;
   }
-  if (!f) {
-#ifdef TROUPE_HAVE_CUDA
-    throw Error(prop.TypeString() + " has no GPU implementation (requested on " + ctx.ToString() + ")");
-#else
-    throw Error(prop.TypeString() + " cannot run on " + ctx.ToString() +
-                ": this build of troupe has no CUDA support (configure with CUDA to use GPUs)");
-#endif
-  }
+  if (!f) internal::ThrowNoImplementation(prop.TypeString(), ctx);
   return f(prop, ctx);
 }
 

@@ -1,6 +1,7 @@
 // Parameter parsing (ops/param.h).
 #include "ops/param.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -12,6 +13,29 @@
 #include <unordered_set>
 
 #include "actors/error.h"
+
+namespace troupe {
+
+std::string SimilarNames(const std::string& name, const std::vector<std::string>& candidates) {
+  auto lower = [](std::string x) {
+    for (auto& c : x) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return x;
+  };
+  const std::string l = lower(name);
+  std::string out;
+  if (l.empty()) return out;
+  for (const auto& c : candidates) {
+    const std::string lc = lower(c);
+    const std::size_t k = std::min<std::size_t>(3, std::min(lc.size(), l.size()));
+    if (lc == l || lc.compare(0, k, l, 0, k) == 0 || lc.find(l) != std::string::npos ||
+        l.find(lc) != std::string::npos) {
+      out += (out.empty() ? "" : ", ") + c;
+    }
+  }
+  return out;
+}
+
+}  // namespace troupe
 
 namespace troupe::param_detail {
 namespace {

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "actors/error.h"
+#include "ops/internal/op_util.h"
 
 namespace troupe {
 
@@ -204,14 +205,7 @@ class SimpleOpProperty : public OperatorProperty {
       case GradKind::kBinaryIn: backward = e_->grad_b1.count(dev) != 0; break;
       case GradKind::kNone: break;
     }
-    if (!forward || !backward) {
-#ifdef TROUPE_HAVE_CUDA
-      throw Error(name_ + " has no implementation for " + ctx.ToString());
-#else
-      throw Error(name_ + " has no implementation for " + ctx.ToString() +
-                  (ctx.is_gpu() ? " (this build of troupe has no CUDA support)" : ""));
-#endif
-    }
+    if (!forward || !backward) internal::ThrowNoImplementation(name_, ctx);
     return std::make_unique<SimpleOpOperator>(e_, dev, env_);
   }
 
