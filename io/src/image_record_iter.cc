@@ -58,6 +58,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <condition_variable>
 #include <csetjmp>
 #include <cstdint>
@@ -177,8 +178,10 @@ void JpegEmitMessage(j_common_ptr cinfo, int msg_level) {
   }
 }
 
-// Decodes a JPEG into interleaved 8-bit pixels (RGB or gray). Returns false with *message set when libjpeg
-// fails. No object with a destructor lives in this frame between setjmp and a longjmp: `out` belongs to the
+// Decodes a JPEG into interleaved 8-bit pixels: gray (1 byte per pixel) or RGBX (4 bytes per pixel, the 4th
+// unused: whole 32-bit pixels let the compiler vectorise the conversion to float planes, which it cannot do
+// with 3-byte pixels; that conversion took about 1/6 of an image's time). Returns false with *message set
+// when libjpeg fails. No object with a destructor lives in this frame between setjmp and a longjmp: `out` belongs to the
 // caller and is resized before any libjpeg call that can fail afterwards reads into it.
 bool DecodeJpeg(const unsigned char* data, std::size_t size, bool gray, std::vector<unsigned char>* out, int* width,
                 int* height, std::string* message) {
@@ -197,7 +200,7 @@ bool DecodeJpeg(const unsigned char* data, std::size_t size, bool gray, std::vec
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
-  cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo.out_color_space = gray ? JCS_GRAYSCALE : JCS_EXT_RGBX;
   jpeg_start_decompress(&cinfo);
   const std::size_t row_bytes = static_cast<std::size_t>(cinfo.output_width) * cinfo.output_components;
   const std::size_t bytes = row_bytes * cinfo.output_height;
@@ -227,6 +230,21 @@ bool DecodeJpeg(const unsigned char* data, std::size_t size, bool gray, std::vec
     return false;
   }
   return true;
+}
+
+// One row of RGBX pixels into three float planes: (value - mean[c]) * mult[c].
+void ConvertRgbxRow(const unsigned char* __restrict row, int width, const float* mean, const float* mult,
+                    float* __restrict o0, float* __restrict o1, float* __restrict o2) {
+  const float m0 = mean[0], m1 = mean[1], m2 = mean[2];
+  const float s0 = mult[0], s1 = mult[1], s2 = mult[2];
+  for (int j = 0; j < width; ++j) {
+    std::uint32_t p;
+    std::memcpy(&p, row + 4 * static_cast<std::size_t>(j), 4);  // R, G, B, X in memory order
+    const std::uint32_t le = std::endian::native == std::endian::little ? p : __builtin_bswap32(p);
+    o0[j] = (static_cast<float>(static_cast<int>(le & 255u)) - m0) * s0;
+    o1[j] = (static_cast<float>(static_cast<int>((le >> 8) & 255u)) - m1) * s1;
+    o2[j] = (static_cast<float>(static_cast<int>((le >> 16) & 255u)) - m2) * s2;
+  }
 }
 
 // Bilinear resize of interleaved 8-bit pixels, sampling at half-pixel centres as OpenCV's INTER_LINEAR
@@ -566,6 +584,7 @@ class ImageRecordIter : public DataIter {
     }
 
     thread_local std::vector<unsigned char> pixels, resized;
+    const int pixel_bytes = channels_ == 1 ? 1 : 4;  // gray or RGBX, as DecodeJpeg writes them
     int w = 0, h = 0;
     std::string message;
     if (!DecodeJpeg(reinterpret_cast<const unsigned char*>(payload.data()), payload.size(), channels_ == 1, &pixels,
@@ -584,7 +603,7 @@ class ImageRecordIter : public DataIter {
         nh = param_.resize;
         nw = static_cast<int>(static_cast<std::int64_t>(param_.resize) * w / h);
       }
-      ResizeBilinear(pixels, w, h, channels_, nw, nh, &resized);
+      ResizeBilinear(pixels, w, h, pixel_bytes, nw, nh, &resized);
       img = &resized;
       w = nw;
       h = nh;
@@ -607,30 +626,24 @@ class ImageRecordIter : public DataIter {
     }
     const bool mirrored = (param_.rand_mirror && (rng.Next() >> 63) != 0) || param_.mirror;
     const std::size_t plane = static_cast<std::size_t>(height_) * width_;
-    const std::size_t stride = static_cast<std::size_t>(w) * channels_;
+    const std::size_t stride = static_cast<std::size_t>(w) * pixel_bytes;
     for (int i = 0; i < height_; ++i) {
-      const unsigned char* row = img->data() + (y + i) * stride + x * channels_;
+      const unsigned char* row = img->data() + (y + i) * stride + x * pixel_bytes;
       if (channels_ == 3 && !mirrored) {
-        // One pass over the row for all three planes (the common case; the compiler vectorises it).
-        float* o0 = out + static_cast<std::size_t>(i) * width_;
-        float* o1 = o0 + plane;
-        float* o2 = o1 + plane;
-        const float m0 = mean_[0], m1 = mean_[1], m2 = mean_[2];
-        const float s0 = mult_[0], s1 = mult_[1], s2 = mult_[2];
-        for (int j = 0; j < width_; ++j) {
-          o0[j] = (row[3 * j] - m0) * s0;
-          o1[j] = (row[3 * j + 1] - m1) * s1;
-          o2[j] = (row[3 * j + 2] - m2) * s2;
-        }
+        // The common case: one pass over the row for all three planes, a whole RGBX pixel per load (the
+        // compiler vectorises this loop; it does not vectorise one over 3-byte pixels).
+        ConvertRgbxRow(row, width_, mean_, mult_, out + static_cast<std::size_t>(i) * width_,
+                       out + plane + static_cast<std::size_t>(i) * width_,
+                       out + 2 * plane + static_cast<std::size_t>(i) * width_);
         continue;
       }
       for (int c = 0; c < channels_; ++c) {
         float* o = out + c * plane + static_cast<std::size_t>(i) * width_;
         const float mean = mean_[c], mult = mult_[c];
         if (mirrored) {
-          for (int j = 0; j < width_; ++j) o[width_ - 1 - j] = (row[j * channels_ + c] - mean) * mult;
+          for (int j = 0; j < width_; ++j) o[width_ - 1 - j] = (row[j * pixel_bytes + c] - mean) * mult;
         } else {
-          for (int j = 0; j < width_; ++j) o[j] = (row[j * channels_ + c] - mean) * mult;
+          for (int j = 0; j < width_; ++j) o[j] = (row[j * pixel_bytes + c] - mean) * mult;
         }
       }
     }
