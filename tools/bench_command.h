@@ -16,6 +16,7 @@
 #include "bench/io/io_bench.h"
 #include "bench/ndarray/ndarray_bench.h"
 #include "bench/ops/ops_bench.h"
+#include "bench/train/train_bench.h"
 
 namespace CLI {
 class App;
@@ -50,6 +51,7 @@ class BenchCommand {
   bench::NDArrayBenchOptions ndarray_options_;
   bench::OpsBenchOptions ops_options_;
   bench::IoBenchOptions io_options_;
+  bench::TrainBenchOptions train_options_;
 };
 
 }  // namespace troupe::tools

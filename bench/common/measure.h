@@ -116,6 +116,32 @@ struct Series {
 
 Series MakeSeries(const std::string& name, const std::string& description);
 
+// One workload's report: a figure, its anchor, the checks that are not a series' own, and the workload's
+// configuration for the JSON. The ratio is anchor time / figure time: 1 = the figure costs what its anchor
+// costs.
+struct WorkloadReport {
+  bool selected = false;
+  bool available = true;
+  std::string unavailable_reason;
+  std::int64_t items = 0;  // what one call processes (samples, images), for the per-second figures
+  Series figure, anchor;
+  std::vector<std::string> errors;
+  Json details = Json::object();
+
+  bool ok() const { return errors.empty() && figure.ok() && anchor.ok(); }
+  std::optional<double> Ratio() const {
+    if (!figure.measured() || !anchor.measured() || !ok()) return std::nullopt;
+    return anchor.Median() / figure.Median();
+  }
+  std::optional<double> RatioBest() const {
+    if (!figure.measured() || !anchor.measured() || !ok()) return std::nullopt;
+    return anchor.Best() / figure.Best();
+  }
+  std::optional<double> ItemsPerSecond(const Series& s) const {
+    return s.measured() ? std::optional<double>(static_cast<double>(items) / s.Median()) : std::nullopt;
+  }
+};
+
 // A series and the body that measures it, with the most calls one run of it may make.
 struct Measured {
   Series* series;

@@ -55,30 +55,6 @@ constexpr int kMaxThreads = 64;
 // ---------------------------------------------------------------------------------------------------
 // Shared by both workloads
 
-// One figure, its anchor and the checks that are not a series' own.
-struct WorkloadReport {
-  bool selected = false;
-  bool available = true;
-  std::string unavailable_reason;
-  std::int64_t items = 0;  // samples or images per epoch
-  Series iter, anchor;
-  std::vector<std::string> errors;
-  Json details = Json::object();
-
-  bool ok() const { return errors.empty() && iter.ok() && anchor.ok(); }
-  std::optional<double> Ratio() const {
-    if (!iter.measured() || !anchor.measured() || !ok()) return std::nullopt;
-    return anchor.Median() / iter.Median();
-  }
-  std::optional<double> RatioBest() const {
-    if (!iter.measured() || !anchor.measured() || !ok()) return std::nullopt;
-    return anchor.Best() / iter.Best();
-  }
-  std::optional<double> ItemsPerSecond(const Series& s) const {
-    return s.measured() ? std::optional<double>(static_cast<double>(items) / s.Median()) : std::nullopt;
-  }
-};
-
 // Reads one epoch of `it`: counts the samples (batch minus padding), adds their labels to `histogram`, and
 // waits for every data array (a batch is only delivered when its data can be read).
 std::int64_t ConsumeEpoch(DataIter* it, std::vector<std::int64_t>* histogram, std::vector<std::string>* bad) {
@@ -198,14 +174,14 @@ void RunMnist(WorkloadReport* r, const IoBenchOptions& o) {
     r->details["label_histogram_per_epoch"] = want_hist;
   }
   r->details["samples_per_epoch"] = delivered;
-  r->iter = MakeSeries("MNISTIter epoch", "create MNISTIter (reads + inflates both files) and read one epoch");
+  r->figure = MakeSeries("MNISTIter epoch", "create MNISTIter (reads + inflates both files) and read one epoch");
   r->anchor = MakeSeries("zlib gzread", "gzread both .gz files into a buffer");
   const Kwargs kwargs = {{"image", images},
                          {"label", labels},
                          {"batch_size", std::to_string(kMnistBatch)},
                          {"shuffle", "False"},
                          {"silent", "True"}};
-  Series* iter_series = &r->iter;
+  Series* iter_series = &r->figure;
   Body iter = [=](std::int64_t calls, Clock::time_point deadline) {
     return TimedLoop(calls, deadline, [&] {
       std::unique_ptr<DataIter> it = CreateDataIter("MNISTIter", kwargs);
@@ -228,7 +204,7 @@ void RunMnist(WorkloadReport* r, const IoBenchOptions& o) {
       }
     });
   };
-  MeasureInterleaved({{&r->iter, iter}, {&r->anchor, anchor}}, o.repeat, kMinTime);
+  MeasureInterleaved({{&r->figure, iter}, {&r->anchor, anchor}}, o.repeat, kMinTime);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -388,7 +364,7 @@ void RunImageRec(WorkloadReport* r, const IoBenchOptions& o, const std::function
     WriteRecordIndex(idx, index);
     r->details["jpeg_bytes_mean"] = n > 0 ? static_cast<double>(bytes) / n : 0.0;
   }
-  r->iter = MakeSeries("ImageRecordIter epoch", "create ImageRecordIter and read one epoch (decode, crop, convert)");
+  r->figure = MakeSeries("ImageRecordIter epoch", "create ImageRecordIter and read one epoch (decode, crop, convert)");
   r->anchor = MakeSeries("libjpeg decode", "decode the same JPEG bytes (in memory) with libjpeg on T threads");
   const Kwargs kwargs = {{"path_imgrec", rec},
                          {"path_imgidx", idx},
@@ -396,7 +372,7 @@ void RunImageRec(WorkloadReport* r, const IoBenchOptions& o, const std::function
                          {"batch_size", std::to_string(kImageBatch)},
                          {"preprocess_threads", std::to_string(threads)},
                          {"shuffle", "False"}};
-  Series* iter_series = &r->iter;
+  Series* iter_series = &r->figure;
   Body iter = [=](std::int64_t calls, Clock::time_point deadline) {
     return TimedLoop(calls, deadline, [&] {
       std::unique_ptr<DataIter> it = CreateDataIter("ImageRecordIter", kwargs);
@@ -441,7 +417,7 @@ void RunImageRec(WorkloadReport* r, const IoBenchOptions& o, const std::function
       }
     });
   };
-  MeasureInterleaved({{&r->iter, iter}, {&r->anchor, anchor}}, o.repeat, kMinTime);
+  MeasureInterleaved({{&r->figure, iter}, {&r->anchor, anchor}}, o.repeat, kMinTime);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -480,7 +456,7 @@ Json IoBench::WorkloadJson(const WorkloadReport& r, const char* unit) const {
   if (r.available) {
     const double items = static_cast<double>(r.items);
     const auto per_s = [items](double t) { return items / t; };
-    j["iterator"] = SeriesJson(r.iter, unit, per_s);
+    j["iterator"] = SeriesJson(r.figure, unit, per_s);
     j["anchor"] = SeriesJson(r.anchor, unit, per_s);
     j["ratio"] = OptNum(r.Ratio());
     j["ratio_best"] = OptNum(r.RatioBest());
@@ -539,7 +515,7 @@ void IoBench::CollectFailures() {
   const auto add = [this](const WorkloadReport& r, const std::string& name) {
     if (!r.selected) return;
     for (const std::string& e : r.errors) failures_.push_back(name + ": " + e);
-    for (const Series* s : {&r.iter, &r.anchor}) {
+    for (const Series* s : {&r.figure, &r.anchor}) {
       for (const std::string& e : s->errors) failures_.push_back(name + " " + s->name + ": " + e);
     }
   };
@@ -558,7 +534,7 @@ void IoBench::PrintTable() const {
       std::printf("  %-10s unavailable: %s\n", name, r.unavailable_reason.c_str());
       return;
     }
-    std::printf("  %-10s %14s %14s %8s %8s  %s\n", name, cell(r.ItemsPerSecond(r.iter), "%.0f").c_str(),
+    std::printf("  %-10s %14s %14s %8s %8s  %s\n", name, cell(r.ItemsPerSecond(r.figure), "%.0f").c_str(),
                 cell(r.ItemsPerSecond(r.anchor), "%.0f").c_str(), cell(r.Ratio(), "%.3f").c_str(),
                 cell(r.RatioBest(), "%.3f").c_str(), r.ok() ? "ok" : "FAILED");
   };
@@ -628,7 +604,7 @@ int IoBench::Run() {
     const auto f = [&r](const Series& s) {
       return s.measured() ? Fmt("%.0f", static_cast<double>(r.items) / s.Median()) : std::string("-");
     };
-    Log(name + ": iterator " + f(r.iter) + " " + unit + ", anchor " + f(r.anchor) + " (ratio " +
+    Log(name + ": iterator " + f(r.figure) + " " + unit + ", anchor " + f(r.anchor) + " (ratio " +
         (r.Ratio() ? Fmt("%.3f", *r.Ratio()) : "-") + ")" + (r.ok() ? "" : "  FAILED"));
   };
   if (Selected("mnist")) {

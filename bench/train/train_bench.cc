@@ -1,0 +1,433 @@
+// The training benchmark (see train_bench.h for what it measures and why).
+//
+// Layout: the data (preloaded Fashion-MNIST batches), the anchor (the network's GEMMs, found from the
+// symbol's shapes), one workload (Module step vs anchor, checks), and the report (JSON, table on stdout).
+#include "bench/train/train_bench.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "actors/error.h"
+#include "bench/common/bench_util.h"
+#include "bench/common/measure.h"
+#include "engine/engine.h"
+#include "io/io.h"
+#include "ops/graph/models.h"
+#include "ops/graph/symbol.h"
+#include "ops/initializer.h"
+#include "ops/ndarray.h"
+#include "ops/resource.h"
+#include "train/train.h"
+
+// OpenBLAS's own call (openblas_config.h is not in every cblas.h): the anchors record the thread count.
+extern "C" int openblas_get_num_threads(void);
+
+#ifndef TROUPE_VERSION
+#define TROUPE_VERSION "unknown"
+#endif
+
+namespace troupe::bench {
+namespace {
+
+constexpr double kMinTime = 0.2;
+constexpr double kTargetRatio = 0.8;
+constexpr int kBatches = 16;       // preloaded batches the steps cycle through
+constexpr int kQuickBatches = 2;
+constexpr double kChance = 0.5;    // training accuracy over the preloaded batches must beat this
+
+// ---------------------------------------------------------------------------------------------------
+// Data: the first batches of the Fashion-MNIST t10k files, copied out of the iterator.
+
+std::vector<DataBatch> LoadBatches(const std::string& dir, int batch, int count) {
+  auto it = CreateDataIter("MNISTIter", {{"image", dir + "/t10k-images-idx3-ubyte.gz"},
+                                         {"label", dir + "/t10k-labels-idx1-ubyte.gz"},
+                                         {"batch_size", std::to_string(batch)},
+                                         {"flat", "False"},
+                                         {"shuffle", "False"}});
+  std::vector<DataBatch> out;
+  for (it->BeforeFirst(); static_cast<int>(out.size()) < count && it->Next();) {
+    const DataBatch& b = it->Value();
+    DataBatch copy;
+    for (const NDArray& a : b.data) copy.data.push_back(a.CopyTo(Context::CPU()));
+    for (const NDArray& a : b.label) copy.label.push_back(a.CopyTo(Context::CPU()));
+    copy.num_batch_padd = b.num_batch_padd;
+    out.push_back(std::move(copy));
+  }
+  if (static_cast<int>(out.size()) < count) {
+    throw Error("troupe bench train: " + dir + " holds fewer than " + std::to_string(count) + " batches of " +
+                std::to_string(batch));
+  }
+  for (const DataBatch& b : out) {
+    for (const NDArray& a : b.data) a.WaitToRead();
+    for (const NDArray& a : b.label) a.WaitToRead();
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The anchor: the GEMMs of the network's FullyConnected and Convolution layers for one step.
+
+struct Gemm {
+  CBLAS_TRANSPOSE ta, tb;
+  int m, n, k;
+  int repeat;  // per step (per image for convolutions)
+};
+
+struct GemmPlan {
+  std::vector<Gemm> gemms;
+  double flops = 0;  // per step
+  std::vector<std::string> layers;  // a line per layer, for the JSON
+};
+
+// Walks the symbol's weights in ListArguments order (the layer order): 2-d weights are FullyConnected
+// layers (num_hidden x input), 4-d ones Convolutions (F x C x KH x KW, output shape from the internals).
+GemmPlan PlanGemms(const Symbol& net, const TShape& data_shape) {
+  const Symbol internals = net.GetInternals();
+  std::vector<TShape> arg_shapes, out_shapes, aux_shapes;
+  std::string why;
+  if (!internals.InferShape({{"data", data_shape}}, &arg_shapes, &out_shapes, &aux_shapes, &why)) {
+    throw Error("troupe bench train: cannot infer the network's shapes: " + why);
+  }
+  std::map<std::string, TShape> outputs;
+  const std::vector<std::string> out_names = internals.ListOutputs();
+  for (std::size_t i = 0; i < out_names.size(); ++i) outputs[out_names[i]] = out_shapes[i];
+  const std::vector<std::string> args = internals.ListArguments();
+  const int batch = static_cast<int>(data_shape[0]);
+  GemmPlan plan;
+  bool first = true;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& name = args[i];
+    const std::string suffix = "_weight";
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    const std::string layer = name.substr(0, name.size() - suffix.size());
+    const TShape& w = arg_shapes[i];
+    if (w.ndim() == 2) {
+      const int n = static_cast<int>(w[0]), k = static_cast<int>(w[1]);
+      plan.gemms.push_back({CblasNoTrans, CblasTrans, batch, n, k, 1});  // Y = X W^T
+      plan.gemms.push_back({CblasTrans, CblasNoTrans, n, k, batch, 1});  // dW = dY^T X
+      if (!first) plan.gemms.push_back({CblasNoTrans, CblasNoTrans, batch, k, n, 1});  // dX = dY W
+      plan.flops += 2.0 * batch * n * k * (first ? 2 : 3);
+      plan.layers.push_back(layer + ": FullyConnected " + std::to_string(batch) + "x" + std::to_string(k) + " -> " +
+                            std::to_string(n));
+    } else if (w.ndim() == 4) {
+      const auto found = outputs.find(layer + "_output");
+      if (found == outputs.end()) throw Error("troupe bench train: no output shape for layer " + layer);
+      const int f = static_cast<int>(w[0]);
+      const int ckk = static_cast<int>(w[1] * w[2] * w[3]);
+      const int hw = static_cast<int>(found->second[2] * found->second[3]);
+      plan.gemms.push_back({CblasNoTrans, CblasNoTrans, f, hw, ckk, batch});  // Y = W col
+      plan.gemms.push_back({CblasNoTrans, CblasTrans, f, ckk, hw, batch});    // dW += dY col^T
+      if (!first) plan.gemms.push_back({CblasTrans, CblasNoTrans, ckk, hw, f, batch});  // dcol = W^T dY
+      plan.flops += 2.0 * batch * f * hw * ckk * (first ? 2 : 3);
+      plan.layers.push_back(layer + ": Convolution " + std::to_string(f) + " filters, CKK " + std::to_string(ckk) +
+                            ", output " + std::to_string(hw) + " positions, per image");
+    } else {
+      continue;
+    }
+    first = false;
+  }
+  if (plan.gemms.empty()) throw Error("troupe bench train: the network has no FullyConnected or Convolution weight");
+  return plan;
+}
+
+// Buffers for one GEMM (random values: they do not change a product's time), and the call.
+class GemmRunner {
+ public:
+  explicit GemmRunner(const GemmPlan& plan) : plan_(plan) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (const Gemm& g : plan_.gemms) {
+      Buffers b;
+      b.a.resize(static_cast<std::size_t>(g.m) * g.k);
+      b.b.resize(static_cast<std::size_t>(g.k) * g.n);
+      b.c.resize(static_cast<std::size_t>(g.m) * g.n);
+      for (float& v : b.a) v = u(rng);
+      for (float& v : b.b) v = u(rng);
+      buffers_.push_back(std::move(b));
+    }
+  }
+  void Step() {
+    for (std::size_t i = 0; i < plan_.gemms.size(); ++i) {
+      const Gemm& g = plan_.gemms[i];
+      Buffers& b = buffers_[i];
+      const int lda = g.ta == CblasNoTrans ? g.k : g.m;
+      const int ldb = g.tb == CblasNoTrans ? g.n : g.k;
+      for (int r = 0; r < g.repeat; ++r) {
+        cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, b.a.data(), lda, b.b.data(), ldb, 0.0f,
+                    b.c.data(), g.n);
+      }
+      KeepAlive(b.c.data());
+    }
+  }
+
+ private:
+  struct Buffers {
+    std::vector<float> a, b, c;
+  };
+  const GemmPlan& plan_;
+  std::vector<Buffers> buffers_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// One workload
+
+// Accuracy of the module's current outputs on `batch` (waits for them).
+double BatchAccuracy(Module* module, const DataBatch& batch, std::vector<std::string>* problems) {
+  const NDArray& out = module->GetOutputs().at(0);
+  const std::vector<float> p = out.ToVector<float>();
+  const std::vector<float> labels = batch.label.at(0).ToVector<float>();
+  const std::int64_t rows = out.shape()[0], classes = out.shape()[1];
+  std::int64_t right = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    std::int64_t best = 0;
+    for (std::int64_t c = 0; c < classes; ++c) {
+      const float v = p[static_cast<std::size_t>(r * classes + c)];
+      if (!std::isfinite(v) && problems->size() < 3) problems->push_back("a non-finite probability");
+      sum += v;
+      if (v > p[static_cast<std::size_t>(r * classes + best)]) best = c;
+    }
+    if (std::abs(sum - 1.0) > 1e-3 && problems->size() < 3) {
+      problems->push_back("a row of probabilities sums to " + Fmt("%.6f", sum));
+    }
+    right += best == static_cast<std::int64_t>(labels[static_cast<std::size_t>(r)]);
+  }
+  return static_cast<double>(right) / static_cast<double>(rows);
+}
+
+void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOptions& o,
+                 const std::vector<DataBatch>& batches) {
+  const int batch = o.batch_size;
+  const Symbol net = model == "mlp" ? models::MLP() : models::LeNet();
+  const TShape data_shape({batch, 1, 28, 28});
+  const GemmPlan plan = PlanGemms(net, data_shape);
+  r->items = batch;
+  r->details = {{"model", model},
+                {"batch_size", batch},
+                {"data", "Fashion-MNIST t10k, " + std::to_string(batches.size()) + " preloaded batches"},
+                {"optimizer", "sgd, learning_rate 0.05, momentum 0.9, rescale_grad 1/batch"},
+                {"gemm_gflop_per_step", plan.flops / 1e9},
+                {"gemm_layers", plan.layers},
+                {"blas_threads", openblas_get_num_threads()}};
+
+  ResourceManager::Get()->SeedRandom(1);
+  auto module = std::make_shared<Module>(net);
+  module->Bind({data_shape}, {TShape({batch})});
+  module->InitParams(*Initializer::Create("xavier"));
+  module->InitOptimizer({"sgd", {{"learning_rate", "0.05"},
+                                 {"momentum", "0.9"},
+                                 {"rescale_grad", Fmt("%.9g", 1.0 / batch)}}});
+  auto gemm = std::make_shared<GemmRunner>(plan);
+
+  r->figure = MakeSeries("Module step", "copy a batch in, Forward(true), Backward, SGD update, then wait");
+  r->anchor = MakeSeries("cblas_sgemm", "the network's FullyConnected / Convolution GEMMs for one step, alone");
+  auto next = std::make_shared<std::size_t>(0);
+  Body step = [=](std::int64_t calls, Clock::time_point deadline) {
+    return TimedLoop(
+        calls, deadline,
+        [&] {
+          const DataBatch& b = batches[*next];
+          *next = (*next + 1) % batches.size();
+          module->Forward(b, true);
+          module->Backward();
+          module->Update();
+        },
+        [] { Engine::Get()->WaitForAll(); });
+  };
+  Body anchor = [=](std::int64_t calls, Clock::time_point deadline) {
+    return TimedLoop(calls, deadline, [&] { gemm->Step(); });
+  };
+  MeasureInterleaved({{&r->figure, step}, {&r->anchor, anchor}}, o.repeat, kMinTime);
+
+  // Checks: probabilities, and that the steps trained the network (accuracy over the preloaded batches).
+  std::vector<std::string> problems;
+  double right = 0;
+  for (const DataBatch& b : batches) {
+    module->Forward(b, false);
+    right += BatchAccuracy(module.get(), b, &problems);
+  }
+  const double accuracy = right / static_cast<double>(batches.size());
+  r->details["train_accuracy_after"] = accuracy;
+  for (const std::string& p : problems) r->errors.push_back(p);
+  if (!o.quick && accuracy <= kChance) {
+    r->errors.push_back("training accuracy over the preloaded batches is " + Fmt("%.3f", accuracy) +
+                        " after the timed steps; training does not work");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The run and its report
+
+class TrainBench {
+ public:
+  explicit TrainBench(TrainBenchOptions o) : opt_(std::move(o)), t0_(Clock::now()) {}
+  int Run();
+
+ private:
+  void Log(const std::string& line) const {
+    std::fprintf(stderr, "[bench train %6.1f s] %s\n", Seconds(t0_, Clock::now()), line.c_str());
+  }
+  Json BuildJson() const;
+  void PrintTable() const;
+
+  TrainBenchOptions opt_;
+  Clock::time_point t0_;
+  std::string started_;
+  std::map<std::string, WorkloadReport> reports_;
+  std::vector<std::string> failures_;
+};
+
+Json TrainBench::BuildJson() const {
+  Json root;
+  root["benchmark"] = "train";
+  root["troupe_version"] = TROUPE_VERSION;
+  root["started"] = started_;
+  root["finished"] = UtcNow();
+  root["machine"] = {{"cores", AvailableCores()}, {"cpu", CpuModel()}};
+  root["config"] = {{"quick", opt_.quick},           {"repeat", opt_.repeat},         {"min_time_s", kMinTime},
+                    {"workloads", opt_.workloads},   {"batch_size", opt_.batch_size}, {"mnist_dir", opt_.mnist_dir}};
+  Json targets = Json::array();
+  for (const std::string& w : opt_.workloads) {
+    const auto found = reports_.find(w);
+    if (found == reports_.end()) continue;
+    const WorkloadReport& r = found->second;
+    const double items = static_cast<double>(r.items);
+    const auto per_s = [items](double t) { return items / t; };
+    Json j;
+    j["config"] = r.details;
+    j["step"] = SeriesJson(r.figure, "images_per_s", per_s);
+    j["gemm_bound"] = SeriesJson(r.anchor, "images_per_s", per_s);
+    j["ratio"] = OptNum(r.Ratio());
+    j["ratio_best"] = OptNum(r.RatioBest());
+    j["errors"] = r.errors;
+    j["ok"] = r.ok();
+    root[w] = j;
+    if (w == "mlp" && opt_.batch_size == 128) {
+      const std::optional<double> ratio = r.Ratio();
+      targets.push_back({{"name", "mlp at batch 128: GEMM time / training step time >= 0.8"},
+                         {"ratio", OptNum(ratio)},
+                         {"target", kTargetRatio},
+                         {"met", ratio.has_value() && *ratio >= kTargetRatio}});
+    }
+  }
+  Json notes = Json::array();
+  notes.push_back(
+      "A call is one training step on a preloaded batch (copy in, Forward(true), Backward, SGD update per "
+      "parameter); a timed run ends by waiting for the engine. images/s = batch / seconds per step.");
+  notes.push_back(
+      "gemm_bound: the cblas_sgemm calls of the FullyConnected and Convolution layers for one step (im2col "
+      "shapes per image for convolutions; no data gradient for the first layer), alone on the benchmark's "
+      "thread with the engine's BLAS thread count. ratio = bound time / step time.");
+  if (opt_.quick) notes.push_back("quick: few batches, one run; the figures say nothing about speed.");
+  root["notes"] = notes;
+  root["targets"] = targets;
+  root["failures"] = failures_;
+  root["ok"] = failures_.empty();
+  return root;
+}
+
+void TrainBench::PrintTable() const {
+  const auto cell = [](std::optional<double> v, const char* format) { return v ? Fmt(format, *v) : std::string("-"); };
+  std::printf("troupe bench train: batch %d, %d timed runs per figure (medians), machine: %d cores\n",
+              opt_.batch_size, opt_.repeat, AvailableCores());
+  std::printf("\n  %-8s %12s %14s %8s %8s  %s\n", "model", "images/s", "GEMM bound/s", "ratio", "best", "check");
+  for (const std::string& w : opt_.workloads) {
+    const auto found = reports_.find(w);
+    if (found == reports_.end()) continue;
+    const WorkloadReport& r = found->second;
+    std::printf("  %-8s %12s %14s %8s %8s  %s\n", w.c_str(), cell(r.ItemsPerSecond(r.figure), "%.0f").c_str(),
+                cell(r.ItemsPerSecond(r.anchor), "%.0f").c_str(), cell(r.Ratio(), "%.3f").c_str(),
+                cell(r.RatioBest(), "%.3f").c_str(), r.ok() ? "ok" : "FAILED");
+  }
+  std::printf("\nin-run checks: %s\n", failures_.empty() ? "all passed" : "FAILED (see stderr and the JSON)");
+  std::fflush(stdout);
+}
+
+int TrainBench::Run() {
+  auto bad = [](const std::string& what) {
+    std::fprintf(stderr, "troupe bench train: %s\n", what.c_str());
+    return 2;
+  };
+  if (opt_.json_path.empty()) return bad("--json FILE is required");
+  if (opt_.repeat < 0 || opt_.repeat > 1000) return bad("--repeat must be in 1..1000");
+  if (opt_.batch_size < 1 || opt_.batch_size > 4096) return bad("--batch-size must be in 1..4096");
+  if (opt_.workloads.empty()) return bad("--workloads needs one or more of mlp, lenet");
+  for (const std::string& w : opt_.workloads) {
+    const auto& known = TrainBenchWorkloads();
+    if (std::find(known.begin(), known.end(), w) == known.end()) {
+      return bad("unknown workload '" + w + "' (known: mlp, lenet)");
+    }
+  }
+  if (opt_.repeat == 0) opt_.repeat = opt_.quick ? 1 : kTrainDefaultRepeat;
+  {
+    std::ofstream probe(opt_.json_path, std::ios::trunc);
+    if (!probe) return bad("can not write " + opt_.json_path);
+  }
+  started_ = UtcNow();
+  std::vector<DataBatch> batches;
+  try {
+    // Starts the engine too: the runtime sets OpenBLAS's thread count when it starts, and the anchor must
+    // run with the count the engine's workers use.
+    batches = LoadBatches(opt_.mnist_dir, opt_.batch_size, opt_.quick ? kQuickBatches : kBatches);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe bench train: %s\n", e.what());
+    return 1;
+  }
+  Log("warm-up + " + std::to_string(opt_.repeat) + " timed runs per figure; " + std::to_string(AvailableCores()) +
+      " cores (" + CpuModel() + "), OpenBLAS threads " + std::to_string(openblas_get_num_threads()));
+  for (const std::string& w : opt_.workloads) {
+    WorkloadReport& r = reports_[w];
+    r.selected = true;
+    try {
+      RunWorkload(&r, w, opt_, batches);
+    } catch (const std::exception& e) {
+      r.errors.push_back(std::string("threw: ") + e.what());
+      Log(w + ": FAILED: " + e.what());
+      Drain();
+    }
+    const auto f = [&r](const Series& s) {
+      return s.measured() ? Fmt("%.0f", static_cast<double>(r.items) / s.Median()) : std::string("-");
+    };
+    Log(w + ": " + f(r.figure) + " images/s, GEMM bound " + f(r.anchor) + " (ratio " +
+        (r.Ratio() ? Fmt("%.3f", *r.Ratio()) : "-") + ")" + (r.ok() ? "" : "  FAILED"));
+    for (const std::string& e : r.errors) failures_.push_back(w + ": " + e);
+    for (const Series* s : {&r.figure, &r.anchor}) {
+      for (const std::string& e : s->errors) failures_.push_back(w + " " + s->name + ": " + e);
+    }
+  }
+  Drain();
+  for (const std::string& f : failures_) Log("check failed: " + f);
+  const bool written = WriteJsonFile(opt_.json_path, BuildJson(), "troupe bench train");
+  PrintTable();
+  Log("wrote " + opt_.json_path);
+  return (failures_.empty() && written) ? 0 : 1;
+}
+
+}  // namespace
+
+const std::vector<std::string>& TrainBenchWorkloads() {
+  static const std::vector<std::string> kWorkloads = {"mlp", "lenet"};
+  return kWorkloads;
+}
+
+int RunTrainBench(const TrainBenchOptions& options) {
+  TrainBench bench(options);
+  return bench.Run();
+}
+
+}  // namespace troupe::bench

@@ -1,0 +1,131 @@
+// Metrics (train/train.h): accuracy, top-k accuracy and cross-entropy against values computed by hand,
+// MXNet's metric names, padding left out, accumulation over batches, Reset, and errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "actors/error.h"
+#include "train/train.h"
+
+namespace troupe {
+namespace {
+
+NDArray Arr(const std::vector<float>& v, const TShape& s) { return NDArray::FromVector<float>(v, s); }
+
+// 4 samples, 3 classes. Row argmax: 1, 0, 2, 2. Labels 1, 2, 2, 0 -> rows 0 and 2 correct.
+const std::vector<float> kPred = {0.2f, 0.7f,  0.1f,    // argmax 1
+                                  0.5f, 0.2f,  0.3f,    // argmax 0 (label 2 second)
+                                  0.1f, 0.3f,  0.6f,    // argmax 2
+                                  0.3f, 0.25f, 0.45f};  // argmax 2 (label 0 second)
+const std::vector<float> kLabel = {1, 2, 2, 0};
+
+TEST(MetricTest, NamesAreMXNets) {
+  EXPECT_EQ(EvalMetric::Create("acc")->name(), "accuracy");
+  EXPECT_EQ(EvalMetric::Create("accuracy")->name(), "accuracy");
+  EXPECT_EQ(EvalMetric::Create("top_k_accuracy", {{"top_k", "5"}})->name(), "top_k_accuracy_5");
+  EXPECT_EQ(EvalMetric::Create("ce")->name(), "cross-entropy");
+  EXPECT_EQ(EvalMetric::Create("cross-entropy")->name(), "cross-entropy");
+}
+
+TEST(MetricTest, AccuracyByHand) {
+  auto m = EvalMetric::Create("acc");
+  EXPECT_TRUE(std::isnan(m->Get()));
+  m->Update({Arr(kLabel, {4})}, {Arr(kPred, {4, 3})});
+  EXPECT_EQ(m->num_samples(), 4);
+  EXPECT_DOUBLE_EQ(m->Get(), 0.5);
+  // A second batch accumulates: labels 1, 0 with the first two rows -> 1 more correct of 2. 3 / 6.
+  m->Update({Arr({1, 0}, {2})}, {Arr({0.2f, 0.7f, 0.1f, 0.1f, 0.8f, 0.1f}, {2, 3})});
+  EXPECT_EQ(m->num_samples(), 6);
+  EXPECT_DOUBLE_EQ(m->Get(), 3.0 / 6.0);
+  m->Reset();
+  EXPECT_EQ(m->num_samples(), 0);
+  EXPECT_TRUE(std::isnan(m->Get()));
+}
+
+TEST(MetricTest, AccuracyLabelsAsColumn) {
+  auto m = EvalMetric::Create("acc");
+  m->Update({Arr(kLabel, {4, 1})}, {Arr(kPred, {4, 3})});
+  EXPECT_DOUBLE_EQ(m->Get(), 0.5);
+}
+
+TEST(MetricTest, PaddingIsLeftOut) {
+  // The last two rows are padding: only rows 0 (correct) and 1 (wrong) count.
+  auto acc = EvalMetric::Create("acc");
+  acc->Update({Arr(kLabel, {4})}, {Arr(kPred, {4, 3})}, 2);
+  EXPECT_EQ(acc->num_samples(), 2);
+  EXPECT_DOUBLE_EQ(acc->Get(), 0.5);
+  // Padding rows that are all wrong must not lower the figure: labels 1, 0 then two wrong padded rows.
+  auto acc2 = EvalMetric::Create("acc");
+  acc2->Update({Arr({1, 0, 0, 1}, {4})}, {Arr({0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1}, {4, 3})}, 2);
+  EXPECT_DOUBLE_EQ(acc2->Get(), 1.0);
+
+  auto ce = EvalMetric::Create("ce");
+  ce->Update({Arr(kLabel, {4})}, {Arr(kPred, {4, 3})}, 3);
+  EXPECT_EQ(ce->num_samples(), 1);
+  EXPECT_NEAR(ce->Get(), -std::log(0.7), 1e-6);
+}
+
+TEST(MetricTest, TopKByHand) {
+  // top 2: row 0 label 1 (rank 1) hit; row 1 label 2 (0.3, rank 2) hit; row 2 label 2 hit; row 3 label 0
+  // (0.3, rank 2) hit -> 4/4. top 1 would be 2/4.
+  auto top2 = EvalMetric::Create("top_k_accuracy", {{"top_k", "2"}});
+  top2->Update({Arr(kLabel, {4})}, {Arr(kPred, {4, 3})});
+  EXPECT_DOUBLE_EQ(top2->Get(), 1.0);
+  auto top1 = EvalMetric::Create("top_k_accuracy", {{"top_k", "1"}});
+  top1->Update({Arr(kLabel, {4})}, {Arr(kPred, {4, 3})});
+  EXPECT_DOUBLE_EQ(top1->Get(), 0.5);
+  // Labels at the lowest score: only top 3 finds them.
+  const std::vector<float> worst = {2, 1, 0, 1};
+  auto top2b = EvalMetric::Create("top_k_accuracy", {{"top_k", "2"}});
+  top2b->Update({Arr(worst, {4})}, {Arr(kPred, {4, 3})});
+  EXPECT_DOUBLE_EQ(top2b->Get(), 0.0);
+  auto top3 = EvalMetric::Create("top_k_accuracy", {{"top_k", "3"}});
+  top3->Update({Arr(worst, {4})}, {Arr(kPred, {4, 3})});
+  EXPECT_DOUBLE_EQ(top3->Get(), 1.0);
+}
+
+TEST(MetricTest, CrossEntropyByHand) {
+  auto m = EvalMetric::Create("ce");
+  m->Update({Arr(kLabel, {4})}, {Arr(kPred, {4, 3})});
+  // -log of the probability at the label, averaged (eps 1e-12 is far below float precision here).
+  const double expected = -(std::log(0.7) + std::log(0.3) + std::log(0.6) + std::log(0.3)) / 4.0;
+  EXPECT_NEAR(m->Get(), expected, 1e-6);
+  // eps keeps a zero probability finite: -log(0 + 1e-12) = 27.631...
+  auto z = EvalMetric::Create("ce");
+  z->Update({Arr({0}, {1})}, {Arr({0.0f, 1.0f}, {1, 2})});
+  EXPECT_NEAR(z->Get(), 12 * std::log(10.0), 1e-6);
+}
+
+TEST(MetricTest, Float64PredictionsWork) {
+  auto m = EvalMetric::Create("acc");
+  std::vector<double> p(kPred.begin(), kPred.end());
+  m->Update({Arr(kLabel, {4})}, {NDArray::FromVector<double>(p, {4, 3})});
+  EXPECT_DOUBLE_EQ(m->Get(), 0.5);
+}
+
+template <typename F>
+void ExpectErrorWith(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no troupe::Error; expected one mentioning '" << part << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(MetricTest, Errors) {
+  ExpectErrorWith([] { EvalMetric::Create("f1-ish"); }, "top_k_accuracy");
+  ExpectErrorWith([] { EvalMetric::Create("top_k_accuracy", {{"top_k", "0"}}); }, "top_k");
+  ExpectErrorWith([] { EvalMetric::Create("acc", {{"bogus", "1"}}); }, "bogus");
+  auto m = EvalMetric::Create("acc");
+  ExpectErrorWith([&] { m->Update({Arr(kLabel, {4})}, {}); }, "label");
+  ExpectErrorWith([&] { m->Update({Arr({1, 2, 0}, {3})}, {Arr(kPred, {4, 3})}); }, "(4,3)");
+  ExpectErrorWith([&] { m->Update({Arr(kLabel, {4})}, {Arr(kPred, {4, 3})}, 5); }, "num_pad");
+  auto ce = EvalMetric::Create("ce");
+  ExpectErrorWith([&] { ce->Update({Arr({3, 0, 0, 0}, {4})}, {Arr(kPred, {4, 3})}); }, "label 3");
+}
+
+}  // namespace
+}  // namespace troupe

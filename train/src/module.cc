@@ -1,0 +1,629 @@
+// Module: MXNet's mx.mod.Module on one device (python/mxnet/module/module.py and base_module.py's fit,
+// score, predict), over troupe's Executor.
+//
+// Parameters live in the training executor's argument arrays. Evaluation on batches of another shape (a
+// test iterator with another batch size) runs through a second executor bound to the same parameter
+// arrays (MXNet's shared module), so no copy is made and nothing is rebound per epoch.
+//
+// Reproducibility: Fit seeds the device generators with options.seed before initialising, and again at the
+// start of every epoch with a seed derived from (seed, epoch). An epoch's random draws (Dropout masks ...)
+// therefore do not depend on what ran before it, which is what lets a run resumed from a checkpoint match
+// an uninterrupted one.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/error.h"
+#include "ops/resource.h"
+#include "train/internal/checkpoint.h"
+#include "train/train.h"
+
+namespace troupe {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+std::string ShapesText(const std::vector<TShape>& shapes) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shapes.size(); ++i) s += (i ? ", " : "") + shapes[i].ToString();
+  return s + "]";
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Copies a batch array into an executor input, converting the type or the shape when they differ only in
+// form (labels (B,) into (B, 1), int labels into float).
+void CopyInput(const NDArray& from, const NDArray& to, const std::string& name) {
+  NDArray src = from;
+  if (src.Size() != to.Size()) {
+    throw Error("Module: input '" + name + "' of shape " + from.shape().ToString() + " does not fit the bound shape " +
+                to.shape().ToString() + " (bind with the iterator's DataShapes / LabelShapes)");
+  }
+  if (src.dtype() != to.dtype()) src = src.AsType(to.dtype());
+  if (!(src.shape() == to.shape())) src = src.Reshape(to.shape());
+  CopyFromTo(src, to);
+}
+
+std::uint64_t EpochSeed(std::uint64_t seed, int epoch) {
+  // splitmix64 of (seed, epoch): distinct epochs get unrelated streams.
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (static_cast<std::uint64_t>(epoch) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Plain SGD without momentum keeps no state, so it can resume from a checkpoint without a .states file
+// (one written by SaveCheckpoint or by MXNet).
+bool StatelessSgd(const OptimizerConfig& c) {
+  if (c.type != "sgd") return false;
+  for (const auto& kv : c.params) {
+    if (kv.first == "momentum" && param_detail::ParseReal(kv.second) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+struct Module::Impl {
+  Symbol symbol;
+  std::vector<std::string> data_names, label_names;
+  Context ctx;
+  ExecutorOptions options;
+
+  std::vector<std::string> arg_names, aux_names, output_names;
+  std::vector<std::string> param_names;  // arguments that are neither data nor labels, in argument order
+  std::vector<int> param_arg_index;      // their index in arg_names
+
+  std::unique_ptr<Executor> exec;  // the training (or first bound) executor
+  std::vector<TShape> data_shapes, label_shapes;
+  bool for_training = false;
+  bool params_initialized = false;
+  // Executors for other input shapes sharing exec's parameter arrays, by data + label shapes.
+  std::map<std::string, std::unique_ptr<Executor>> shared_execs;
+  Executor* current = nullptr;  // the executor of the last Forward
+
+  std::unique_ptr<Optimizer> optimizer;
+
+  bool IsInput(const std::string& name) const {
+    for (const auto& n : data_names)
+      if (n == name) return true;
+    for (const auto& n : label_names)
+      if (n == name) return true;
+    return false;
+  }
+
+  int ArgIndex(const std::string& name) const {
+    for (std::size_t i = 0; i < arg_names.size(); ++i)
+      if (arg_names[i] == name) return static_cast<int>(i);
+    return -1;
+  }
+
+  void RequireBound(const char* what) const {
+    if (!exec) throw Error(std::string("Module::") + what + ": the module is not bound; call Bind first (or Fit)");
+  }
+
+  // The input shapes as a map for SimpleBind / InferShape; labels that are not arguments are left out
+  // (a symbol used for prediction may have no label input).
+  std::map<std::string, TShape> InputShapes(const std::vector<TShape>& ds, const std::vector<TShape>& ls) const {
+    if (ds.size() != data_names.size()) {
+      throw Error("Module::Bind: " + std::to_string(ds.size()) + " data shapes for the data names [" +
+                  JoinNames(data_names) + "] (give one shape per name)");
+    }
+    if (!ls.empty() && ls.size() != label_names.size()) {
+      throw Error("Module::Bind: " + std::to_string(ls.size()) + " label shapes for the label names [" +
+                  JoinNames(label_names) + "] (give one shape per name, or none)");
+    }
+    std::map<std::string, TShape> shapes;
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      if (ArgIndex(data_names[i]) < 0) {
+        throw Error("Module::Bind: data name '" + data_names[i] +
+                    "' is not an argument of the symbol (arguments: " + JoinNames(arg_names) + ")");
+      }
+      shapes[data_names[i]] = ds[i];
+    }
+    for (std::size_t i = 0; i < ls.size(); ++i) {
+      if (ArgIndex(label_names[i]) >= 0) shapes[label_names[i]] = ls[i];
+    }
+    return shapes;
+  }
+
+  static std::string ShapeKey(const std::vector<TShape>& ds, const std::vector<TShape>& ls) {
+    return ShapesText(ds) + "|" + ShapesText(ls);
+  }
+
+  // The executor whose inputs have the batch's shapes: exec, or a shared one bound on first use.
+  Executor* ExecFor(const DataBatch& batch) {
+    std::vector<TShape> ds, ls;
+    for (const auto& a : batch.data) ds.push_back(a.shape());
+    for (const auto& a : batch.label) ls.push_back(a.shape());
+    if (ds.size() != data_names.size()) {
+      throw Error("Module::Forward: the batch has " + std::to_string(ds.size()) + " data arrays for the data names [" +
+                  JoinNames(data_names) + "]");
+    }
+    bool same = ds == data_shapes;
+    if (same) {
+      for (std::size_t i = 0; i < ls.size() && i < label_shapes.size(); ++i) {
+        if (ArgIndex(label_names[i]) >= 0 && ls[i].Size() != label_shapes[i].Size()) same = false;
+      }
+    }
+    if (same) return exec.get();
+    const std::string key = ShapeKey(ds, ls);
+    auto it = shared_execs.find(key);
+    if (it != shared_execs.end()) return it->second.get();
+    std::vector<TShape> arg_shapes, out_shapes, aux_shapes;
+    std::string why;
+    if (!symbol.InferShape(InputShapes(ds, ls), &arg_shapes, &out_shapes, &aux_shapes, &why)) {
+      throw Error("Module: cannot infer the shapes for batch shapes " + ShapesText(ds) + ": " + why);
+    }
+    std::vector<NDArray> args = exec->arg_arrays();
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      if (IsInput(arg_names[i])) {
+        args[i] = NDArray::Zeros(arg_shapes[i], ctx, exec->arg_arrays()[i].dtype(), args[i].engine());
+      } else if (!(arg_shapes[i] == args[i].shape())) {
+        throw Error("Module: batch shapes " + ShapesText(ds) + " change the shape of parameter '" + arg_names[i] +
+                    "' from " + args[i].shape().ToString() + " to " + arg_shapes[i].ToString() +
+                    " (only the batch size may change)");
+      }
+    }
+    ExecutorOptions opts = options;
+    if (!opts.engine && !args.empty()) opts.engine = args[0].engine();
+    auto e = Executor::Bind(symbol, ctx, args, {}, {kNullOp}, exec->aux_arrays(), opts);
+    Executor* raw = e.get();
+    shared_execs[key] = std::move(e);
+    return raw;
+  }
+
+  void LoadInputs(Executor* e, const DataBatch& batch) {
+    const auto& args = e->arg_arrays();
+    for (std::size_t i = 0; i < data_names.size(); ++i) {
+      CopyInput(batch.data[i], args[ArgIndex(data_names[i])], data_names[i]);
+    }
+    for (std::size_t i = 0; i < label_names.size() && i < batch.label.size(); ++i) {
+      const int idx = ArgIndex(label_names[i]);
+      if (idx >= 0) CopyInput(batch.label[i], args[idx], label_names[i]);
+    }
+  }
+
+  Engine* engine() const {
+    if (exec && !exec->arg_arrays().empty()) return exec->arg_arrays()[0].engine();
+    return options.engine ? options.engine : Engine::Get();
+  }
+};
+
+Module::Module(Symbol symbol, std::vector<std::string> data_names, std::vector<std::string> label_names, Context ctx,
+               ExecutorOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.symbol = std::move(symbol);
+  m.data_names = std::move(data_names);
+  m.label_names = std::move(label_names);
+  m.ctx = ctx;
+  m.options = options;
+  m.arg_names = m.symbol.ListArguments();
+  m.aux_names = m.symbol.ListAuxiliaryStates();
+  m.output_names = m.symbol.ListOutputs();
+  for (const auto& d : m.data_names) {
+    if (m.ArgIndex(d) < 0) {
+      throw Error("Module: data name '" + d +
+                  "' is not an argument of the symbol (arguments: " + JoinNames(m.arg_names) + ")");
+    }
+  }
+  for (std::size_t i = 0; i < m.arg_names.size(); ++i) {
+    if (!m.IsInput(m.arg_names[i])) {
+      m.param_names.push_back(m.arg_names[i]);
+      m.param_arg_index.push_back(static_cast<int>(i));
+    }
+  }
+}
+
+Module::~Module() = default;
+
+bool Module::bound() const { return impl_->exec != nullptr; }
+const Symbol& Module::symbol() const { return impl_->symbol; }
+Executor* Module::executor() const { return impl_->exec.get(); }
+Optimizer* Module::optimizer() const { return impl_->optimizer.get(); }
+
+void Module::Bind(const std::vector<TShape>& data_shapes, const std::vector<TShape>& label_shapes, bool for_training) {
+  Impl& m = *impl_;
+  const auto shapes = m.InputShapes(data_shapes, label_shapes);
+  // Rebinding keeps the parameters already set.
+  std::map<std::string, NDArray> args, aux;
+  if (m.exec && m.params_initialized) GetParams(&args, &aux);
+  std::map<std::string, OpReqType> by_name;
+  for (const auto& n : m.data_names) by_name[n] = kNullOp;
+  for (const auto& n : m.label_names) {
+    if (m.ArgIndex(n) >= 0) by_name[n] = kNullOp;
+  }
+  m.shared_execs.clear();
+  m.current = nullptr;
+  m.exec = Executor::SimpleBind(m.symbol, m.ctx, shapes, for_training ? kWriteTo : kNullOp, by_name, m.options);
+  m.data_shapes = data_shapes;
+  m.label_shapes = label_shapes;
+  m.for_training = for_training;
+  if (m.params_initialized) SetParams(args, aux);
+}
+
+void Module::InitParams(const Initializer& initializer, const std::map<std::string, NDArray>& arg_params,
+                        const std::map<std::string, NDArray>& aux_params, bool allow_extra) {
+  Impl& m = *impl_;
+  m.RequireBound("InitParams");
+  if (!allow_extra) {
+    std::vector<std::string> extra;
+    for (const auto& [name, arr] : arg_params) {
+      if (m.ArgIndex(name) < 0 || m.IsInput(name)) extra.push_back(name);
+    }
+    std::set<std::string> aux_set(m.aux_names.begin(), m.aux_names.end());
+    for (const auto& [name, arr] : aux_params) {
+      if (!aux_set.count(name)) extra.push_back(name);
+    }
+    if (!extra.empty()) {
+      throw Error("Module::InitParams: [" + JoinNames(extra) + "] are not parameters of the symbol (parameters: " +
+                  JoinNames(m.param_names) + "; pass allow_extra to ignore them)");
+    }
+  }
+  auto fill = [&](const std::string& name, NDArray arr, const std::map<std::string, NDArray>& given) {
+    auto it = given.find(name);
+    if (it == given.end()) {
+      initializer(name, &arr);
+      return;
+    }
+    if (!(it->second.shape() == arr.shape())) {
+      throw Error("Module::InitParams: parameter '" + name + "' has shape " + it->second.shape().ToString() +
+                  " but the symbol needs " + arr.shape().ToString());
+    }
+    CopyInput(it->second, arr, name);
+  };
+  const auto& args = m.exec->arg_arrays();
+  for (std::size_t p = 0; p < m.param_names.size(); ++p) fill(m.param_names[p], args[m.param_arg_index[p]], arg_params);
+  const auto& aux = m.exec->aux_arrays();
+  for (std::size_t i = 0; i < m.aux_names.size(); ++i) fill(m.aux_names[i], aux[i], aux_params);
+  m.params_initialized = true;
+}
+
+void Module::InitOptimizer(const OptimizerConfig& config) {
+  Impl& m = *impl_;
+  m.RequireBound("InitOptimizer");
+  if (!m.for_training) {
+    throw Error("Module::InitOptimizer: the module is bound with for_training false; bind for training first");
+  }
+  OptimizerConfig c = config;
+  bool has_rescale = false;
+  for (const auto& kv : c.params) has_rescale = has_rescale || kv.first == "rescale_grad";
+  if (!has_rescale) {
+    // MXNet's Module: the gradient is a sum over the batch, the update uses its mean.
+    const std::int64_t batch = m.data_shapes.empty() || m.data_shapes[0].ndim() < 1 ? 1 : m.data_shapes[0][0];
+    c.params.emplace_back("rescale_grad", param_detail::PrintReal(1.0 / static_cast<double>(batch)));
+  }
+  auto opt = Optimizer::Create(c);
+  // MXNet's Optimizer.set_wd_mult: no weight decay except on weights and gammas, then the symbol's
+  // lr_mult / wd_mult attributes.
+  const auto attrs = m.symbol.ListAttrs();
+  for (std::size_t p = 0; p < m.param_names.size(); ++p) {
+    const std::string& name = m.param_names[p];
+    float lr_mult = 1.0f;
+    float wd_mult = EndsWith(name, "_weight") || EndsWith(name, "_gamma") ? 1.0f : 0.0f;
+    auto it = attrs.find(name);
+    if (it != attrs.end()) {
+      for (const char* key : {"lr_mult", "__lr_mult__"}) {
+        auto a = it->second.find(key);
+        if (a != it->second.end()) lr_mult = static_cast<float>(param_detail::ParseReal(a->second));
+      }
+      for (const char* key : {"wd_mult", "__wd_mult__"}) {
+        auto a = it->second.find(key);
+        if (a != it->second.end()) wd_mult = static_cast<float>(param_detail::ParseReal(a->second));
+      }
+    }
+    opt->SetMultipliers(static_cast<int>(p), lr_mult, wd_mult);
+  }
+  m.optimizer = std::move(opt);
+}
+
+void Module::Forward(const DataBatch& batch, bool is_train) {
+  Impl& m = *impl_;
+  m.RequireBound("Forward");
+  Executor* e = m.ExecFor(batch);
+  if (is_train && e != m.exec.get()) {
+    throw Error("Module::Forward: a training batch must have the bound shapes " + ShapesText(m.data_shapes) + " (got " +
+                batch.data[0].shape().ToString() + "); rebind for the new shapes");
+  }
+  m.LoadInputs(e, batch);
+  e->Forward(is_train);
+  m.current = e;
+}
+
+void Module::Backward() {
+  Impl& m = *impl_;
+  m.RequireBound("Backward");
+  if (!m.for_training) throw Error("Module::Backward: the module is bound with for_training false");
+  m.exec->Backward();
+}
+
+void Module::Update() {
+  Impl& m = *impl_;
+  m.RequireBound("Update");
+  if (!m.optimizer) throw Error("Module::Update: no optimizer; call InitOptimizer first");
+  const auto& args = m.exec->arg_arrays();
+  const auto& grads = m.exec->grad_arrays();
+  for (std::size_t p = 0; p < m.param_names.size(); ++p) {
+    const int i = m.param_arg_index[p];
+    if (static_cast<std::size_t>(i) >= grads.size() || grads[i].is_none()) continue;
+    m.optimizer->Update(static_cast<int>(p), args[i], grads[i]);
+  }
+}
+
+const std::vector<NDArray>& Module::GetOutputs() const {
+  const Impl& m = *impl_;
+  m.RequireBound("GetOutputs");
+  return (m.current ? m.current : m.exec.get())->outputs();
+}
+
+void Module::UpdateMetric(EvalMetric* metric, const DataBatch& batch) const {
+  const auto& outs = GetOutputs();
+  // As MXNet: the first len(labels) outputs are the predictions of the labels.
+  if (outs.size() < batch.label.size()) {
+    throw Error("Module::UpdateMetric: " + std::to_string(batch.label.size()) + " labels but the symbol has only " +
+                std::to_string(outs.size()) + " outputs");
+  }
+  std::vector<NDArray> preds(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(batch.label.size()));
+  metric->Update(batch.label, preds, batch.num_batch_padd);
+}
+
+void Module::GetParams(std::map<std::string, NDArray>* arg_params, std::map<std::string, NDArray>* aux_params) const {
+  const Impl& m = *impl_;
+  m.RequireBound("GetParams");
+  if (arg_params) {
+    arg_params->clear();
+    const auto& args = m.exec->arg_arrays();
+    for (std::size_t p = 0; p < m.param_names.size(); ++p) {
+      (*arg_params)[m.param_names[p]] = args[m.param_arg_index[p]].CopyTo(Context::CPU());
+    }
+  }
+  if (aux_params) {
+    aux_params->clear();
+    const auto& aux = m.exec->aux_arrays();
+    for (std::size_t i = 0; i < m.aux_names.size(); ++i) (*aux_params)[m.aux_names[i]] = aux[i].CopyTo(Context::CPU());
+  }
+}
+
+void Module::SetParams(const std::map<std::string, NDArray>& arg_params,
+                       const std::map<std::string, NDArray>& aux_params, bool allow_missing) {
+  Impl& m = *impl_;
+  m.RequireBound("SetParams");
+  std::vector<std::string> missing, extra;
+  for (const auto& [name, arr] : arg_params) {
+    if (m.ArgIndex(name) < 0 || m.IsInput(name)) extra.push_back(name);
+  }
+  std::set<std::string> aux_set(m.aux_names.begin(), m.aux_names.end());
+  for (const auto& [name, arr] : aux_params) {
+    if (!aux_set.count(name)) extra.push_back(name);
+  }
+  if (!extra.empty()) {
+    throw Error("Module::SetParams: [" + JoinNames(extra) +
+                "] are not parameters of the symbol (parameters: " + JoinNames(m.param_names) + ")");
+  }
+  auto set = [&](const std::string& name, const NDArray& to, const std::map<std::string, NDArray>& given) {
+    auto it = given.find(name);
+    if (it == given.end()) {
+      missing.push_back(name);
+      return;
+    }
+    if (!(it->second.shape() == to.shape())) {
+      throw Error("Module::SetParams: parameter '" + name + "' has shape " + it->second.shape().ToString() +
+                  " but the symbol needs " + to.shape().ToString());
+    }
+    CopyInput(it->second, to, name);
+  };
+  const auto& args = m.exec->arg_arrays();
+  for (std::size_t p = 0; p < m.param_names.size(); ++p) set(m.param_names[p], args[m.param_arg_index[p]], arg_params);
+  const auto& aux = m.exec->aux_arrays();
+  for (std::size_t i = 0; i < m.aux_names.size(); ++i) set(m.aux_names[i], aux[i], aux_params);
+  if (!missing.empty() && !allow_missing) {
+    throw Error("Module::SetParams: no value for [" + JoinNames(missing) + "] (pass allow_missing to keep them)");
+  }
+  if (missing.empty()) m.params_initialized = true;
+}
+
+void Module::SaveCheckpoint(const std::string& prefix, int epoch) const {
+  const Impl& m = *impl_;
+  std::map<std::string, NDArray> args, aux;
+  GetParams(&args, &aux);
+  ::troupe::SaveCheckpoint(prefix, epoch, m.symbol, args, aux);
+  if (m.optimizer) m.optimizer->SaveStates(checkpoint_detail::CheckpointStatesPath(prefix, epoch));
+}
+
+std::pair<std::string, double> Module::Score(DataIter* data, const std::string& metric) {
+  auto mt = EvalMetric::Create(metric);
+  data->BeforeFirst();
+  while (data->Next()) {
+    const DataBatch& batch = data->Value();
+    Forward(batch, false);
+    UpdateMetric(mt.get(), batch);
+  }
+  return {mt->name(), mt->Get()};
+}
+
+std::vector<NDArray> Module::Predict(DataIter* data) {
+  std::vector<std::vector<NDArray>> parts;  // per output, the kept rows of every batch (on the CPU)
+  data->BeforeFirst();
+  while (data->Next()) {
+    const DataBatch& batch = data->Value();
+    Forward(batch, false);
+    const auto& outs = GetOutputs();
+    parts.resize(outs.size());
+    for (std::size_t o = 0; o < outs.size(); ++o) {
+      const std::int64_t keep = outs[o].shape()[0] - batch.num_batch_padd;
+      if (keep <= 0) continue;
+      // A copy now (pushed): the next Forward overwrites the output.
+      parts[o].push_back(outs[o].Slice(0, keep).CopyTo(Context::CPU()));
+    }
+  }
+  std::vector<NDArray> result;
+  for (const auto& p : parts) {
+    if (p.empty()) {
+      result.emplace_back();
+      continue;
+    }
+    TShape shape = p[0].shape();
+    std::int64_t rows = 0;
+    for (const auto& a : p) rows += a.shape()[0];
+    shape[0] = rows;
+    NDArray all(shape, Context::CPU(), p[0].dtype(), p[0].engine());
+    std::int64_t at = 0;
+    for (const auto& a : p) {
+      CopyFromTo(a, all.Slice(at, at + a.shape()[0]));
+      at += a.shape()[0];
+    }
+    result.push_back(all);
+  }
+  return result;
+}
+
+void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
+  Impl& m = *impl_;
+  if (!train) throw Error("Module::Fit: no training iterator");
+  if (options.begin_epoch < 0 || options.num_epoch < options.begin_epoch) {
+    throw Error("Module::Fit: begin_epoch " + std::to_string(options.begin_epoch) + " and num_epoch " +
+                std::to_string(options.num_epoch) + " do not make a range (need 0 <= begin_epoch <= num_epoch)");
+  }
+  if (options.begin_epoch > 0 && options.checkpoint_prefix.empty()) {
+    throw Error("Module::Fit: begin_epoch " + std::to_string(options.begin_epoch) +
+                " resumes from a checkpoint; set checkpoint_prefix");
+  }
+  if (options.checkpoint_period < 1) {
+    throw Error("Module::Fit: checkpoint_period " + std::to_string(options.checkpoint_period) + " must be >= 1");
+  }
+  if (!m.exec || !m.for_training || m.data_shapes != train->DataShapes() ||
+      (!m.label_shapes.empty() && m.label_shapes != train->LabelShapes())) {
+    Bind(train->DataShapes(), train->LabelShapes(), true);  // keeps parameters already set
+  }
+  ResourceManager* rm = ResourceManager::Get(m.engine());
+  rm->SeedRandom(options.seed);
+
+  // Parameters: from the checkpoint when resuming, else initialised (kept when set already).
+  std::map<std::string, NDArray> ckpt_args, ckpt_aux;
+  const bool resume = options.begin_epoch > 0;
+  if (resume) {
+    checkpoint_detail::LoadCheckpointParams(
+        checkpoint_detail::CheckpointParamsPath(options.checkpoint_prefix, options.begin_epoch), &ckpt_args, &ckpt_aux);
+  }
+  if (resume || !m.params_initialized) {
+    auto init = Initializer::Create(options.initializer, options.initializer_params);
+    InitParams(*init, ckpt_args, ckpt_aux, false);
+  }
+  if (!m.optimizer) InitOptimizer(options.optimizer);
+  if (resume) {
+    const std::string states = checkpoint_detail::CheckpointStatesPath(options.checkpoint_prefix, options.begin_epoch);
+    if (std::FILE* f = std::fopen(states.c_str(), "rb")) {
+      std::fclose(f);
+      m.optimizer->LoadStates(states);
+    } else if (!StatelessSgd(options.optimizer)) {
+      // An optimizer with state cannot resume exactly without it.
+      throw Error("Module::Fit: resuming at epoch " + std::to_string(options.begin_epoch) + " needs " + states +
+                  " (the optimizer's states, written by Fit's checkpoints)");
+    }
+  }
+
+  auto train_metric = EvalMetric::Create(options.eval_metric);
+  auto eval_metric = eval ? EvalMetric::Create(options.eval_metric) : nullptr;
+  for (int epoch = options.begin_epoch; epoch < options.num_epoch; ++epoch) {
+    rm->SeedRandom(EpochSeed(options.seed, epoch));
+    train_metric->Reset();
+    train->BeforeFirst();
+    std::int64_t nbatch = 0;
+    auto tic = Clock::now();
+    while (train->Next()) {
+      const DataBatch& batch = train->Value();
+      Forward(batch, true);
+      Backward();
+      Update();
+      UpdateMetric(train_metric.get(), batch);
+      ++nbatch;
+      if (!options.batch_end_callbacks.empty()) {
+        const auto now = Clock::now();
+        const double secs = std::chrono::duration<double>(now - tic).count();
+        tic = now;
+        BatchEndParam p;
+        p.epoch = epoch;
+        p.nbatch = nbatch;
+        p.metric = train_metric.get();
+        const double n = batch.data.empty() ? 0 : static_cast<double>(batch.data[0].shape()[0]);
+        p.samples_per_sec = secs > 0 ? n / secs : 0;
+        for (const auto& cb : options.batch_end_callbacks) cb(p);
+      }
+    }
+    if (eval) {
+      eval_metric->Reset();
+      eval->BeforeFirst();
+      while (eval->Next()) {
+        const DataBatch& batch = eval->Value();
+        Forward(batch, false);
+        UpdateMetric(eval_metric.get(), batch);
+      }
+    }
+    // MXNet's do_checkpoint: checkpoint k holds the parameters after k epochs.
+    if (!options.checkpoint_prefix.empty() && (epoch + 1) % options.checkpoint_period == 0) {
+      SaveCheckpoint(options.checkpoint_prefix, epoch + 1);
+    }
+    for (const auto& cb : options.epoch_end_callbacks) cb(epoch, *train_metric, eval_metric.get());
+  }
+  // Leave the parameters written when Fit returns (errors of the last updates surface here).
+  for (const auto& a : m.exec->arg_arrays()) a.WaitToRead();
+}
+
+BatchEndCallback Speedometer(int batch_size, int frequent, std::function<void(const std::string&)> log) {
+  struct State {
+    bool init = false;
+    std::int64_t last_count = 0;
+    std::int64_t tic_count = 0;
+    Clock::time_point tic;
+  };
+  auto st = std::make_shared<State>();
+  if (frequent < 1) frequent = 1;
+  return [st, batch_size, frequent, log](const BatchEndParam& p) {
+    const std::int64_t count = p.nbatch;
+    if (st->last_count > count) st->init = false;  // a new epoch
+    st->last_count = count;
+    if (!st->init) {
+      st->init = true;
+      st->tic = Clock::now();
+      st->tic_count = count;
+      return;
+    }
+    if (count % frequent != 0) return;
+    const double secs = std::chrono::duration<double>(Clock::now() - st->tic).count();
+    const double samples = static_cast<double>((count - st->tic_count) * batch_size);
+    char buf[256];
+    // MXNet 1.9.1's Speedometer line (auto_reset=False form: the metric is the epoch's so far).
+    int len = std::snprintf(buf, sizeof(buf), "Epoch[%d] Batch [0-%lld]\tSpeed: %.2f samples/sec", p.epoch,
+                            static_cast<long long>(count), secs > 0 ? samples / secs : 0.0);
+    std::string line(buf, static_cast<std::size_t>(len));
+    if (p.metric) {
+      std::snprintf(buf, sizeof(buf), "\t%s=%f", p.metric->name().c_str(), p.metric->Get());
+      line += buf;
+    }
+    if (log) {
+      log(line);
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    st->tic = Clock::now();
+    st->tic_count = count;
+  };
+}
+
+}  // namespace troupe

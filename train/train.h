@@ -1,0 +1,152 @@
+// Training: evaluation metrics, checkpoints in MXNet's naming and the Module that fits a Symbol to data
+// (MXNet's mx.mod.Module on one device).
+//
+// Module binds an Executor for the symbol with the iterator's batch shape, initialises the parameters,
+// and runs Fit: per batch, copy the batch into the executor's data and label arrays, Forward(true),
+// Backward, one optimizer update per parameter, update the training metric, call the batch callbacks;
+// per epoch, reset the training iterator, evaluate on the evaluation iterator, write a checkpoint, call the
+// epoch callbacks. The last batch's padding (DataBatch::num_batch_padd) is left out of the metrics and of
+// Predict's result.
+//
+// Checkpoints as MXNet writes them: "<prefix>-symbol.json" and "<prefix>-<epoch, 4 digits>.params" (the
+// arguments as "arg:<name>", the auxiliary states as "aux:<name>"), plus "<prefix>-<epoch>.states" with the
+// optimizer's states, so that Fit resumes exactly where it stopped.
+//
+// Thread-safety: a Module is driven by one thread. Callbacks run on that thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/io.h"
+#include "ops/graph/executor.h"
+#include "ops/graph/symbol.h"
+#include "ops/initializer.h"
+#include "ops/ndarray.h"
+#include "ops/optimizer.h"
+
+namespace troupe {
+
+// ------------------------------------------------------------------------------------------ metrics
+// A metric accumulates over batches. labels and preds are one array per label / output; preds of a
+// classifier are (batch, classes) probabilities. num_pad: the last rows of the batch to leave out.
+class EvalMetric {
+ public:
+  // "acc" / "accuracy", "top_k_accuracy" (params {"top_k", "5"}), "ce" / "cross-entropy". Throws
+  // troupe::Error for an unknown name (listing the known ones).
+  static std::unique_ptr<EvalMetric> Create(const std::string& name, const Kwargs& params = {});
+  virtual ~EvalMetric() = default;
+  virtual void Update(const std::vector<NDArray>& labels, const std::vector<NDArray>& preds, int num_pad = 0) = 0;
+  virtual void Reset();
+  const std::string& name() const { return name_; }  // "accuracy", "top_k_accuracy_5", "cross-entropy"
+  // The mean over the samples seen since Reset (NaN when none).
+  double Get() const;
+  std::int64_t num_samples() const { return num_inst_; }
+
+ protected:
+  explicit EvalMetric(std::string name) : name_(std::move(name)) {}
+  std::string name_;
+  double sum_metric_ = 0;
+  std::int64_t num_inst_ = 0;
+};
+
+// ------------------------------------------------------------------------------------------ checkpoints
+// Writes prefix-symbol.json and prefix-%04d.params (epoch). Throws troupe::Error naming the file.
+void SaveCheckpoint(const std::string& prefix, int epoch, const Symbol& symbol,
+                    const std::map<std::string, NDArray>& arg_params,
+                    const std::map<std::string, NDArray>& aux_params);
+// Reads them back (arrays on the CPU). Throws troupe::Error naming the file; a name without "arg:"/"aux:"
+// is an error naming it.
+void LoadCheckpoint(const std::string& prefix, int epoch, Symbol* symbol,
+                    std::map<std::string, NDArray>* arg_params, std::map<std::string, NDArray>* aux_params);
+
+// ------------------------------------------------------------------------------------------ the module
+struct BatchEndParam {
+  int epoch = 0;
+  std::int64_t nbatch = 0;           // batches done in this epoch
+  const EvalMetric* metric = nullptr;  // the training metric so far in this epoch
+  double samples_per_sec = 0;        // since the previous callback (Speedometer's figure)
+};
+using BatchEndCallback = std::function<void(const BatchEndParam&)>;
+// epoch (0-based, the one just finished), the training metric, the evaluation metric (null without
+// eval data).
+using EpochEndCallback = std::function<void(int epoch, const EvalMetric& train, const EvalMetric* eval)>;
+
+// MXNet's Speedometer: logs "Epoch[e] Batch [n] Speed: x samples/sec accuracy=y" every `frequent`
+// batches through `log` (stderr when null).
+BatchEndCallback Speedometer(int batch_size, int frequent = 50, std::function<void(const std::string&)> log = {});
+
+struct FitOptions {
+  OptimizerConfig optimizer;                 // rescale_grad defaults to 1 / batch_size when not given
+  std::string initializer = "xavier";        // Initializer::Create name
+  Kwargs initializer_params;
+  std::string eval_metric = "acc";           // EvalMetric::Create name
+  int begin_epoch = 0;                       // > 0 with checkpoint_prefix: resume from that checkpoint
+  int num_epoch = 1;                         // train epochs begin_epoch .. num_epoch - 1
+  std::uint64_t seed = 0;                    // ResourceManager::SeedRandom before initialising
+  std::string checkpoint_prefix;             // empty: no checkpoints
+  int checkpoint_period = 1;                 // epochs between checkpoints
+  std::vector<BatchEndCallback> batch_end_callbacks;
+  std::vector<EpochEndCallback> epoch_end_callbacks;
+};
+
+class Module {
+ public:
+  // data_names / label_names: the symbol's arguments fed from DataBatch::data / ::label, in order.
+  explicit Module(Symbol symbol, std::vector<std::string> data_names = {"data"},
+                  std::vector<std::string> label_names = {"softmax_label"}, Context ctx = Context::CPU(),
+                  ExecutorOptions options = {});
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Binds for the given input shapes (one per data / label name). for_training false: no gradients.
+  void Bind(const std::vector<TShape>& data_shapes, const std::vector<TShape>& label_shapes,
+            bool for_training = true);
+  bool bound() const;
+  // Initialises every parameter (arguments that are not data or labels, and the auxiliary states) with
+  // the initializer, then copies the given ones over them (shapes must match; names not in the symbol
+  // are an error unless allow_extra).
+  void InitParams(const Initializer& initializer, const std::map<std::string, NDArray>& arg_params = {},
+                  const std::map<std::string, NDArray>& aux_params = {}, bool allow_extra = false);
+  void InitOptimizer(const OptimizerConfig& config);
+  Optimizer* optimizer() const;
+
+  void Forward(const DataBatch& batch, bool is_train);
+  void Backward();
+  void Update();  // one optimizer step for every parameter with a gradient
+  const std::vector<NDArray>& GetOutputs() const;
+  void UpdateMetric(EvalMetric* metric, const DataBatch& batch) const;
+
+  // Trains (binding and initialising on first use from the iterator's shapes). Resumes from
+  // options.checkpoint_prefix at options.begin_epoch when begin_epoch > 0. Throws troupe::Error naming what
+  // is wrong (a missing checkpoint, shapes the symbol rejects ...).
+  void Fit(DataIter* train, DataIter* eval, const FitOptions& options);
+  // One pass over the iterator (reset first) with the metric; returns (name, value).
+  std::pair<std::string, double> Score(DataIter* data, const std::string& metric = "acc");
+  // The outputs over one pass (reset first), concatenated along the batch axis, padding removed: one array
+  // per output, on the CPU.
+  std::vector<NDArray> Predict(DataIter* data);
+
+  // Copies of the current parameters on the CPU.
+  void GetParams(std::map<std::string, NDArray>* arg_params, std::map<std::string, NDArray>* aux_params) const;
+  void SetParams(const std::map<std::string, NDArray>& arg_params, const std::map<std::string, NDArray>& aux_params,
+                 bool allow_missing = false);
+  // SaveCheckpoint of the current parameters, plus prefix-%04d.states when an optimizer is set.
+  void SaveCheckpoint(const std::string& prefix, int epoch) const;
+
+  const Symbol& symbol() const;
+  Executor* executor() const;  // null before Bind
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe
