@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "actors/error.h"
+#include "ops/operator.h"
 #include "ops/tensor.h"
 
 namespace troupe::internal {
@@ -60,6 +61,18 @@ T SumContiguous(const T* p, std::int64_t n) {
   for (int j = 0; j < kLanes; ++j) s += acc[j];
   for (; q < n; ++q) s += p[q];
   return s;
+}
+
+// out[i] = f(i) (or += f(i) under kAddTo; nothing under kNullOp) for i in [0, n), with the request decided
+// once outside the loop so that the compiler can vectorise it (Assign per element leaves a branch in it).
+template <typename T, typename F>
+void AssignEach(T* out, std::int64_t n, OpReqType req, F&& f) {
+  if (req == kNullOp) return;
+  if (req == kAddTo) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] += f(i);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = f(i);
+  }
 }
 
 }  // namespace troupe::internal

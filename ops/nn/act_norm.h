@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -100,6 +101,18 @@ TROUPE_HOST_DEVICE inline T ActGrad(ActType t, T v) {
   return T(0);
 }
 inline bool ActGradFromInput(ActType t) { return t == ActType::kSoftSign; }
+// Calls fn(std::integral_constant<ActType, t>{}): loops inside fn see the type as a constant, so the
+// switch of ActForward/ActGrad leaves them and the compiler can vectorise them.
+template <typename Fn>
+void ActSwitch(ActType t, Fn&& fn) {
+  switch (t) {
+    case ActType::kReLU: return fn(std::integral_constant<ActType, ActType::kReLU>{});
+    case ActType::kSigmoid: return fn(std::integral_constant<ActType, ActType::kSigmoid>{});
+    case ActType::kTanh: return fn(std::integral_constant<ActType, ActType::kTanh>{});
+    case ActType::kSoftReLU: return fn(std::integral_constant<ActType, ActType::kSoftReLU>{});
+    case ActType::kSoftSign: return fn(std::integral_constant<ActType, ActType::kSoftSign>{});
+  }
+}
 
 // ---- LeakyReLU ----
 enum class LeakyType : int { kLeaky, kELU, kPReLU, kRReLU, kSELU, kGELU };

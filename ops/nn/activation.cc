@@ -27,6 +27,7 @@ BroadcastIndex MakeBroadcastIndex(const TShape& data, const TShape& mask) {
 
 namespace {
 
+using internal::AssignEach;
 using internal::FloatSwitch;
 
 // Checks the data argument's shape is known; the output has the same shape.
@@ -48,8 +49,9 @@ class ActivationCpuOp : public Operator {
       using T = decltype(tag);
       const T* x = in_data[0].dptr_as<T>();
       T* y = out_data[0].dptr_as<T>();
-      const std::int64_t n = in_data[0].Size();
-      for (std::int64_t i = 0; i < n; ++i) Assign(y + i, req[0], act_norm::ActForward(type_, x[i]));
+      act_norm::ActSwitch(type_, [&](auto t) {
+        AssignEach(y, in_data[0].Size(), req[0], [&](std::int64_t i) { return act_norm::ActForward(t(), x[i]); });
+      });
     });
   }
 
@@ -63,8 +65,10 @@ class ActivationCpuOp : public Operator {
       const T* og = out_grad[0].dptr_as<T>();
       const T* pv = v.dptr_as<T>();
       T* g = in_grad[0].dptr_as<T>();
-      const std::int64_t n = out_grad[0].Size();
-      for (std::int64_t i = 0; i < n; ++i) Assign(g + i, req[0], og[i] * act_norm::ActGrad(type_, pv[i]));
+      act_norm::ActSwitch(type_, [&](auto t) {
+        AssignEach(g, out_grad[0].Size(), req[0],
+                   [&](std::int64_t i) { return og[i] * act_norm::ActGrad(t(), pv[i]); });
+      });
     });
   }
 
