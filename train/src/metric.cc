@@ -62,30 +62,33 @@ std::int64_t LabelClass(double v, std::int64_t classes, const std::string& metri
   return k;
 }
 
+// Calls row_fn(predictions of the row, label value, classes) for every row of every (label, prediction)
+// pair that is not padding, and counts the rows in *num_inst.
+template <typename RowFn>
+void ForEachRow(const std::string& name, const std::vector<NDArray>& labels, const std::vector<NDArray>& preds,
+                int num_pad, std::int64_t* num_inst, RowFn&& row_fn) {
+  CheckCounts(name, labels, preds);
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    std::int64_t classes = 0;
+    const std::int64_t rows = CheckPair(name, labels[i], preds[i], num_pad, &classes);
+    const std::vector<double> p = HostValues(preds[i]);
+    const std::vector<double> l = HostValues(labels[i]);
+    for (std::int64_t r = 0; r < rows; ++r) row_fn(p.data() + r * classes, l[r], classes);
+    *num_inst += rows;
+  }
+}
+
 class Accuracy : public EvalMetric {
  public:
   Accuracy() : EvalMetric("accuracy") {}
   void Update(const std::vector<NDArray>& labels, const std::vector<NDArray>& preds, int num_pad) override {
-    CheckCounts(name_, labels, preds);
-    for (std::size_t i = 0; i < labels.size(); ++i) {
-      std::int64_t classes = 0;
-      const std::int64_t rows = CheckPair(name_, labels[i], preds[i], num_pad, &classes);
-      const std::vector<double> p = HostValues(preds[i]);
-      const std::vector<double> l = HostValues(labels[i]);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        std::int64_t predicted;
-        if (classes == 1) {
-          // A prediction already given as a class index (MXNet compares directly when shapes match).
-          predicted = static_cast<std::int64_t>(p[r]);
-        } else {
-          // argmax, first maximum on ties (numpy's argmax).
-          const double* row = p.data() + r * classes;
-          predicted = std::max_element(row, row + classes) - row;
-        }
-        if (predicted == static_cast<std::int64_t>(l[r])) sum_metric_ += 1;
-      }
-      num_inst_ += rows;
-    }
+    ForEachRow(name_, labels, preds, num_pad, &num_inst_, [&](const double* row, double label, std::int64_t classes) {
+      // classes == 1: a prediction already given as a class index (MXNet compares directly when shapes
+      // match); otherwise argmax, the first maximum on ties (numpy's argmax).
+      const std::int64_t predicted =
+          classes == 1 ? static_cast<std::int64_t>(row[0]) : std::max_element(row, row + classes) - row;
+      if (predicted == static_cast<std::int64_t>(label)) sum_metric_ += 1;
+    });
   }
 };
 
@@ -93,22 +96,13 @@ class TopKAccuracy : public EvalMetric {
  public:
   explicit TopKAccuracy(int k) : EvalMetric("top_k_accuracy_" + std::to_string(k)), k_(k) {}
   void Update(const std::vector<NDArray>& labels, const std::vector<NDArray>& preds, int num_pad) override {
-    CheckCounts(name_, labels, preds);
-    for (std::size_t i = 0; i < labels.size(); ++i) {
-      std::int64_t classes = 0;
-      const std::int64_t rows = CheckPair(name_, labels[i], preds[i], num_pad, &classes);
-      const std::vector<double> p = HostValues(preds[i]);
-      const std::vector<double> l = HostValues(labels[i]);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const double* row = p.data() + r * classes;
-        const std::int64_t k = LabelClass(l[r], classes, name_);
-        // The label is among the top k when fewer than k classes score strictly higher.
-        std::int64_t higher = 0;
-        for (std::int64_t c = 0; c < classes; ++c) higher += row[c] > row[k] ? 1 : 0;
-        if (higher < k_) sum_metric_ += 1;
-      }
-      num_inst_ += rows;
-    }
+    ForEachRow(name_, labels, preds, num_pad, &num_inst_, [&](const double* row, double label, std::int64_t classes) {
+      const std::int64_t k = LabelClass(label, classes, name_);
+      // The label is among the top k when fewer than k classes score strictly higher.
+      std::int64_t higher = 0;
+      for (std::int64_t c = 0; c < classes; ++c) higher += row[c] > row[k] ? 1 : 0;
+      if (higher < k_) sum_metric_ += 1;
+    });
   }
 
  private:
@@ -119,18 +113,9 @@ class CrossEntropy : public EvalMetric {
  public:
   explicit CrossEntropy(double eps) : EvalMetric("cross-entropy"), eps_(eps) {}
   void Update(const std::vector<NDArray>& labels, const std::vector<NDArray>& preds, int num_pad) override {
-    CheckCounts(name_, labels, preds);
-    for (std::size_t i = 0; i < labels.size(); ++i) {
-      std::int64_t classes = 0;
-      const std::int64_t rows = CheckPair(name_, labels[i], preds[i], num_pad, &classes);
-      const std::vector<double> p = HostValues(preds[i]);
-      const std::vector<double> l = HostValues(labels[i]);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t k = LabelClass(l[r], classes, name_);
-        sum_metric_ += -std::log(p[r * classes + k] + eps_);
-      }
-      num_inst_ += rows;
-    }
+    ForEachRow(name_, labels, preds, num_pad, &num_inst_, [&](const double* row, double label, std::int64_t classes) {
+      sum_metric_ += -std::log(row[LabelClass(label, classes, name_)] + eps_);
+    });
   }
 
  private:

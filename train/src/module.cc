@@ -59,6 +59,20 @@ void CopyInput(const NDArray& from, const NDArray& to, const std::string& name) 
   CopyFromTo(src, to);
 }
 
+// Copies given[name] into `to` (shapes must match; `who` names the caller in the error). False when `given`
+// has no value for name.
+bool CopyGivenParam(const char* who, const std::string& name, const std::map<std::string, NDArray>& given,
+                    const NDArray& to) {
+  const auto it = given.find(name);
+  if (it == given.end()) return false;
+  if (!(it->second.shape() == to.shape())) {
+    throw Error(std::string(who) + ": parameter '" + name + "' has shape " + it->second.shape().ToString() +
+                " but the symbol needs " + to.shape().ToString());
+  }
+  CopyInput(it->second, to, name);
+  return true;
+}
+
 std::uint64_t EpochSeed(std::uint64_t seed, int epoch) {
   // splitmix64 of (seed, epoch): distinct epochs get unrelated streams.
   std::uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (static_cast<std::uint64_t>(epoch) + 1);
@@ -277,16 +291,7 @@ void Module::InitParams(const Initializer& initializer, const std::map<std::stri
     }
   }
   auto fill = [&](const std::string& name, NDArray arr, const std::map<std::string, NDArray>& given) {
-    auto it = given.find(name);
-    if (it == given.end()) {
-      initializer(name, &arr);
-      return;
-    }
-    if (!(it->second.shape() == arr.shape())) {
-      throw Error("Module::InitParams: parameter '" + name + "' has shape " + it->second.shape().ToString() +
-                  " but the symbol needs " + arr.shape().ToString());
-    }
-    CopyInput(it->second, arr, name);
+    if (!CopyGivenParam("Module::InitParams", name, given, arr)) initializer(name, &arr);
   };
   const auto& args = m.exec->arg_arrays();
   for (std::size_t p = 0; p < m.param_names.size(); ++p) fill(m.param_names[p], args[m.param_arg_index[p]], arg_params);
@@ -417,16 +422,7 @@ void Module::SetParams(const std::map<std::string, NDArray>& arg_params,
                 "] are not parameters of the symbol (parameters: " + JoinNames(m.param_names) + ")");
   }
   auto set = [&](const std::string& name, const NDArray& to, const std::map<std::string, NDArray>& given) {
-    auto it = given.find(name);
-    if (it == given.end()) {
-      missing.push_back(name);
-      return;
-    }
-    if (!(it->second.shape() == to.shape())) {
-      throw Error("Module::SetParams: parameter '" + name + "' has shape " + it->second.shape().ToString() +
-                  " but the symbol needs " + to.shape().ToString());
-    }
-    CopyInput(it->second, to, name);
+    if (!CopyGivenParam("Module::SetParams", name, given, to)) missing.push_back(name);
   };
   const auto& args = m.exec->arg_arrays();
   for (std::size_t p = 0; p < m.param_names.size(); ++p) set(m.param_names[p], args[m.param_arg_index[p]], arg_params);
