@@ -1,8 +1,11 @@
 #include "ops/optimizer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <numbers>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -73,6 +76,77 @@ void CpuAdam(const AdamArgs& a, const TBlob& weight, const TBlob& grad, const TB
   }
 }
 
+struct NagArgs {
+  double lr, momentum, wd, rescale, clip;
+};
+struct AdaGradArgs {
+  double lr, eps, wd, rescale, clip;
+};
+struct RmsPropArgs {
+  double lr, gamma1, gamma2, epsilon, wd, rescale, clip, clip_weights;
+};
+
+// MXNet's NAGMomKernel, in place: the momentum's weight-decay term reads the weight already written (as
+// MXNet 1.9.1 does when out is the weight; checked against its values).
+template <typename T>
+void CpuNag(const NagArgs& a, const TBlob& weight, const TBlob& grad, const TBlob& mom) {
+  T* w = weight.dptr_as<T>();
+  const T* g = grad.dptr_as<T>();
+  T* m = mom.dptr_as<T>();
+  const std::int64_t n = weight.Size();
+  const T lr = T(a.lr), momentum = T(a.momentum), wd = T(a.wd), rescale = T(a.rescale), clip = T(a.clip);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T cg = Clip(rescale * g[i], clip);
+    m[i] = momentum * m[i];
+    w[i] = w[i] - m[i] + (momentum + T(1)) * (m[i] - lr * (cg + wd * w[i]));
+    m[i] = m[i] - lr * (cg + wd * w[i]);
+  }
+}
+
+// MXNet's dense AdaGrad is a sequence of NDArray operations, each rounded to T; the same order here.
+template <typename T>
+void CpuAdaGrad(const AdaGradArgs& a, const TBlob& weight, const TBlob& grad, const TBlob& history) {
+  T* w = weight.dptr_as<T>();
+  const T* g = grad.dptr_as<T>();
+  T* h = history.dptr_as<T>();
+  const std::int64_t n = weight.Size();
+  const T lr = T(a.lr), eps = T(a.eps), wd = T(a.wd), rescale = T(a.rescale), clip = T(a.clip);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T gi = Clip(g[i] * rescale, clip);
+    h[i] = h[i] + gi * gi;
+    const T div = gi / std::sqrt(h[i] + eps);
+    w[i] = w[i] + (div + w[i] * wd) * (-lr);
+  }
+}
+
+// MXNet's RMSPropUpdateKernel (n only) and RMSPropAlexUpdateKernel (centered: n, g, delta).
+template <typename T>
+void CpuRmsProp(const RmsPropArgs& a, const TBlob& weight, const TBlob& grad, const std::vector<TBlob>& st) {
+  T* w = weight.dptr_as<T>();
+  const T* g = grad.dptr_as<T>();
+  T* sn = st[0].dptr_as<T>();
+  const bool centered = st.size() == 3;
+  T* sg = centered ? st[1].dptr_as<T>() : nullptr;
+  T* sd = centered ? st[2].dptr_as<T>() : nullptr;
+  const std::int64_t n = weight.Size();
+  const T lr = T(a.lr), gamma1 = T(a.gamma1), gamma2 = T(a.gamma2), eps = T(a.epsilon), wd = T(a.wd),
+          rescale = T(a.rescale), clip = T(a.clip), clip_w = T(a.clip_weights);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T gi = Clip(rescale * g[i] + wd * w[i], clip);
+    T wi;
+    if (centered) {
+      sn[i] = (T(1) - gamma1) * gi * gi + gamma1 * sn[i];
+      sg[i] = (T(1) - gamma1) * gi + gamma1 * sg[i];
+      sd[i] = gamma2 * sd[i] - (lr * gi / std::sqrt(sn[i] - sg[i] * sg[i] + eps));
+      wi = w[i] + sd[i];
+    } else {
+      sn[i] = (T(1) - gamma1) * (gi * gi) + gamma1 * sn[i];
+      wi = w[i] - lr * (gi / std::sqrt(sn[i] + eps));
+    }
+    w[i] = Clip(wi, clip_w);
+  }
+}
+
 // Everything that can be checked at the call, before anything is pushed.
 void CheckUpdateArgs(const std::string& type, int index, const NDArray& weight, const NDArray& grad) {
   const std::string what = "optimizer '" + type + "' update of index " + std::to_string(index);
@@ -104,6 +178,40 @@ void CheckUpdateArgs(const std::string& type, int index, const NDArray& weight, 
 // A gradient that is the weight itself (or overlaps it) must not be read while it is written.
 NDArray Readable(const NDArray& grad, const NDArray& weight) {
   return grad.SharesChunkWith(weight) ? grad.CopyTo(grad.ctx()) : grad;
+}
+
+// Pushes one update that reads grad and writes weight and states: fn(T{}, weight, grad, states) with T the
+// weight's element type.
+template <typename Fn>
+void PushUpdate(const char* op, const NDArray& weight, const NDArray& grad, const std::vector<NDArray>& states, Fn fn) {
+  const NDArray g = Readable(grad, weight);
+  const TBlob tw = weight.data(), tg = g.data();
+  std::vector<TBlob> ts;
+  std::vector<VarHandle> writes = {weight.var()};
+  for (const NDArray& st : states) {
+    ts.push_back(st.data());
+    writes.push_back(st.var());
+  }
+  const bool f64 = weight.dtype() == DType::kFloat64;
+  weight.engine()->PushSync(
+      [fn, tw, tg, ts, f64](RunContext) {
+        if (f64) {
+          fn(double{}, tw, tg, ts);
+        } else {
+          fn(float{}, tw, tg, ts);
+        }
+      },
+      weight.ctx(), {g.var()}, writes, FnProperty::kNormal, 0, op);
+}
+
+// The parameters every optimizer takes besides its learning rate, declared once.
+template <typename P>
+void DeclareCommon(ParamSchema<P>& s) {
+  s.Field("wd", &P::wd).Default(0.f).Describe("Weight decay (L2 regularisation coefficient).");
+  s.Field("rescale_grad", &P::rescale_grad).Default(1.f).Describe("Gradients are multiplied by this.");
+  s.Field("clip_gradient", &P::clip_gradient)
+      .Default(-1.f)
+      .Describe("Clip the gradient to [-clip_gradient, clip_gradient]; < 0 turns clipping off.");
 }
 
 struct SgdParam : Params<SgdParam> {
@@ -158,7 +266,7 @@ class SgdOptimizer : public Optimizer {
     static const std::vector<std::string> kMom = {"momentum"};
     static const std::vector<std::string> kNone;
     std::vector<NDArray>& states = StateOf(index, weight, use_mom ? kMom : kNone);
-    ++StepOf(index);
+    CountUpdate(index);
     const SgdArgs args{lr_of(index), param_.momentum, wd_of(index, param_.wd), param_.rescale_grad,
                        param_.clip_gradient};
     const NDArray g = Readable(grad, weight);
@@ -197,13 +305,18 @@ class AdamOptimizer : public Optimizer {
     CheckUpdateArgs("adam", index, weight, grad);
     static const std::vector<std::string> kNames = {"mean", "var"};
     std::vector<NDArray>& states = StateOf(index, weight, kNames);
-    const std::int64_t t = ++StepOf(index);
+    const std::int64_t t = CountUpdate(index);
     // As MXNet's Python Adam: the bias corrections fold into the step size, computed in double.
     const double coef1 = 1.0 - std::pow(param_.beta1, static_cast<double>(t));
     const double coef2 = 1.0 - std::pow(param_.beta2, static_cast<double>(t));
     const double lr_t = static_cast<double>(lr_of(index)) * std::sqrt(coef2) / coef1;
-    const AdamArgs args{lr_t, param_.beta1, param_.beta2, param_.epsilon,
-                        wd_of(index, param_.wd), param_.rescale_grad, param_.clip_gradient};
+    const AdamArgs args{lr_t,
+                        param_.beta1,
+                        param_.beta2,
+                        param_.epsilon,
+                        wd_of(index, param_.wd),
+                        param_.rescale_grad,
+                        param_.clip_gradient};
     const NDArray g = Readable(grad, weight);
     const TBlob tw = weight.data(), tg = g.data(), tm = states[0].data(), tv = states[1].data();
     const bool f64 = weight.dtype() == DType::kFloat64;
@@ -223,6 +336,139 @@ class AdamOptimizer : public Optimizer {
   AdamParam param_;
 };
 
+struct NagParam : Params<NagParam> {
+  float learning_rate = 0.01f;
+  float momentum = 0.f;
+  float wd = 0.f;
+  float rescale_grad = 1.f;
+  float clip_gradient = -1.f;
+  static void Declare(ParamSchema<NagParam>& s) {
+    s.Field("learning_rate", &NagParam::learning_rate).Default(0.01f).LowerBound(0).Describe("Learning rate.");
+    s.Field("momentum", &NagParam::momentum).Default(0.f).Range(0, 1).Describe("The decay rate of momentum.");
+    DeclareCommon(s);
+  }
+};
+
+struct AdaGradParam : Params<AdaGradParam> {
+  float learning_rate = 0.01f;
+  double eps = 1e-7;  // a Python float added by an NDArray scalar operation in MXNet
+  float wd = 0.f;
+  float rescale_grad = 1.f;
+  float clip_gradient = -1.f;
+  static void Declare(ParamSchema<AdaGradParam>& s) {
+    s.Field("learning_rate", &AdaGradParam::learning_rate).Default(0.01f).LowerBound(0).Describe("Learning rate.");
+    s.Field("eps", &AdaGradParam::eps).Default(1e-7).LowerBound(0).Describe("Added to the history under the root.");
+    DeclareCommon(s);
+  }
+};
+
+struct RmsPropParam : Params<RmsPropParam> {
+  float learning_rate = 0.001f;
+  float gamma1 = 0.9f;
+  float gamma2 = 0.9f;
+  float epsilon = 1e-8f;
+  bool centered = false;
+  float clip_weights = -1.f;
+  float wd = 0.f;
+  float rescale_grad = 1.f;
+  float clip_gradient = -1.f;
+  static void Declare(ParamSchema<RmsPropParam>& s) {
+    s.Field("learning_rate", &RmsPropParam::learning_rate).Default(0.001f).LowerBound(0).Describe("Learning rate.");
+    s.Field("gamma1", &RmsPropParam::gamma1).Default(0.9f).Range(0, 1).Describe("Decay of the squared gradient mean.");
+    s.Field("gamma2", &RmsPropParam::gamma2).Default(0.9f).Range(0, 1).Describe("Momentum (centered only).");
+    s.Field("epsilon", &RmsPropParam::epsilon).Default(1e-8f).LowerBound(0).Describe("Small constant for stability.");
+    s.Field("centered", &RmsPropParam::centered).Default(false).Describe("Graves's centered RMSProp.");
+    s.Field("clip_weights", &RmsPropParam::clip_weights)
+        .Default(-1.f)
+        .Describe("Clip the updated weight to [-clip_weights, clip_weights]; < 0 turns clipping off.");
+    DeclareCommon(s);
+  }
+};
+
+class NagOptimizer : public Optimizer {
+ public:
+  explicit NagOptimizer(OptimizerConfig config) : Optimizer(std::move(config)) {
+    param_.Init(config_.params, "optimizer 'nag'");
+    learning_rate_ = param_.learning_rate;
+  }
+
+  void Update(int index, const NDArray& weight, const NDArray& grad) override {
+    CheckUpdateArgs("nag", index, weight, grad);
+    const bool use_mom = param_.momentum != 0.f;
+    static const std::vector<std::string> kMom = {"momentum"};
+    static const std::vector<std::string> kNone;
+    const std::vector<NDArray> states = StateOf(index, weight, use_mom ? kMom : kNone);
+    CountUpdate(index);
+    const double lr = lr_of(index), wd = wd_of(index, param_.wd);
+    if (!use_mom) {
+      // MXNet's NAG falls back to sgd_update without momentum.
+      const SgdArgs args{lr, 0, wd, param_.rescale_grad, param_.clip_gradient};
+      PushUpdate("sgd_update", weight, grad, states, [args](auto t, const TBlob& w, const TBlob& g, const auto&) {
+        CpuSgd<decltype(t)>(args, w, g, nullptr);
+      });
+      return;
+    }
+    const NagArgs args{lr, param_.momentum, wd, param_.rescale_grad, param_.clip_gradient};
+    PushUpdate("nag_mom_update", weight, grad, states,
+               [args](auto t, const TBlob& w, const TBlob& g, const std::vector<TBlob>& st) {
+                 CpuNag<decltype(t)>(args, w, g, st[0]);
+               });
+  }
+
+ private:
+  NagParam param_;
+};
+
+class AdaGradOptimizer : public Optimizer {
+ public:
+  explicit AdaGradOptimizer(OptimizerConfig config) : Optimizer(std::move(config)) {
+    param_.Init(config_.params, "optimizer 'adagrad'");
+    learning_rate_ = param_.learning_rate;
+  }
+
+  void Update(int index, const NDArray& weight, const NDArray& grad) override {
+    CheckUpdateArgs("adagrad", index, weight, grad);
+    static const std::vector<std::string> kNames = {"history"};
+    const std::vector<NDArray> states = StateOf(index, weight, kNames);
+    CountUpdate(index);
+    const AdaGradArgs args{lr_of(index), param_.eps, wd_of(index, param_.wd), param_.rescale_grad,
+                           param_.clip_gradient};
+    PushUpdate("adagrad_update", weight, grad, states,
+               [args](auto t, const TBlob& w, const TBlob& g, const std::vector<TBlob>& st) {
+                 CpuAdaGrad<decltype(t)>(args, w, g, st[0]);
+               });
+  }
+
+ private:
+  AdaGradParam param_;
+};
+
+class RmsPropOptimizer : public Optimizer {
+ public:
+  explicit RmsPropOptimizer(OptimizerConfig config) : Optimizer(std::move(config)) {
+    param_.Init(config_.params, "optimizer 'rmsprop'");
+    learning_rate_ = param_.learning_rate;
+  }
+
+  void Update(int index, const NDArray& weight, const NDArray& grad) override {
+    CheckUpdateArgs("rmsprop", index, weight, grad);
+    static const std::vector<std::string> kPlain = {"n"};
+    static const std::vector<std::string> kCentered = {"n", "g", "delta"};
+    const std::vector<NDArray> states = StateOf(index, weight, param_.centered ? kCentered : kPlain);
+    CountUpdate(index);
+    const RmsPropArgs args{lr_of(index),         param_.gamma1,           param_.gamma2,
+                           param_.epsilon,       wd_of(index, param_.wd), param_.rescale_grad,
+                           param_.clip_gradient, param_.clip_weights};
+    PushUpdate(param_.centered ? "rmspropalex_update" : "rmsprop_update", weight, grad, states,
+               [args](auto t, const TBlob& w, const TBlob& g, const std::vector<TBlob>& st) {
+                 CpuRmsProp<decltype(t)>(args, w, g, st);
+               });
+  }
+
+ private:
+  RmsPropParam param_;
+};
+
 // Parses "<index>:<state>"; false when the name is not of that form.
 bool ParseStateName(const std::string& name, int* index, std::string* state) {
   const auto colon = name.find(':');
@@ -238,9 +484,252 @@ bool ParseStateName(const std::string& name, int* index, std::string* state) {
 
 }  // namespace
 
+// A learning-rate schedule: a pure function of num_update (MXNet's schedulers keep state, but only
+// advance it with num_update, which never decreases; the value is the same as computed from scratch).
+class LrScheduler {
+ public:
+  virtual ~LrScheduler() = default;
+  double At(std::int64_t n) const {
+    if (n < warmup_steps_) {
+      // As MXNet's get_warmup_lr, in the same order of operations.
+      return warmup_linear_ ? warmup_begin_lr_ + (base_lr_ - warmup_begin_lr_) * static_cast<double>(n) /
+                                                     static_cast<double>(warmup_steps_)
+                            : warmup_begin_lr_;
+    }
+    return Decayed(n);
+  }
+
+  struct Warmup {
+    double base_lr;
+    std::int64_t steps;
+    double begin_lr;
+    bool linear;
+  };
+
+ protected:
+  explicit LrScheduler(const Warmup& w)
+      : base_lr_(w.base_lr), warmup_steps_(w.steps), warmup_begin_lr_(w.begin_lr), warmup_linear_(w.linear) {}
+  virtual double Decayed(std::int64_t n) const = 0;
+
+  double base_lr_;
+
+ private:
+  std::int64_t warmup_steps_;
+  double warmup_begin_lr_;
+  bool warmup_linear_;
+};
+
+namespace {
+
+class FactorScheduler : public LrScheduler {
+ public:
+  FactorScheduler(const Warmup& w, std::int64_t step, double factor, double stop_factor_lr)
+      : LrScheduler(w), step_(step), factor_(factor), stop_factor_lr_(stop_factor_lr) {}
+
+ protected:
+  double Decayed(std::int64_t n) const override {
+    // MXNet's loop, repeated multiplications included (pow would differ in the last bits). Once the rate
+    // sits at stop_factor_lr (or factor is 1) it cannot change any more, which bounds the loop.
+    double lr = base_lr_;
+    for (std::int64_t count = 0; n > count + step_; count += step_) {
+      lr *= factor_;
+      if (lr < stop_factor_lr_) lr = stop_factor_lr_;
+      if (lr == stop_factor_lr_ || factor_ == 1.0) break;
+    }
+    return lr;
+  }
+
+ private:
+  std::int64_t step_;
+  double factor_, stop_factor_lr_;
+};
+
+class MultiFactorScheduler : public LrScheduler {
+ public:
+  MultiFactorScheduler(const Warmup& w, std::vector<std::int64_t> steps, double factor)
+      : LrScheduler(w), steps_(std::move(steps)), factor_(factor) {}
+
+ protected:
+  double Decayed(std::int64_t n) const override {
+    double lr = base_lr_;
+    for (const std::int64_t s : steps_) {
+      if (n <= s) break;
+      lr *= factor_;
+    }
+    return lr;
+  }
+
+ private:
+  std::vector<std::int64_t> steps_;
+  double factor_;
+};
+
+class CosineScheduler : public LrScheduler {
+ public:
+  CosineScheduler(const Warmup& w, std::int64_t max_update, double final_lr)
+      : LrScheduler(w), warmup_steps_(w.steps), max_update_(max_update), final_lr_(final_lr) {}
+
+ protected:
+  double Decayed(std::int64_t n) const override {
+    // Past max_update MXNet keeps the last value, the one at max_update (final_lr).
+    const std::int64_t m = std::min(n, max_update_);
+    return final_lr_ + (base_lr_ - final_lr_) *
+                           (1 + std::cos(std::numbers::pi * static_cast<double>(m - warmup_steps_) /
+                                         static_cast<double>(max_update_ - warmup_steps_))) /
+                           2;
+  }
+
+ private:
+  std::int64_t warmup_steps_, max_update_;
+  double final_lr_;
+};
+
+// The parameters every schedule takes (MXNet's LRScheduler): declared once.
+// (Field<T> spelled out: deduction does not convert a pointer to a member of WarmupFields.)
+template <typename P>
+void DeclareWarmup(ParamSchema<P>& s) {
+  s.template Field<std::optional<double>>("base_lr", &P::base_lr)
+      .Default(std::optional<double>())
+      .Describe("The rate the schedule starts from (after the warm-up); default: the optimizer's learning_rate.");
+  s.template Field<std::int64_t>("warmup_steps", &P::warmup_steps)
+      .Default(0)
+      .LowerBound(0)
+      .Describe("Updates of warm-up.");
+  s.template Field<double>("warmup_begin_lr", &P::warmup_begin_lr)
+      .Default(0.0)
+      .LowerBound(0)
+      .Describe("Rate at update 0.");
+  s.template Field<std::string>("warmup_mode", &P::warmup_mode)
+      .Default("linear")
+      .Choices({"linear", "constant"})
+      .Describe("linear: rise from warmup_begin_lr to base_lr; constant: stay at warmup_begin_lr.");
+}
+
+struct WarmupFields {
+  std::optional<double> base_lr;
+  std::int64_t warmup_steps = 0;
+  double warmup_begin_lr = 0;
+  std::string warmup_mode = "linear";
+};
+
+struct FactorSchedulerParam : Params<FactorSchedulerParam>, WarmupFields {
+  std::int64_t step = 1;
+  double factor = 1;
+  double stop_factor_lr = 1e-8;
+  static void Declare(ParamSchema<FactorSchedulerParam>& s) {
+    s.Field("step", &FactorSchedulerParam::step).LowerBound(1).Describe("Updates between two decays.");
+    s.Field("factor", &FactorSchedulerParam::factor).Default(1.0).Range(0, 1).Describe("Multiplier per decay.");
+    s.Field("stop_factor_lr", &FactorSchedulerParam::stop_factor_lr)
+        .Default(1e-8)
+        .LowerBound(0)
+        .Describe("The rate never decays below this.");
+    DeclareWarmup(s);
+  }
+};
+
+struct MultiFactorSchedulerParam : Params<MultiFactorSchedulerParam>, WarmupFields {
+  std::vector<std::int64_t> step;
+  double factor = 1;
+  static void Declare(ParamSchema<MultiFactorSchedulerParam>& s) {
+    s.Field("step", &MultiFactorSchedulerParam::step).Describe("Increasing update counts at which to decay.");
+    s.Field("factor", &MultiFactorSchedulerParam::factor).Default(1.0).Range(0, 1).Describe("Multiplier per decay.");
+    DeclareWarmup(s);
+  }
+};
+
+struct CosineSchedulerParam : Params<CosineSchedulerParam>, WarmupFields {
+  std::int64_t max_update = 1;
+  double final_lr = 0;
+  static void Declare(ParamSchema<CosineSchedulerParam>& s) {
+    s.Field("max_update", &CosineSchedulerParam::max_update).LowerBound(1).Describe("Update of the final rate.");
+    s.Field("final_lr", &CosineSchedulerParam::final_lr).Default(0.0).LowerBound(0).Describe("Rate at the end.");
+    DeclareWarmup(s);
+  }
+};
+
+// The shortest decimal text of a float read back as a double: the learning rate as it was written ("0.1"
+// gives 0.1, not 0.100000001490116), which is what MXNet's Python schedule computes with.
+double AsWritten(float v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
+}  // namespace
+
+void Optimizer::InitScheduler() {
+  const std::string& name = config_.lr_scheduler;
+  if (name.empty()) {
+    if (!config_.lr_scheduler_params.empty()) {
+      throw Error("optimizer '" + config_.type + "': lr_scheduler_params given (" +
+                  config_.lr_scheduler_params.front().first + ", ...) but no lr_scheduler; set lr_scheduler to " +
+                  "one of factor, multifactor, cosine");
+    }
+    return;
+  }
+  const std::string what = "lr_scheduler '" + name + "' of optimizer '" + config_.type + "'";
+  const auto known = ListLrSchedulers();
+  if (std::find(known.begin(), known.end(), name) == known.end()) {
+    std::string msg = "unknown lr_scheduler '" + name + "' of optimizer '" + config_.type + "'; known: ";
+    for (std::size_t i = 0; i < known.size(); ++i) msg += (i ? ", " : "") + known[i];
+    const std::string similar = SimilarNames(name, known);
+    if (!similar.empty()) msg += " (did you mean " + similar + "?)";
+    throw Error(msg);
+  }
+  const bool lr_given = std::any_of(config_.params.begin(), config_.params.end(),
+                                    [](const auto& kv) { return kv.first == "learning_rate"; });
+  auto warmup = [&](const WarmupFields& f) {
+    double base = AsWritten(learning_rate_);
+    if (f.base_lr) {
+      if (*f.base_lr < 0) throw Error(what + ": base_lr must be >= 0, got " + std::to_string(*f.base_lr));
+      if (lr_given && static_cast<float>(*f.base_lr) != learning_rate_) {
+        throw Error(what + ": base_lr " + std::to_string(*f.base_lr) + " differs from the optimizer's learning_rate " +
+                    std::to_string(learning_rate_) + "; give the rate once (either is enough)");
+      }
+      base = *f.base_lr;
+    }
+    if (f.warmup_begin_lr > base) {
+      throw Error(what + ": warmup_begin_lr " + std::to_string(f.warmup_begin_lr) + " exceeds base_lr " +
+                  std::to_string(base) + "; the warm-up rises to base_lr");
+    }
+    return LrScheduler::Warmup{base, f.warmup_steps, f.warmup_begin_lr, f.warmup_mode == "linear"};
+  };
+  if (name == "factor") {
+    FactorSchedulerParam p;
+    p.Init(config_.lr_scheduler_params, what);
+    scheduler_ = std::make_shared<FactorScheduler>(warmup(p), p.step, p.factor, p.stop_factor_lr);
+  } else if (name == "multifactor") {
+    MultiFactorSchedulerParam p;
+    p.Init(config_.lr_scheduler_params, what);
+    if (p.step.empty()) throw Error(what + ": step must list at least one update count, e.g. step=(100, 200)");
+    for (std::size_t i = 0; i < p.step.size(); ++i) {
+      if (p.step[i] < 1 || (i > 0 && p.step[i] <= p.step[i - 1])) {
+        throw Error(what + ": step " + param_detail::PrintTuple(p.step) + " must be increasing update counts >= 1");
+      }
+    }
+    scheduler_ = std::make_shared<MultiFactorScheduler>(warmup(p), p.step, p.factor);
+  } else {
+    CosineSchedulerParam p;
+    p.Init(config_.lr_scheduler_params, what);
+    if (p.max_update <= p.warmup_steps) {
+      throw Error(what + ": max_update " + std::to_string(p.max_update) + " must exceed warmup_steps " +
+                  std::to_string(p.warmup_steps) + " (the cosine decays between the two)");
+    }
+    scheduler_ = std::make_shared<CosineScheduler>(warmup(p), p.max_update, p.final_lr);
+  }
+}
+
 std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerConfig& config) {
-  if (config.type == "sgd") return std::make_unique<SgdOptimizer>(config);
-  if (config.type == "adam") return std::make_unique<AdamOptimizer>(config);
+  std::unique_ptr<Optimizer> opt;
+  if (config.type == "sgd") opt = std::make_unique<SgdOptimizer>(config);
+  if (config.type == "nag") opt = std::make_unique<NagOptimizer>(config);
+  if (config.type == "adam") opt = std::make_unique<AdamOptimizer>(config);
+  if (config.type == "adagrad") opt = std::make_unique<AdaGradOptimizer>(config);
+  if (config.type == "rmsprop") opt = std::make_unique<RmsPropOptimizer>(config);
+  if (opt) {
+    opt->InitScheduler();
+    return opt;
+  }
   std::string msg = "unknown optimizer type '" + config.type + "'; known types: ";
   const auto types = ListTypes();
   for (std::size_t i = 0; i < types.size(); ++i) msg += (i ? ", " : "") + types[i];
@@ -249,15 +738,36 @@ std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerConfig& config) {
   throw Error(msg);
 }
 
-std::vector<std::string> Optimizer::ListTypes() { return {"adam", "sgd"}; }
+std::vector<std::string> Optimizer::ListTypes() { return {"adagrad", "adam", "nag", "rmsprop", "sgd"}; }
 
-void Optimizer::SetMultipliers(int index, float lr_mult, float wd_mult) {
-  multipliers_[index] = {lr_mult, wd_mult};
+std::vector<std::string> Optimizer::ListLrSchedulers() { return {"cosine", "factor", "multifactor"}; }
+
+float Optimizer::learning_rate() const {
+  return scheduler_ ? static_cast<float>(scheduler_->At(num_update_)) : learning_rate_;
 }
 
+void Optimizer::SetLearningRate(float lr) {
+  if (scheduler_) {
+    throw Error("optimizer '" + config_.type + "' has lr_scheduler '" + config_.lr_scheduler +
+                "', which sets the learning rate; SetLearningRate works only without a scheduler");
+  }
+  learning_rate_ = lr;
+}
+
+std::int64_t Optimizer::CountUpdate(int index) {
+  const std::int64_t t = ++steps_[index];
+  num_update_ = std::max(num_update_, t);
+  return t;
+}
+
+void Optimizer::SetMultipliers(int index, float lr_mult, float wd_mult) { multipliers_[index] = {lr_mult, wd_mult}; }
+
 float Optimizer::lr_of(int index) const {
+  // In double, then rounded once (as MXNet's Python lr * lr_mult reaching a float kernel parameter); for
+  // two floats the double product is exact, so the constant-rate case equals the float product.
+  const double base = scheduler_ ? scheduler_->At(num_update_) : static_cast<double>(learning_rate_);
   const auto it = multipliers_.find(index);
-  return it == multipliers_.end() ? learning_rate_ : learning_rate_ * it->second.first;
+  return static_cast<float>(it == multipliers_.end() ? base : base * static_cast<double>(it->second.first));
 }
 
 float Optimizer::wd_of(int index, float wd) const {
@@ -357,6 +867,9 @@ void Optimizer::LoadStates(const std::string& path) {
   states_ = std::move(states);
   state_names_ = std::move(state_names);
   steps_ = std::move(steps);
+  // The schedule's position: MXNet's num_update is the largest count over the indices.
+  num_update_ = 0;
+  for (const auto& [index, step] : steps_) num_update_ = std::max(num_update_, step);
 }
 
 }  // namespace troupe

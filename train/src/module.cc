@@ -81,10 +81,11 @@ std::uint64_t EpochSeed(std::uint64_t seed, int epoch) {
   return z ^ (z >> 31);
 }
 
-// Plain SGD without momentum keeps no state, so it can resume from a checkpoint without a .states file
-// (one written by SaveCheckpoint or by MXNet).
+// Whether the optimizer keeps nothing between updates (plain SGD without momentum or a learning-rate
+// schedule, whose position is part of the states): then a run resumes exactly from a checkpoint without a
+// .states file (one written by MXNet, say).
 bool StatelessSgd(const OptimizerConfig& c) {
-  if (c.type != "sgd") return false;
+  if (c.type != "sgd" || !c.lr_scheduler.empty()) return false;
   for (const auto& kv : c.params) {
     if (kv.first == "momentum" && param_detail::ParseReal(kv.second) != 0) return false;
   }

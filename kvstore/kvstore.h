@@ -1,0 +1,119 @@
+// KVStore — parameter synchronisation (the seed's two-level parameter server; DESIGN.md §3). This issue's
+// level: the devices of one machine. Keys are ints or strings; a value is an NDArray per device.
+//
+// Semantics (MXNet's):
+//   - Init(keys, values): each key once, with its initial value (copied into the store).
+//   - Push(keys, values): the values of a key (one per device: the key repeated in `keys`) are summed; with
+//     an updater (SetUpdater / SetOptimizer) the store's value becomes updater(key, sum, stored), otherwise
+//     the sum replaces the stored value.
+//   - Pull(keys, outs): each output receives the stored value (a key repeated for several devices' outputs).
+//   - PushPull: Push then Pull, the pull ordered after the push.
+//   - Everything is pushed to the engine and returns at once; reading an output waits. Functions of a
+//     higher `priority` (MXNet: earlier layers get larger priorities, -index) are run first when several
+//     are ready.
+//   - Errors (uninitialised key, wrong shape or dtype, a key initialised twice, a string key mixed with int
+//     keys) are troupe::Error thrown at the call, naming the key; the store stays usable.
+// Types: "local" (the store and the reduction on cpu(0), update on cpu(0)), "device" (the store, the
+// reduction and the update on the device of the key's first Init value), "nccl" (NCCL all-reduce across
+// GPUs; an error without CUDA or without a GPU). Contexts cpu(0), cpu(1), ... are distinct devices. On the
+// host the reduction reads every CPU value in place (one engine function per key reading the values'
+// variables and writing the key's merge buffer); values on other devices are first copied to the
+// reduction device. Without an updater a push's sum becomes the stored value (no extra copy).
+// Gradient compression: SetGradientCompression stores and validates the configuration ("device" only, as
+// MXNet); Push does not apply it yet.
+//
+// Thread-safety: one thread drives a KVStore (as MXNet's); the arrays it fills may be read from any thread.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/ndarray.h"
+#include "ops/optimizer.h"
+#include "ops/param.h"
+
+namespace troupe {
+
+class KVStore {
+ public:
+  // updater(key, merged gradient, stored weight): updates the stored weight in place (pushes its work).
+  using Updater = std::function<void(int key, const NDArray& merged, NDArray* stored)>;
+
+  // "local", "device", "nccl" (and the dist_* types of issue 8). Throws troupe::Error for an unknown type
+  // (listing the known ones).
+  static std::unique_ptr<KVStore> Create(const std::string& type = "local");
+  virtual ~KVStore() = default;
+
+  const std::string& type() const { return type_; }
+  virtual int rank() const { return 0; }
+  virtual int num_workers() const { return 1; }
+
+  virtual void Init(const std::vector<int>& keys, const std::vector<NDArray>& values) = 0;
+  virtual void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority = 0) = 0;
+  virtual void Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority = 0) = 0;
+  virtual void PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                        const std::vector<NDArray>& outs, int priority = 0);
+
+  // String keys: mapped to int keys on first use (Init); mixing them with int keys in one store is an error.
+  void Init(const std::vector<std::string>& keys, const std::vector<NDArray>& values);
+  void Push(const std::vector<std::string>& keys, const std::vector<NDArray>& values, int priority = 0);
+  void Pull(const std::vector<std::string>& keys, const std::vector<NDArray>& outs, int priority = 0);
+  void PushPull(const std::vector<std::string>& keys, const std::vector<NDArray>& values,
+                const std::vector<NDArray>& outs, int priority = 0);
+
+  // Brace lists of int keys (kv->Push({3}, {g})) pick these: without them {3} or {0} would also match the
+  // string overloads (through vector<string>'s size constructor, or 0 as a null char pointer) and the call
+  // would be ambiguous.
+  void Init(std::initializer_list<int> keys, const std::vector<NDArray>& values) {
+    Init(std::vector<int>(keys), values);
+  }
+  void Push(std::initializer_list<int> keys, const std::vector<NDArray>& values, int priority = 0) {
+    Push(std::vector<int>(keys), values, priority);
+  }
+  void Pull(std::initializer_list<int> keys, const std::vector<NDArray>& outs, int priority = 0) {
+    Pull(std::vector<int>(keys), outs, priority);
+  }
+  void PushPull(std::initializer_list<int> keys, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
+                int priority = 0) {
+    PushPull(std::vector<int>(keys), values, outs, priority);
+  }
+
+  virtual void SetUpdater(Updater updater) = 0;
+  // An Optimizer created from the config becomes the updater (its index = the key).
+  virtual void SetOptimizer(const OptimizerConfig& config);
+  Optimizer* optimizer() const { return optimizer_.get(); }
+  // MXNet's set_gradient_compression: {"type": "2bit", "threshold": "0.5"}; {"type": "none"} turns it off.
+  // Throws troupe::Error for a "local" store (MXNet supports it for device and dist types only), another
+  // type or a bad threshold.
+  virtual void SetGradientCompression(const Kwargs& params);
+  // The stored configuration (empty when off).
+  const Kwargs& gradient_compression() const { return compression_; }
+  // All workers reach it (a no-op on one machine).
+  virtual void Barrier() {}
+
+ protected:
+  explicit KVStore(std::string type) : type_(std::move(type)) {}
+  // The int key of a string key; `create` (Init) maps a new string key to the next int. Throws
+  // troupe::Error for an unknown key when !create, or when the store already uses int keys.
+  int IntKey(const std::string& key, bool create);
+  // Called by a subclass at the start of every int-key entry point: records that int keys are used, and
+  // throws troupe::Error when the store uses string keys (unless called through the string overloads).
+  void NoteIntKeys(const char* op);
+  // A key as the caller wrote it, for error messages: 'name' for string keys, the number otherwise.
+  std::string KeyName(int key) const;
+
+  std::string type_;
+  std::unique_ptr<Optimizer> optimizer_;
+  Kwargs compression_;
+  bool int_keys_used_ = false;
+
+ private:
+  friend class StringKeyCall;
+  std::vector<std::string> string_keys_;  // index = int key
+  bool in_string_call_ = false;           // inside a string-key overload (its int keys are mapped ones)
+};
+
+}  // namespace troupe

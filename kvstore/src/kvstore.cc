@@ -1,0 +1,177 @@
+// KVStore: the factory, string keys, the optimizer as updater and the compression configuration. The
+// local types live in kvstore_local.cc.
+#include "kvstore/kvstore.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "actors/error.h"
+#include "actors/runtime.h"
+
+namespace troupe {
+
+namespace internal {
+// Defined in kvstore_local.cc: "local" and "device".
+std::unique_ptr<KVStore> CreateLocalKVStore(const std::string& type);
+}  // namespace internal
+
+// Marks the int-key calls made by a string-key overload (their keys are mapped ones, not the user's).
+class StringKeyCall {
+ public:
+  explicit StringKeyCall(KVStore* kv) : kv_(kv), saved_(kv->in_string_call_) { kv_->in_string_call_ = true; }
+  ~StringKeyCall() { kv_->in_string_call_ = saved_; }
+  StringKeyCall(const StringKeyCall&) = delete;
+  StringKeyCall& operator=(const StringKeyCall&) = delete;
+
+ private:
+  KVStore* kv_;
+  bool saved_;
+};
+
+namespace {
+
+constexpr const char* kKnownTypes = "local, device, nccl, dist_sync, dist_async, dist_device_sync";
+
+void CheckCount(const char* op, std::size_t keys, std::size_t arrays, const char* what) {
+  if (keys != arrays) {
+    throw Error(std::string("KVStore::") + op + ": " + std::to_string(keys) + " keys but " + std::to_string(arrays) +
+                " " + what + "; pass one " + (std::string(what) == "outputs" ? "output" : "value") +
+                " per key (repeat a key for several devices)");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<KVStore> KVStore::Create(const std::string& type) {
+  if (type == "local" || type == "device") return internal::CreateLocalKVStore(type);
+  if (type == "nccl") {
+    if (Runtime::GpuCount() == 0) {
+      throw Error(
+          "KVStore::Create(\"nccl\"): nccl needs GPUs (this build has no CUDA or this machine no GPU); "
+          "use local or device");
+    }
+    throw Error("KVStore::Create(\"nccl\"): the nccl type is not implemented yet; use local or device");
+  }
+  if (type == "dist_sync" || type == "dist_async" || type == "dist_device_sync") {
+    throw Error("KVStore::Create(\"" + type +
+                "\"): the distributed types are not implemented yet; use local or device");
+  }
+  throw Error("KVStore::Create: unknown type '" + type + "'; known types: " + kKnownTypes);
+}
+
+int KVStore::IntKey(const std::string& key, bool create) {
+  if (int_keys_used_) {
+    throw Error("KVStore: string key '" + key +
+                "' used in a store that already uses int keys; use one kind of key per store");
+  }
+  const auto it = std::find(string_keys_.begin(), string_keys_.end(), key);
+  if (it != string_keys_.end()) return static_cast<int>(it - string_keys_.begin());
+  if (!create) throw Error("KVStore: key '" + key + "' has not been initialised; call Init first");
+  string_keys_.push_back(key);
+  return static_cast<int>(string_keys_.size()) - 1;
+}
+
+void KVStore::NoteIntKeys(const char* op) {
+  if (in_string_call_) return;
+  if (!string_keys_.empty()) {
+    throw Error(std::string("KVStore::") + op +
+                ": int keys used in a store that already uses string keys; use one kind of key per store");
+  }
+  int_keys_used_ = true;
+}
+
+std::string KVStore::KeyName(int key) const {
+  if (in_string_call_ && key >= 0 && static_cast<std::size_t>(key) < string_keys_.size()) {
+    return "'" + string_keys_[static_cast<std::size_t>(key)] + "'";
+  }
+  return std::to_string(key);
+}
+
+void KVStore::PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values,
+                       const std::vector<NDArray>& outs, int priority) {
+  Push(keys, values, priority);
+  Pull(keys, outs, priority);
+}
+
+void KVStore::Init(const std::vector<std::string>& keys, const std::vector<NDArray>& values) {
+  CheckCount("Init", keys.size(), values.size(), "values");
+  std::vector<int> ints;
+  const std::size_t before = string_keys_.size();
+  for (const auto& k : keys) ints.push_back(IntKey(k, true));
+  StringKeyCall guard(this);
+  try {
+    Init(ints, values);
+  } catch (...) {
+    string_keys_.resize(before);  // the new names were never initialised
+    throw;
+  }
+}
+
+void KVStore::Push(const std::vector<std::string>& keys, const std::vector<NDArray>& values, int priority) {
+  CheckCount("Push", keys.size(), values.size(), "values");
+  std::vector<int> ints;
+  for (const auto& k : keys) ints.push_back(IntKey(k, false));
+  StringKeyCall guard(this);
+  Push(ints, values, priority);
+}
+
+void KVStore::Pull(const std::vector<std::string>& keys, const std::vector<NDArray>& outs, int priority) {
+  CheckCount("Pull", keys.size(), outs.size(), "outputs");
+  std::vector<int> ints;
+  for (const auto& k : keys) ints.push_back(IntKey(k, false));
+  StringKeyCall guard(this);
+  Pull(ints, outs, priority);
+}
+
+void KVStore::PushPull(const std::vector<std::string>& keys, const std::vector<NDArray>& values,
+                       const std::vector<NDArray>& outs, int priority) {
+  CheckCount("PushPull", keys.size(), values.size(), "values");
+  CheckCount("PushPull", keys.size(), outs.size(), "outputs");
+  std::vector<int> ints;
+  for (const auto& k : keys) ints.push_back(IntKey(k, false));
+  StringKeyCall guard(this);
+  PushPull(ints, values, outs, priority);
+}
+
+void KVStore::SetOptimizer(const OptimizerConfig& config) {
+  std::unique_ptr<Optimizer> opt = Optimizer::Create(config);  // throws for a bad config: keep the old one
+  Optimizer* raw = opt.get();
+  SetUpdater([raw](int key, const NDArray& merged, NDArray* stored) { raw->Update(key, *stored, merged); });
+  optimizer_ = std::move(opt);
+}
+
+void KVStore::SetGradientCompression(const Kwargs& params) {
+  std::string type;
+  std::string threshold = "0.5";
+  for (const auto& [k, v] : params) {
+    if (k == "type") {
+      type = v;
+    } else if (k == "threshold") {
+      threshold = v;
+    } else {
+      throw Error("KVStore::SetGradientCompression: unknown parameter '" + k + "'; known: type, threshold");
+    }
+  }
+  if (type.empty()) throw Error("KVStore::SetGradientCompression: missing parameter 'type' (2bit or none)");
+  if (type == "none") {
+    compression_.clear();
+    return;
+  }
+  if (type != "2bit") {
+    throw Error("KVStore::SetGradientCompression: unknown type '" + type + "'; known types: 2bit, none");
+  }
+  if (type_ == "local") {
+    throw Error(
+        "KVStore::SetGradientCompression: gradient compression is not supported by a 'local' store "
+        "(as in MXNet); use Create(\"device\") or a dist type");
+  }
+  char* end = nullptr;
+  const double t = std::strtod(threshold.c_str(), &end);
+  if (threshold.empty() || end == nullptr || *end != '\0' || !(t > 0.0)) {
+    throw Error("KVStore::SetGradientCompression: threshold '" + threshold + "' must be a number > 0");
+  }
+  compression_ = {{"type", "2bit"}, {"threshold", threshold}};
+}
+
+}  // namespace troupe

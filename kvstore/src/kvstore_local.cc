@@ -1,0 +1,226 @@
+// KVStore types "local" and "device": parameter synchronisation across the devices of one machine
+// (MXNet 1.9's KVStoreLocal with CommCPU / CommDevice, src/kvstore/kvstore_local.h and comm.h).
+//
+// Per key the store keeps the stored value, a merge buffer on the same device and staging copies for
+// values that live off the host. A push of a key is: (copies of off-host values to the reduction device),
+// one engine function summing every value into the merge buffer, then the updater (which pushes its own
+// work) or a swap of the merge buffer and the stored value. A pull is one CopyFromTo per output. Nothing
+// here waits: the engine orders everything through the arrays' variables.
+//
+// Every call checks all its arguments before it pushes anything, so an error leaves the store as it was.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/error.h"
+#include "kvstore/kvstore.h"
+
+namespace troupe {
+namespace {
+
+bool OnHost(Context c) { return c.dev_type == DeviceType::kCPU || c.dev_type == DeviceType::kCPUPinned; }
+
+// dst = sum of srcs (host memory, all of dst's dtype and size). Works block by block so that the partial
+// sum stays in cache while each source is added.
+void SumOnHost(const std::vector<TBlob>& srcs, const TBlob& dst) {
+  DTypeSwitch(dst.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    // half_t and bf16_t add through float.
+    using Acc = std::conditional_t<std::is_arithmetic_v<T>, T, float>;
+    T* out = static_cast<T*>(dst.dptr);
+    const std::int64_t n = dst.Size();
+    constexpr std::int64_t kBlock = 4096;
+    for (std::int64_t b = 0; b < n; b += kBlock) {
+      const std::int64_t e = std::min(n, b + kBlock);
+      const T* s0 = static_cast<const T*>(srcs[0].dptr);
+      std::copy(s0 + b, s0 + e, out + b);
+      for (std::size_t j = 1; j < srcs.size(); ++j) {
+        const T* s = static_cast<const T*>(srcs[j].dptr);
+        for (std::int64_t i = b; i < e; ++i) out[i] = static_cast<T>(static_cast<Acc>(out[i]) + static_cast<Acc>(s[i]));
+      }
+    }
+  });
+}
+
+class KVStoreLocal final : public KVStore {
+ public:
+  explicit KVStoreLocal(const std::string& type) : KVStore(type), device_mode_(type == "device") {}
+
+  using KVStore::Init;
+  using KVStore::Pull;
+  using KVStore::Push;
+  using KVStore::PushPull;
+
+  void Init(const std::vector<int>& keys, const std::vector<NDArray>& values) override {
+    NoteIntKeys("Init");
+    CheckCount("Init", keys.size(), values.size(), "values");
+    std::vector<int> seen;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const int key = keys[i];
+      if (store_.count(key) != 0 || std::find(seen.begin(), seen.end(), key) != seen.end()) {
+        throw Error("KVStore::Init: key " + KeyName(key) + " initialised twice; initialise each key once");
+      }
+      seen.push_back(key);
+      if (values[i].is_none()) {
+        throw Error("KVStore::Init: key " + KeyName(key) + ": the value is a none array; pass an initialised array");
+      }
+    }
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const NDArray& v = values[i];
+      const Context ctx = device_mode_ ? v.ctx() : Context::CPU(0);
+      Entry& e = store_[keys[i]];
+      e.stored = NDArray(v.shape(), ctx, v.dtype(), v.engine());
+      CopyFromTo(v, e.stored);
+    }
+  }
+
+  void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority) override {
+    NoteIntKeys("Push");
+    const Groups groups = Check("Push", keys, values, "value");
+    DoPush(groups, values, priority);
+  }
+
+  void Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) override {
+    NoteIntKeys("Pull");
+    Check("Pull", keys, outs, "output");
+    DoPull(keys, outs, priority);
+  }
+
+  void PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
+                int priority) override {
+    NoteIntKeys("PushPull");
+    // Both halves are checked before either is pushed, so a bad output does not leave a push behind.
+    const Groups groups = Check("PushPull", keys, values, "value");
+    Check("PushPull", keys, outs, "output");
+    DoPush(groups, values, priority);
+    DoPull(keys, outs, priority);
+  }
+
+  void SetUpdater(Updater updater) override { updater_ = std::move(updater); }
+
+ private:
+  struct Entry {
+    NDArray stored;
+    NDArray merged;                // the reduction's target (swapped with stored when there is no updater)
+    std::vector<NDArray> staging;  // copies of off-device values on the reduction device
+  };
+  // key -> indices of its values, keys in increasing order (MXNet's GroupKVPairs).
+  using Groups = std::map<int, std::vector<std::size_t>>;
+
+  static void CheckCount(const char* op, std::size_t keys, std::size_t arrays, const char* what) {
+    if (keys != arrays) {
+      throw Error(std::string("KVStore::") + op + ": " + std::to_string(keys) + " keys but " + std::to_string(arrays) +
+                  " " + what + "s; pass one " + what + " per key (repeat a key for several devices)");
+    }
+  }
+
+  Groups Check(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& arrays,
+               const char* what) const {
+    CheckCount(op, keys.size(), arrays.size(), what);
+    Groups groups;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const int key = keys[i];
+      const std::string where = std::string("KVStore::") + op + ": key " + KeyName(key);
+      const auto it = store_.find(key);
+      if (it == store_.end()) throw Error(where + " has not been initialised; call Init first");
+      const NDArray& a = arrays[i];
+      const NDArray& s = it->second.stored;
+      if (a.is_none()) throw Error(where + ": " + what + " " + std::to_string(i) + " is a none array");
+      if (a.shape() != s.shape()) {
+        throw Error(where + ": " + what + " " + std::to_string(i) + " has shape " + a.shape().ToString() +
+                    " but the key was initialised with shape " + s.shape().ToString());
+      }
+      if (a.dtype() != s.dtype()) {
+        throw Error(where + ": " + what + " " + std::to_string(i) + " has dtype " + DTypeName(a.dtype()) +
+                    " but the key was initialised with dtype " + DTypeName(s.dtype()));
+      }
+      if (a.engine() != s.engine()) {
+        throw Error(where + ": " + what + " " + std::to_string(i) +
+                    " belongs to another engine than the key's initial value");
+      }
+      groups[key].push_back(i);
+    }
+    return groups;
+  }
+
+  void DoPush(const Groups& groups, const std::vector<NDArray>& values, int priority) {
+    for (const auto& [key, idx] : groups) {
+      Entry& e = store_.at(key);
+      Reduce(&e, values, idx, priority);
+      if (updater_) {
+        updater_(key, e.merged, &e.stored);
+      } else {
+        // The sum becomes the stored value; the old one is the next merge buffer. Pulls pushed before read
+        // it first: the engine orders the next reduction (a write) after them.
+        std::swap(e.stored, e.merged);
+      }
+    }
+  }
+
+  void DoPull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) {
+    for (std::size_t i = 0; i < keys.size(); ++i) CopyFromTo(store_.at(keys[i]).stored, outs[i], priority);
+  }
+
+  NDArray& Staging(Entry* e, std::size_t slot) {
+    if (e->staging.size() <= slot) e->staging.resize(slot + 1);
+    NDArray& s = e->staging[slot];
+    if (s.is_none()) s = NDArray(e->stored.shape(), e->stored.ctx(), e->stored.dtype(), e->stored.engine());
+    return s;
+  }
+
+  // e->merged = sum of values[idx...], pushed.
+  void Reduce(Entry* e, const std::vector<NDArray>& values, const std::vector<std::size_t>& idx, int priority) {
+    const Context rctx = e->stored.ctx();
+    Engine* engine = e->stored.engine();
+    if (e->merged.is_none()) e->merged = NDArray(e->stored.shape(), rctx, e->stored.dtype(), engine);
+    std::size_t slot = 0;
+    if (OnHost(rctx)) {
+      // Host values (any cpu(i)) are read in place; only off-host ones are copied first.
+      std::vector<TBlob> blobs;
+      std::vector<VarHandle> reads;
+      for (std::size_t i : idx) {
+        const NDArray* src = &values[i];
+        if (!OnHost(src->ctx())) {
+          NDArray& st = Staging(e, slot++);
+          CopyFromTo(*src, st, priority);
+          src = &st;
+        }
+        blobs.push_back(src->data());
+        if (std::find(reads.begin(), reads.end(), src->var()) == reads.end()) reads.push_back(src->var());
+      }
+      const TBlob out = e->merged.data();
+      engine->PushSync([blobs = std::move(blobs), out](RunContext) { SumOnHost(blobs, out); }, rctx, reads,
+                       {e->merged.var()}, FnProperty::kNormal, priority, "KVStoreReduce");
+      return;
+    }
+    // A GPU reduction device: copies to it, then NDArray arithmetic there.
+    std::vector<NDArray> srcs;
+    for (std::size_t i : idx) {
+      if (values[i].ctx() == rctx) {
+        srcs.push_back(values[i]);
+      } else {
+        NDArray& st = Staging(e, slot++);
+        CopyFromTo(values[i], st, priority);
+        srcs.push_back(st);
+      }
+    }
+    CopyFromTo(srcs[0], e->merged, priority);
+    for (std::size_t j = 1; j < srcs.size(); ++j) e->merged += srcs[j];
+  }
+
+  const bool device_mode_;
+  std::unordered_map<int, Entry> store_;
+  Updater updater_;
+};
+
+}  // namespace
+
+namespace internal {
+std::unique_ptr<KVStore> CreateLocalKVStore(const std::string& type) { return std::make_unique<KVStoreLocal>(type); }
+}  // namespace internal
+
+}  // namespace troupe
