@@ -19,8 +19,9 @@
 // host the reduction reads every CPU value in place (one engine function per key reading the values'
 // variables and writing the key's merge buffer); values on other devices are first copied to the
 // reduction device. Without an updater a push's sum becomes the stored value (no extra copy).
-// Gradient compression: SetGradientCompression stores and validates the configuration ("device" only, as
-// MXNet); Push does not apply it yet.
+// Gradient compression ("device" only, as MXNet): with SetGradientCompression on, Push quantizes each value
+// to 2 bits on its device (kvstore/gradient_compression.h; residuals kept per key and device), decodes on the
+// reduction device and sums the decoded values (MXNet's CommDevice::ReduceCompressed). CPU float32 only.
 //
 // Thread-safety: one thread drives a KVStore (as MXNet's); the arrays it fills may be read from any thread.
 #pragma once

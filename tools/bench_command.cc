@@ -152,6 +152,42 @@ constexpr const char* kTrainExamples =
     "  troupe bench train --workloads mlp --batch-size 256 --json mlp256.json\n"
     "      only the MLP, at batch 256";
 
+constexpr const char* kKVStoreDescription =
+    "Measure parameter synchronisation across the CPU devices of one machine through a \"local\" KVStore "
+    "against the memory bandwidth it cannot beat, each figure alternated with its anchor in the same run. (a) "
+    "push_pull: a call is one round of MXNet's tools/bandwidth/measure.py: for every key in order (priority "
+    "-index), Push of one gradient per device from cpu(0) .. cpu(k-1), then Pull into one weight array per "
+    "device, and the call ends by waiting for every weight. The model is the trainable parameters of ResNet-50 "
+    "v1 (MXNet's Gluon model zoo: 193 arrays) with every size scaled to --model-mib MiB (64 by default). Bytes "
+    "moved per call = model bytes x devices x 2 (each device pushes and pulls the whole model), in GiB/s; "
+    "MXNet's own figure (model bytes x 2 x (k-1)/k per second per device) is in the JSON too. The anchor is "
+    "std::memcpy of the same bytes between two touched buffers, in equal parts on as many threads as the "
+    "engine has workers for the devices (cpu_workers x devices). Every figure runs once untimed (warm-up, "
+    "which also sizes a run) and then --repeat times; the median and the best run are reported. The ratio is "
+    "memcpy time / push+pull time; the target is >= 0.5 (reported, not enforced). Checks: every pulled array "
+    "has its key's size; the pulled values equal the sum of the pushed ones (every element of the first, "
+    "middle and last key, the first and last element of the others); the memcpy destination equals its source. "
+    "(b) mlp: training images/s of the MLP through a Module on cpu(0), cpu(1) (data-parallel, parameters "
+    "synchronised through a \"local\" KVStore) against the same Module on cpu(0), alternated; a call is one "
+    "step (Forward(true), Backward, Update with SGD) on a Fashion-MNIST batch preloaded from the t10k files in "
+    "--mnist-dir, a timed run ends by waiting for the engine; the ratio is the speedup; checks: the outputs "
+    "are probabilities and, except with --quick, both modules' training accuracy over the preloaded batches is "
+    "above 0.5. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed, 1 when one "
+    "failed (the JSON says which, with \"ok\": false), 2 on bad usage.";
+
+constexpr const char* kKVStoreExamples =
+    "Examples:\n"
+    "  troupe bench kvstore-local --json kvstore.json\n"
+    "      64 MiB model on 2 and 4 devices (about 30-60 s on 2 cores)\n"
+    "  troupe bench kvstore-local --quick --json /tmp/smoke.json\n"
+    "      a 2 MiB model, one run: checks that the harness and the in-run checks pass\n"
+    "  troupe bench kvstore-local --devices 2,4,8 --model-mib 128 --json big.json\n"
+    "      more devices and a larger model\n"
+    "  TROUPE_CPU_WORKERS=2 troupe bench kvstore-local --json w2.json\n"
+    "      TROUPE_* settings apply to the engine; the anchor follows its worker count (the config is in the JSON)\n"
+    "  troupe bench kvstore-local --workloads mlp --batch-size 256 --json mlp.json\n"
+    "      only the MLP on 2 devices against 1, at batch 256";
+
 // A number as a person writes it: 0.2, not 0.200000.
 std::string FormatNumber(double v) {
   std::ostringstream os;
@@ -172,6 +208,7 @@ BenchCommand::BenchCommand(CLI::App* root) {
       "  troupe bench ndarray --json ndarray.json\n"
       "  troupe bench ops --json ops.json\n"
       "  troupe bench io --json io.json\n"
+      "  troupe bench kvstore-local --json kvstore.json\n"
       "  troupe bench ops --help\n");
 
   // --- engine ---------------------------------------------------------------------------------------
@@ -380,6 +417,52 @@ BenchCommand::BenchCommand(CLI::App* root) {
       ->capture_default_str();
   train->allow_extras(false);
   workloads_.push_back({"train", train, [this] { return bench::RunTrainBench(train_options_); }});
+
+  // --- kvstore-local --------------------------------------------------------------------------------
+  bench::KVStoreBenchOptions& kv = kvstore_options_;
+  CLI::App* kvstore = app_->add_subcommand(
+      "kvstore-local", "KVStore push+pull over CPU devices against memcpy; MLP on 2 devices against 1");
+  kvstore->footer(std::string(kKVStoreDescription) + "\n\n" + kKVStoreExamples + "\n");
+  kvstore->add_option("--json", kv.json_path, "Write the results to FILE (pretty-printed JSON)")
+      ->required()
+      ->type_name("FILE");
+  kvstore->add_flag("--quick", kv.quick,
+                    "A " + FormatNumber(bench::kKVStoreQuickModelMiB) +
+                        " MiB model, one repetition: a smoke run for CTest");
+  kvstore->add_option("--repeat", kv.repeat,
+                      "Timed runs per figure; the median and the best are reported (default " +
+                          std::to_string(bench::kKVStoreDefaultRepeat) + ", 1 with --quick)")
+      ->check(CLI::Range(1, 1000))
+      ->type_name("R");
+  kvstore->add_option("--devices", kv.devices, "Device counts to measure (contexts cpu(0) .. cpu(k-1))")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64))
+      ->type_name("LIST")
+      ->capture_default_str();
+  kvstore->add_option("--model-mib", kv.model_mib,
+                      "Model size in MiB, the ResNet-50 key sizes scaled to it (default " +
+                          FormatNumber(bench::kKVStoreDefaultModelMiB) + ", " +
+                          FormatNumber(bench::kKVStoreQuickModelMiB) + " with --quick)")
+      ->check(CLI::Range(0.001, 4096.0))
+      ->type_name("MIB");
+  kvstore->add_option("--anchor-threads", kv.anchor_threads,
+                      "Threads of the memcpy anchor (default: the engine's workers, cpu_workers x devices)")
+      ->check(CLI::Range(1, 1024))
+      ->type_name("T");
+  kvstore->add_option("--workloads", kv.workloads, "Which workloads: any of push_pull, mlp")
+      ->delimiter(',')
+      ->check(CLI::IsMember(bench::KVStoreBenchWorkloads()))
+      ->type_name("LIST")
+      ->capture_default_str();
+  kvstore->add_option("--batch-size", kv.batch_size, "mlp: images per training step (split over the devices)")
+      ->check(CLI::Range(2, 4096))
+      ->type_name("B")
+      ->capture_default_str();
+  kvstore->add_option("--mnist-dir", kv.mnist_dir, "mlp: folder of the Fashion-MNIST t10k-* .gz files")
+      ->type_name("DIR")
+      ->capture_default_str();
+  kvstore->allow_extras(false);
+  workloads_.push_back({"kvstore-local", kvstore, [this] { return bench::RunKVStoreBench(kvstore_options_); }});
 
   // Set after the workloads were added (subcommands inherit it when created): an unknown workload name
   // is collected here and reported by Run() with the list of known ones.

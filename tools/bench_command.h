@@ -1,9 +1,10 @@
 // `troupe bench <workload>`: the benchmark command group of the troupe tool.
 //
 // Each workload is a subcommand backed by a library in bench/<workload>/ (today: `engine`, from
-// bench/engine/, `ndarray`, from bench/ndarray/, `ops`, from bench/ops/, and `io`, from bench/io/). To add
-// one: link its library into the `troupe` target (tools/CMakeLists.txt), then add a Workload entry in
-// BenchCommand's constructor with its options, description and examples.
+// bench/engine/, `ndarray`, from bench/ndarray/, `ops`, from bench/ops/, `io`, from bench/io/, `train`,
+// from bench/train/, and `kvstore-local`, from bench/kvstore/). To add one: link its library into the
+// `troupe` target (tools/CMakeLists.txt), then add a Workload entry in BenchCommand's constructor with its
+// options, description and examples.
 //
 // Thread-safety: none needed; used from main() only.
 #pragma once
@@ -14,6 +15,7 @@
 
 #include "bench/engine/engine_bench.h"
 #include "bench/io/io_bench.h"
+#include "bench/kvstore/kvstore_bench.h"
 #include "bench/ndarray/ndarray_bench.h"
 #include "bench/ops/ops_bench.h"
 #include "bench/train/train_bench.h"
@@ -52,6 +54,7 @@ class BenchCommand {
   bench::OpsBenchOptions ops_options_;
   bench::IoBenchOptions io_options_;
   bench::TrainBenchOptions train_options_;
+  bench::KVStoreBenchOptions kvstore_options_;
 };
 
 }  // namespace troupe::tools

@@ -12,6 +12,16 @@
 // arguments as "arg:<name>", the auxiliary states as "aux:<name>"), plus "<prefix>-<epoch>.states" with the
 // optimizer's states, so that Fit resumes exactly where it stopped.
 //
+// Data parallelism (MXNet's Module with a context list and update_on_kvstore): with several contexts the
+// batch is split along axis 0 into one slice per context (MXNet's _split_input_slice: B / k rows each, the
+// first B % k slices one row more), each context runs its own Executor on its slice, and Update pushes
+// every parameter's gradients of all contexts to a KVStore (FitOptions::kvstore) which sums them, applies
+// the optimizer to its copy of the weight and pulls the result back into every context's weight.
+// Auxiliary states (BatchNorm's moving statistics) are not synchronised through the store: after each step
+// the first context's are copied to the others. Outputs, metrics, Score and Predict see the slices'
+// outputs concatenated in slice order; GetParams and checkpoints read the first context's parameters
+// (all contexts hold the same ones). With one context everything runs as on one device, without a store.
+//
 // Thread-safety: a Module is driven by one thread. Callbacks run on that thread.
 #pragma once
 
@@ -24,6 +34,7 @@
 #include <vector>
 
 #include "io/io.h"
+#include "kvstore/kvstore.h"
 #include "ops/graph/executor.h"
 #include "ops/graph/symbol.h"
 #include "ops/initializer.h"
@@ -93,6 +104,9 @@ struct FitOptions {
   int checkpoint_period = 1;                 // epochs between checkpoints
   std::vector<BatchEndCallback> batch_end_callbacks;
   std::vector<EpochEndCallback> epoch_end_callbacks;
+  // KVStore::Create type synchronising the parameters when the module has several contexts ("local",
+  // "device"); unused with one context.
+  std::string kvstore = "local";
 };
 
 class Module {
@@ -101,11 +115,17 @@ class Module {
   explicit Module(Symbol symbol, std::vector<std::string> data_names = {"data"},
                   std::vector<std::string> label_names = {"softmax_label"}, Context ctx = Context::CPU(),
                   ExecutorOptions options = {});
+  // Data-parallel over the contexts (cpu(0), cpu(1), ... or GPUs): see the file comment. One context is the
+  // same as the constructor above. Throws troupe::Error for an empty list.
+  Module(Symbol symbol, std::vector<std::string> data_names, std::vector<std::string> label_names,
+         std::vector<Context> contexts, ExecutorOptions options = {});
   ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
   // Binds for the given input shapes (one per data / label name). for_training false: no gradients.
+  // With several contexts the shapes are the whole batch's; a batch smaller than the number of contexts is
+  // an error.
   void Bind(const std::vector<TShape>& data_shapes, const std::vector<TShape>& label_shapes,
             bool for_training = true);
   bool bound() const;
@@ -115,7 +135,13 @@ class Module {
   void InitParams(const Initializer& initializer, const std::map<std::string, NDArray>& arg_params = {},
                   const std::map<std::string, NDArray>& aux_params = {}, bool allow_extra = false);
   void InitOptimizer(const OptimizerConfig& config);
+  // The optimizer (with several contexts it is the KVStore's updater, so its states are the ones a
+  // checkpoint saves).
   Optimizer* optimizer() const;
+  // With several contexts: the KVStore type Update creates on first use (Fit sets it from FitOptions).
+  void SetKVStoreType(const std::string& type);
+  // The store synchronising the contexts: null with one context or before the first Update.
+  KVStore* kvstore() const;
 
   void Forward(const DataBatch& batch, bool is_train);
   void Backward();
@@ -141,7 +167,10 @@ class Module {
   void SaveCheckpoint(const std::string& prefix, int epoch) const;
 
   const Symbol& symbol() const;
-  Executor* executor() const;  // null before Bind
+  Executor* executor() const;  // null before Bind; the first context's with several
+  const std::vector<Context>& contexts() const;
+  // The executor of context i (0 <= i < contexts().size()); null before Bind.
+  Executor* executor(int i) const;
 
   struct Impl;
 

@@ -140,6 +140,13 @@ struct WorkloadReport {
   std::optional<double> ItemsPerSecond(const Series& s) const {
     return s.measured() ? std::optional<double>(static_cast<double>(items) / s.Median()) : std::nullopt;
   }
+  // Appends every failed check as "<name>: <error>" or "<name> <series>: <error>".
+  void CollectFailures(const std::string& name, std::vector<std::string>* out) const {
+    for (const std::string& e : errors) out->push_back(name + ": " + e);
+    for (const Series* s : {&figure, &anchor}) {
+      for (const std::string& e : s->errors) out->push_back(name + " " + s->name + ": " + e);
+    }
+  }
 };
 
 // A series and the body that measures it, with the most calls one run of it may make.

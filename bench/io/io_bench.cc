@@ -514,10 +514,7 @@ Json IoBench::BuildJson() const {
 void IoBench::CollectFailures() {
   const auto add = [this](const WorkloadReport& r, const std::string& name) {
     if (!r.selected) return;
-    for (const std::string& e : r.errors) failures_.push_back(name + ": " + e);
-    for (const Series* s : {&r.figure, &r.anchor}) {
-      for (const std::string& e : s->errors) failures_.push_back(name + " " + s->name + ": " + e);
-    }
+    r.CollectFailures(name, &failures_);
   };
   add(mnist_, "mnist");
   add(imagerec_, "imagerec");

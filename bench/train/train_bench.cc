@@ -23,6 +23,7 @@
 #include "actors/error.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/measure.h"
+#include "bench/common/training.h"
 #include "engine/engine.h"
 #include "io/io.h"
 #include "ops/graph/models.h"
@@ -45,38 +46,9 @@ namespace {
 
 constexpr double kMinTime = 0.2;
 constexpr double kTargetRatio = 0.8;
-constexpr int kBatches = 16;       // preloaded batches the steps cycle through
+constexpr int kBatches = 16;  // preloaded batches the steps cycle through
 constexpr int kQuickBatches = 2;
-constexpr double kChance = 0.5;    // training accuracy over the preloaded batches must beat this
-
-// ---------------------------------------------------------------------------------------------------
-// Data: the first batches of the Fashion-MNIST t10k files, copied out of the iterator.
-
-std::vector<DataBatch> LoadBatches(const std::string& dir, int batch, int count) {
-  auto it = CreateDataIter("MNISTIter", {{"image", dir + "/t10k-images-idx3-ubyte.gz"},
-                                         {"label", dir + "/t10k-labels-idx1-ubyte.gz"},
-                                         {"batch_size", std::to_string(batch)},
-                                         {"flat", "False"},
-                                         {"shuffle", "False"}});
-  std::vector<DataBatch> out;
-  for (it->BeforeFirst(); static_cast<int>(out.size()) < count && it->Next();) {
-    const DataBatch& b = it->Value();
-    DataBatch copy;
-    for (const NDArray& a : b.data) copy.data.push_back(a.CopyTo(Context::CPU()));
-    for (const NDArray& a : b.label) copy.label.push_back(a.CopyTo(Context::CPU()));
-    copy.num_batch_padd = b.num_batch_padd;
-    out.push_back(std::move(copy));
-  }
-  if (static_cast<int>(out.size()) < count) {
-    throw Error("troupe bench train: " + dir + " holds fewer than " + std::to_string(count) + " batches of " +
-                std::to_string(batch));
-  }
-  for (const DataBatch& b : out) {
-    for (const NDArray& a : b.data) a.WaitToRead();
-    for (const NDArray& a : b.label) a.WaitToRead();
-  }
-  return out;
-}
+constexpr double kChance = 0.5;  // training accuracy over the preloaded batches must beat this
 
 // ---------------------------------------------------------------------------------------------------
 // The anchor: the GEMMs of the network's FullyConnected and Convolution layers for one step.
@@ -89,7 +61,7 @@ struct Gemm {
 
 struct GemmPlan {
   std::vector<Gemm> gemms;
-  double flops = 0;  // per step
+  double flops = 0;                 // per step
   std::vector<std::string> layers;  // a line per layer, for the JSON
 };
 
@@ -119,8 +91,8 @@ GemmPlan PlanGemms(const Symbol& net, const TShape& data_shape) {
     const TShape& w = arg_shapes[i];
     if (w.ndim() == 2) {
       const int n = static_cast<int>(w[0]), k = static_cast<int>(w[1]);
-      plan.gemms.push_back({CblasNoTrans, CblasTrans, batch, n, k, 1});  // Y = X W^T
-      plan.gemms.push_back({CblasTrans, CblasNoTrans, n, k, batch, 1});  // dW = dY^T X
+      plan.gemms.push_back({CblasNoTrans, CblasTrans, batch, n, k, 1});                // Y = X W^T
+      plan.gemms.push_back({CblasTrans, CblasNoTrans, n, k, batch, 1});                // dW = dY^T X
       if (!first) plan.gemms.push_back({CblasNoTrans, CblasNoTrans, batch, k, n, 1});  // dX = dY W
       plan.flops += 2.0 * batch * n * k * (first ? 2 : 3);
       plan.layers.push_back(layer + ": FullyConnected " + std::to_string(batch) + "x" + std::to_string(k) + " -> " +
@@ -131,8 +103,8 @@ GemmPlan PlanGemms(const Symbol& net, const TShape& data_shape) {
       const int f = static_cast<int>(w[0]);
       const int ckk = static_cast<int>(w[1] * w[2] * w[3]);
       const int hw = static_cast<int>(found->second[2] * found->second[3]);
-      plan.gemms.push_back({CblasNoTrans, CblasNoTrans, f, hw, ckk, batch});  // Y = W col
-      plan.gemms.push_back({CblasNoTrans, CblasTrans, f, ckk, hw, batch});    // dW += dY col^T
+      plan.gemms.push_back({CblasNoTrans, CblasNoTrans, f, hw, ckk, batch});            // Y = W col
+      plan.gemms.push_back({CblasNoTrans, CblasTrans, f, ckk, hw, batch});              // dW += dY col^T
       if (!first) plan.gemms.push_back({CblasTrans, CblasNoTrans, ckk, hw, f, batch});  // dcol = W^T dY
       plan.flops += 2.0 * batch * f * hw * ckk * (first ? 2 : 3);
       plan.layers.push_back(layer + ": Convolution " + std::to_string(f) + " filters, CKK " + std::to_string(ckk) +
@@ -169,8 +141,8 @@ class GemmRunner {
       const int lda = g.ta == CblasNoTrans ? g.k : g.m;
       const int ldb = g.tb == CblasNoTrans ? g.n : g.k;
       for (int r = 0; r < g.repeat; ++r) {
-        cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, b.a.data(), lda, b.b.data(), ldb, 0.0f,
-                    b.c.data(), g.n);
+        cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, b.a.data(), lda, b.b.data(), ldb, 0.0f, b.c.data(),
+                    g.n);
       }
       KeepAlive(b.c.data());
     }
@@ -186,30 +158,6 @@ class GemmRunner {
 
 // ---------------------------------------------------------------------------------------------------
 // One workload
-
-// Accuracy of the module's current outputs on `batch` (waits for them).
-double BatchAccuracy(Module* module, const DataBatch& batch, std::vector<std::string>* problems) {
-  const NDArray& out = module->GetOutputs().at(0);
-  const std::vector<float> p = out.ToVector<float>();
-  const std::vector<float> labels = batch.label.at(0).ToVector<float>();
-  const std::int64_t rows = out.shape()[0], classes = out.shape()[1];
-  std::int64_t right = 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    double sum = 0;
-    std::int64_t best = 0;
-    for (std::int64_t c = 0; c < classes; ++c) {
-      const float v = p[static_cast<std::size_t>(r * classes + c)];
-      if (!std::isfinite(v) && problems->size() < 3) problems->push_back("a non-finite probability");
-      sum += v;
-      if (v > p[static_cast<std::size_t>(r * classes + best)]) best = c;
-    }
-    if (std::abs(sum - 1.0) > 1e-3 && problems->size() < 3) {
-      problems->push_back("a row of probabilities sums to " + Fmt("%.6f", sum));
-    }
-    right += best == static_cast<std::int64_t>(labels[static_cast<std::size_t>(r)]);
-  }
-  return static_cast<double>(right) / static_cast<double>(rows);
-}
 
 void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOptions& o,
                  const std::vector<DataBatch>& batches) {
@@ -230,9 +178,8 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
   auto module = std::make_shared<Module>(net);
   module->Bind({data_shape}, {TShape({batch})});
   module->InitParams(*Initializer::Create("xavier"));
-  module->InitOptimizer({"sgd", {{"learning_rate", "0.05"},
-                                 {"momentum", "0.9"},
-                                 {"rescale_grad", Fmt("%.9g", 1.0 / batch)}}});
+  module->InitOptimizer(
+      {"sgd", {{"learning_rate", "0.05"}, {"momentum", "0.9"}, {"rescale_grad", Fmt("%.9g", 1.0 / batch)}}});
   auto gemm = std::make_shared<GemmRunner>(plan);
 
   r->figure = MakeSeries("Module step", "copy a batch in, Forward(true), Backward, SGD update, then wait");
@@ -275,12 +222,7 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
 
   // Checks: probabilities, and that the steps trained the network (accuracy over the preloaded batches).
   std::vector<std::string> problems;
-  double right = 0;
-  for (const DataBatch& b : batches) {
-    module->Forward(b, false);
-    right += BatchAccuracy(module.get(), b, &problems);
-  }
-  const double accuracy = right / static_cast<double>(batches.size());
+  const double accuracy = BatchesAccuracy(module.get(), batches, &problems);
   r->details["train_accuracy_after"] = accuracy;
   for (const std::string& p : problems) r->errors.push_back(p);
   if (!o.quick && accuracy <= kChance) {
@@ -329,8 +271,8 @@ Json TrainBench::BuildJson() const {
   root["started"] = started_;
   root["finished"] = UtcNow();
   root["machine"] = {{"cores", AvailableCores()}, {"cpu", CpuModel()}};
-  root["config"] = {{"quick", opt_.quick},           {"repeat", opt_.repeat},         {"min_time_s", kMinTime},
-                    {"workloads", opt_.workloads},   {"batch_size", opt_.batch_size}, {"mnist_dir", opt_.mnist_dir}};
+  root["config"] = {{"quick", opt_.quick},         {"repeat", opt_.repeat},         {"min_time_s", kMinTime},
+                    {"workloads", opt_.workloads}, {"batch_size", opt_.batch_size}, {"mnist_dir", opt_.mnist_dir}};
   Json targets = Json::array();
   for (const std::string& w : opt_.workloads) {
     const auto found = reports_.find(w);
@@ -365,7 +307,8 @@ Json TrainBench::BuildJson() const {
       "timed in the library, summed over threads) / the step's seconds, median over the timed runs; "
       "inrun_gemm_bound_images_per_s = batch / those BLAS seconds: images/s if only kernel time counted.");
   notes.push_back(
-      "gemm_bound (gemm_alone_ratio): the cblas_sgemm calls of the FullyConnected and Convolution layers for one step (im2col "
+      "gemm_bound (gemm_alone_ratio): the cblas_sgemm calls of the FullyConnected and Convolution layers for one step "
+      "(im2col "
       "shapes per image for convolutions; no data gradient for the first layer), alone on the benchmark's "
       "thread with the engine's BLAS thread count, on cache-warm buffers. gemm_alone_ratio = their time / step time.");
   if (opt_.quick) notes.push_back("quick: few batches, one run; the figures say nothing about speed.");
@@ -378,8 +321,8 @@ Json TrainBench::BuildJson() const {
 
 void TrainBench::PrintTable() const {
   const auto cell = [](std::optional<double> v, const char* format) { return v ? Fmt(format, *v) : std::string("-"); };
-  std::printf("troupe bench train: batch %d, %d timed runs per figure (medians), machine: %d cores\n",
-              opt_.batch_size, opt_.repeat, AvailableCores());
+  std::printf("troupe bench train: batch %d, %d timed runs per figure (medians), machine: %d cores\n", opt_.batch_size,
+              opt_.repeat, AvailableCores());
   std::printf("\n  %-8s %10s %16s %9s %16s %9s  %s\n", "model", "images/s", "in-run bound/s", "in-run", "GEMMs alone/s",
               "alone", "check");
   for (const std::string& w : opt_.workloads) {
@@ -420,7 +363,8 @@ int TrainBench::Run() {
   try {
     // Starts the engine too: the runtime sets OpenBLAS's thread count when it starts, and the anchor must
     // run with the count the engine's workers use.
-    batches = LoadBatches(opt_.mnist_dir, opt_.batch_size, opt_.quick ? kQuickBatches : kBatches);
+    batches =
+        LoadMnistBatches(opt_.mnist_dir, opt_.batch_size, opt_.quick ? kQuickBatches : kBatches, "troupe bench train");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe bench train: %s\n", e.what());
     return 1;
@@ -441,12 +385,9 @@ int TrainBench::Run() {
       return s.measured() ? Fmt("%.0f", static_cast<double>(r.items) / s.Median()) : std::string("-");
     };
     const auto g = [](std::optional<double> v) { return v ? Fmt("%.3f", *v) : std::string("-"); };
-    Log(w + ": " + f(r.figure) + " images/s; in-run GEMM share " + g(InRunRatio(r)) + "; GEMMs alone " +
-        f(r.anchor) + " images/s (ratio " + g(r.Ratio()) + ")" + (r.ok() ? "" : "  FAILED"));
-    for (const std::string& e : r.errors) failures_.push_back(w + ": " + e);
-    for (const Series* s : {&r.figure, &r.anchor}) {
-      for (const std::string& e : s->errors) failures_.push_back(w + " " + s->name + ": " + e);
-    }
+    Log(w + ": " + f(r.figure) + " images/s; in-run GEMM share " + g(InRunRatio(r)) + "; GEMMs alone " + f(r.anchor) +
+        " images/s (ratio " + g(r.Ratio()) + ")" + (r.ok() ? "" : "  FAILED"));
+    r.CollectFailures(w, &failures_);
   }
   Drain();
   for (const std::string& f : failures_) Log("check failed: " + f);

@@ -1,9 +1,16 @@
-// Module: MXNet's mx.mod.Module on one device (python/mxnet/module/module.py and base_module.py's fit,
-// score, predict), over troupe's Executor.
+// Module: MXNet's mx.mod.Module (python/mxnet/module/module.py, executor_group.py's data parallelism and
+// base_module.py's fit, score, predict), over troupe's Executor.
 //
 // Parameters live in the training executor's argument arrays. Evaluation on batches of another shape (a
 // test iterator with another batch size) runs through a second executor bound to the same parameter
 // arrays (MXNet's shared module), so no copy is made and nothing is rebound per epoch.
+//
+// Several contexts: `exec` is the first context's executor, `others` the rest, one per batch slice. The
+// optimizer stays owned by the module and becomes the KVStore's updater (what KVStore::SetOptimizer does),
+// so that the store can be recreated when the parameters are replaced (InitParams / SetParams / Bind: the
+// store's copy of a weight can only be set by Init) without losing the optimizer's states, and checkpoints
+// and resume use the same optimizer as on one context. Batches of another shape (evaluation with another
+// batch size) run on the first context only, through a shared executor as above.
 //
 // Reproducibility: Fit seeds the device generators with options.seed before initialising, and again at the
 // start of every epoch with a seed derived from (seed, epoch). An epoch's random draws (Dropout masks ...)
@@ -97,7 +104,8 @@ bool StatelessSgd(const OptimizerConfig& c) {
 struct Module::Impl {
   Symbol symbol;
   std::vector<std::string> data_names, label_names;
-  Context ctx;
+  Context ctx;                    // contexts[0]
+  std::vector<Context> contexts;  // one or more
   ExecutorOptions options;
 
   std::vector<std::string> arg_names, aux_names, output_names;
@@ -113,6 +121,31 @@ struct Module::Impl {
   Executor* current = nullptr;  // the executor of the last Forward
 
   std::unique_ptr<Optimizer> optimizer;
+
+  // Data parallelism (contexts.size() > 1).
+  std::vector<std::unique_ptr<Executor>> others;         // contexts 1 .. k-1
+  std::vector<std::pair<std::int64_t, std::int64_t>> slices;  // [begin, end) of each context's rows
+  bool dp_current = false;                                // the last Forward ran on every context
+  std::vector<NDArray> merged_outputs;                     // the slices' outputs concatenated (GetOutputs)
+  bool merged_valid = false;
+  std::string kvstore_type = "local";
+  std::unique_ptr<KVStore> kv;  // created by Update on first use; reset when parameters are replaced
+
+  bool multi() const { return contexts.size() > 1; }
+  Executor* ExecAt(std::size_t i) const { return i == 0 ? exec.get() : others[i - 1].get(); }
+
+  // Copies the first context's parameters and auxiliary states to the other contexts (pushed, no wait).
+  void Broadcast(bool params_too) {
+    if (!multi() || !exec) return;
+    const auto& args = exec->arg_arrays();
+    const auto& aux = exec->aux_arrays();
+    for (const auto& o : others) {
+      if (params_too) {
+        for (int i : param_arg_index) CopyFromTo(args[i], o->arg_arrays()[i]);
+      }
+      for (std::size_t i = 0; i < aux.size(); ++i) CopyFromTo(aux[i], o->aux_arrays()[i]);
+    }
+  }
 
   bool IsInput(const std::string& name) const {
     for (const auto& n : data_names)
@@ -228,6 +261,7 @@ Module::Module(Symbol symbol, std::vector<std::string> data_names, std::vector<s
   m.data_names = std::move(data_names);
   m.label_names = std::move(label_names);
   m.ctx = ctx;
+  m.contexts = {ctx};
   m.options = options;
   m.arg_names = m.symbol.ListArguments();
   m.aux_names = m.symbol.ListAuxiliaryStates();
@@ -246,12 +280,40 @@ Module::Module(Symbol symbol, std::vector<std::string> data_names, std::vector<s
   }
 }
 
+Module::Module(Symbol symbol, std::vector<std::string> data_names, std::vector<std::string> label_names,
+               std::vector<Context> contexts, ExecutorOptions options)
+    : Module(std::move(symbol), std::move(data_names), std::move(label_names),
+             contexts.empty() ? Context::CPU() : contexts[0], options) {
+  if (contexts.empty()) {
+    throw Error("Module: an empty context list; give at least one context (cpu(0), cpu(1), ...)");
+  }
+  impl_->contexts = std::move(contexts);
+}
+
 Module::~Module() = default;
 
 bool Module::bound() const { return impl_->exec != nullptr; }
 const Symbol& Module::symbol() const { return impl_->symbol; }
 Executor* Module::executor() const { return impl_->exec.get(); }
 Optimizer* Module::optimizer() const { return impl_->optimizer.get(); }
+KVStore* Module::kvstore() const { return impl_->kv.get(); }
+const std::vector<Context>& Module::contexts() const { return impl_->contexts; }
+
+Executor* Module::executor(int i) const {
+  const Impl& m = *impl_;
+  if (i < 0 || static_cast<std::size_t>(i) >= m.contexts.size()) {
+    throw Error("Module::executor: context index " + std::to_string(i) + " out of range (the module has " +
+                std::to_string(m.contexts.size()) + " contexts)");
+  }
+  if (!m.exec) return nullptr;
+  return m.ExecAt(static_cast<std::size_t>(i));
+}
+
+void Module::SetKVStoreType(const std::string& type) {
+  Impl& m = *impl_;
+  if (type != m.kvstore_type) m.kv.reset();
+  m.kvstore_type = type;
+}
 
 void Module::Bind(const std::vector<TShape>& data_shapes, const std::vector<TShape>& label_shapes, bool for_training) {
   Impl& m = *impl_;
@@ -264,9 +326,59 @@ void Module::Bind(const std::vector<TShape>& data_shapes, const std::vector<TSha
   for (const auto& n : m.label_names) {
     if (m.ArgIndex(n) >= 0) by_name[n] = kNullOp;
   }
+  if (m.multi()) {
+    // MXNet's _split_input_slice: B / k rows per context, the first B % k contexts one more.
+    const std::int64_t k = static_cast<std::int64_t>(m.contexts.size());
+    const std::int64_t batch = data_shapes[0].ndim() < 1 ? 0 : data_shapes[0][0];
+    if (batch < k) {
+      throw Error("Module::Bind: batch size " + std::to_string(batch) + " is smaller than the number of contexts (" +
+                  std::to_string(k) + "); use a batch of at least " + std::to_string(k) + " or fewer contexts");
+    }
+    for (std::size_t i = 0; i < data_shapes.size(); ++i) {
+      if (data_shapes[i].ndim() < 1 || data_shapes[i][0] != batch) {
+        throw Error("Module::Bind: data shape " + data_shapes[i].ToString() + " of '" + m.data_names[i] +
+                    "' does not have the batch size " + std::to_string(batch) +
+                    " on axis 0 (every input is split along axis 0 across the contexts)");
+      }
+    }
+    for (std::size_t i = 0; i < label_shapes.size(); ++i) {
+      if (label_shapes[i].ndim() < 1 || label_shapes[i][0] != batch) {
+        throw Error("Module::Bind: label shape " + label_shapes[i].ToString() + " of '" + m.label_names[i] +
+                    "' does not have the batch size " + std::to_string(batch) +
+                    " on axis 0 (every input is split along axis 0 across the contexts)");
+      }
+    }
+  }
   m.shared_execs.clear();
   m.current = nullptr;
-  m.exec = Executor::SimpleBind(m.symbol, m.ctx, shapes, for_training ? kWriteTo : kNullOp, by_name, m.options);
+  m.kv.reset();
+  m.others.clear();  // with exec: a failed multi-context bind below leaves the module unbound
+  m.slices.clear();
+  m.dp_current = false;
+  m.merged_valid = false;
+  const OpReqType req = for_training ? kWriteTo : kNullOp;
+  if (!m.multi()) {
+    m.exec = Executor::SimpleBind(m.symbol, m.ctx, shapes, req, by_name, m.options);
+  } else {
+    const std::int64_t k = static_cast<std::int64_t>(m.contexts.size());
+    const std::int64_t batch = data_shapes[0][0];
+    const std::int64_t step = batch / k, extra = batch % k;
+    std::int64_t at = 0;
+    m.exec.reset();
+    std::vector<std::unique_ptr<Executor>> built;
+    for (std::int64_t i = 0; i < k; ++i) {
+      const std::int64_t rows = step + (i < extra ? 1 : 0);
+      m.slices.emplace_back(at, at + rows);
+      at += rows;
+      std::vector<TShape> ds = data_shapes, ls = label_shapes;
+      for (auto& s : ds) s[0] = rows;
+      for (auto& s : ls) s[0] = rows;
+      built.push_back(Executor::SimpleBind(m.symbol, m.contexts[static_cast<std::size_t>(i)], m.InputShapes(ds, ls),
+                                           req, by_name, m.options));
+    }
+    m.exec = std::move(built[0]);
+    for (std::size_t i = 1; i < built.size(); ++i) m.others.push_back(std::move(built[i]));
+  }
   m.data_shapes = data_shapes;
   m.label_shapes = label_shapes;
   m.for_training = for_training;
@@ -299,6 +411,8 @@ void Module::InitParams(const Initializer& initializer, const std::map<std::stri
   const auto& aux = m.exec->aux_arrays();
   for (std::size_t i = 0; i < m.aux_names.size(); ++i) fill(m.aux_names[i], aux[i], aux_params);
   m.params_initialized = true;
+  m.Broadcast(true);
+  m.kv.reset();  // the store's weights are the old ones
 }
 
 void Module::InitOptimizer(const OptimizerConfig& config) {
@@ -337,6 +451,7 @@ void Module::InitOptimizer(const OptimizerConfig& config) {
     opt->SetMultipliers(static_cast<int>(p), lr_mult, wd_mult);
   }
   m.optimizer = std::move(opt);
+  m.kv.reset();  // its updater is the old optimizer
 }
 
 void Module::Forward(const DataBatch& batch, bool is_train) {
@@ -347,9 +462,26 @@ void Module::Forward(const DataBatch& batch, bool is_train) {
     throw Error("Module::Forward: a training batch must have the bound shapes " + ShapesText(m.data_shapes) + " (got " +
                 batch.data[0].shape().ToString() + "); rebind for the new shapes");
   }
+  m.merged_valid = false;
+  if (m.multi() && e == m.exec.get()) {
+    // Each context gets its rows of every input (views of the batch, copied by the engine).
+    for (std::size_t c = 0; c < m.contexts.size(); ++c) {
+      const auto [begin, end] = m.slices[c];
+      DataBatch part;
+      for (const auto& a : batch.data) part.data.push_back(a.Slice(begin, end));
+      for (const auto& a : batch.label) part.label.push_back(a.Slice(begin, end));
+      Executor* ec = m.ExecAt(c);
+      m.LoadInputs(ec, part);
+      ec->Forward(is_train);
+    }
+    m.current = m.exec.get();
+    m.dp_current = true;
+    return;
+  }
   m.LoadInputs(e, batch);
   e->Forward(is_train);
   m.current = e;
+  m.dp_current = false;
 }
 
 void Module::Backward() {
@@ -357,6 +489,7 @@ void Module::Backward() {
   m.RequireBound("Backward");
   if (!m.for_training) throw Error("Module::Backward: the module is bound with for_training false");
   m.exec->Backward();
+  for (const auto& o : m.others) o->Backward();
 }
 
 void Module::Update() {
@@ -365,17 +498,79 @@ void Module::Update() {
   if (!m.optimizer) throw Error("Module::Update: no optimizer; call InitOptimizer first");
   const auto& args = m.exec->arg_arrays();
   const auto& grads = m.exec->grad_arrays();
-  for (std::size_t p = 0; p < m.param_names.size(); ++p) {
-    const int i = m.param_arg_index[p];
-    if (static_cast<std::size_t>(i) >= grads.size() || grads[i].is_none()) continue;
-    m.optimizer->Update(static_cast<int>(p), args[i], grads[i]);
+  if (!m.multi()) {
+    for (std::size_t p = 0; p < m.param_names.size(); ++p) {
+      const int i = m.param_arg_index[p];
+      if (static_cast<std::size_t>(i) >= grads.size() || grads[i].is_none()) continue;
+      m.optimizer->Update(static_cast<int>(p), args[i], grads[i]);
+    }
+    return;
   }
+  auto has_grad = [&](int i) { return static_cast<std::size_t>(i) < grads.size() && !grads[i].is_none(); };
+  if (!m.kv) {
+    // MXNet's _initialize_kvstore with update_on_kvstore: the store holds the weights, the optimizer runs
+    // on it (key = parameter index, the optimizer's index as on one context).
+    auto kv = KVStore::Create(m.kvstore_type);
+    Optimizer* opt = m.optimizer.get();
+    kv->SetUpdater([opt](int key, const NDArray& merged, NDArray* stored) { opt->Update(key, *stored, merged); });
+    for (std::size_t p = 0; p < m.param_names.size(); ++p) {
+      const int i = m.param_arg_index[p];
+      if (has_grad(i)) kv->Init({static_cast<int>(p)}, {args[i]});
+    }
+    m.kv = std::move(kv);
+  }
+  const std::size_t k = m.contexts.size();
+  // MXNet's _update_params_on_kvstore: the last layers first (their gradients are ready first), priority
+  // -index so that the first layers' pulls run first when several are ready.
+  for (std::size_t r = m.param_names.size(); r-- > 0;) {
+    const int i = m.param_arg_index[r];
+    if (!has_grad(i)) continue;
+    const int key = static_cast<int>(r);
+    std::vector<NDArray> g, w;
+    for (std::size_t c = 0; c < k; ++c) {
+      g.push_back(m.ExecAt(c)->grad_arrays()[i]);
+      w.push_back(m.ExecAt(c)->arg_arrays()[i]);
+    }
+    const std::vector<int> keys(k, key);
+    m.kv->Push(keys, g, -key);
+    m.kv->Pull(keys, w, -key);
+  }
+  // Auxiliary states are not reduced (as MXNet's update does not touch them); keep the contexts equal.
+  m.Broadcast(false);
 }
 
 const std::vector<NDArray>& Module::GetOutputs() const {
-  const Impl& m = *impl_;
+  Impl& m = *impl_;
   m.RequireBound("GetOutputs");
-  return (m.current ? m.current : m.exec.get())->outputs();
+  if (!m.multi() || !m.dp_current) return (m.current ? m.current : m.exec.get())->outputs();
+  if (m.merged_valid) return m.merged_outputs;
+  // The slices' outputs concatenated in slice order on the first context (copies pushed, no wait). An output
+  // without the batch on axis 0 (a scalar loss, say) is the first context's.
+  const auto& outs0 = m.exec->outputs();
+  const std::int64_t batch = m.slices.back().second;
+  if (m.merged_outputs.size() != outs0.size()) m.merged_outputs.assign(outs0.size(), NDArray());
+  for (std::size_t o = 0; o < outs0.size(); ++o) {
+    bool split = outs0[o].shape().ndim() >= 1;
+    for (std::size_t c = 0; split && c < m.contexts.size(); ++c) {
+      const auto& out = m.ExecAt(c)->outputs()[o];
+      split = out.shape().ndim() >= 1 && out.shape()[0] == m.slices[c].second - m.slices[c].first;
+    }
+    if (!split) {
+      m.merged_outputs[o] = outs0[o];
+      continue;
+    }
+    TShape shape = outs0[o].shape();
+    shape[0] = batch;
+    NDArray& merged = m.merged_outputs[o];
+    if (merged.is_none() || !(merged.shape() == shape) || merged.dtype() != outs0[o].dtype()) {
+      merged = NDArray(shape, m.ctx, outs0[o].dtype(), outs0[o].engine());
+    }
+    for (std::size_t c = 0; c < m.contexts.size(); ++c) {
+      CopyFromTo(m.ExecAt(c)->outputs()[o], merged.Slice(m.slices[c].first, m.slices[c].second));
+    }
+  }
+  m.merged_valid = true;
+  return m.merged_outputs;
 }
 
 void Module::UpdateMetric(EvalMetric* metric, const DataBatch& batch) const {
@@ -433,6 +628,8 @@ void Module::SetParams(const std::map<std::string, NDArray>& arg_params,
     throw Error("Module::SetParams: no value for [" + JoinNames(missing) + "] (pass allow_missing to keep them)");
   }
   if (missing.empty()) m.params_initialized = true;
+  m.Broadcast(true);
+  m.kv.reset();  // the store's weights are the old ones
 }
 
 void Module::SaveCheckpoint(const std::string& prefix, int epoch) const {
@@ -493,6 +690,7 @@ std::vector<NDArray> Module::Predict(DataIter* data) {
 void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
   Impl& m = *impl_;
   if (!train) throw Error("Module::Fit: no training iterator");
+  if (m.multi()) SetKVStoreType(options.kvstore);
   if (options.begin_epoch < 0 || options.num_epoch < options.begin_epoch) {
     throw Error("Module::Fit: begin_epoch " + std::to_string(options.begin_epoch) + " and num_epoch " +
                 std::to_string(options.num_epoch) + " do not make a range (need 0 <= begin_epoch <= num_epoch)");
@@ -579,7 +777,9 @@ void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
     for (const auto& cb : options.epoch_end_callbacks) cb(epoch, *train_metric, eval_metric.get());
   }
   // Leave the parameters written when Fit returns (errors of the last updates surface here).
-  for (const auto& a : m.exec->arg_arrays()) a.WaitToRead();
+  for (std::size_t c = 0; c < m.contexts.size(); ++c) {
+    for (const auto& a : m.ExecAt(c)->arg_arrays()) a.WaitToRead();
+  }
 }
 
 BatchEndCallback Speedometer(int batch_size, int frequent, std::function<void(const std::string&)> log) {

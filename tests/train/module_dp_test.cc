@@ -1,0 +1,268 @@
+// Data-parallel Module (train/train.h with several contexts): the batch split as MXNet's _split_input_slice,
+// training over 2, 3 and 4 CPU contexts through the KVStore ("local" and "device") ending with the
+// parameters of training on one context, Score / Predict over the concatenated slices equal to one context's,
+// a run that learns, resuming from a checkpoint, SetParams keeping the optimizer's states, and the errors (a batch smaller than the number of
+// contexts, an empty context list).
+//
+// Tolerance: one context sums each gradient over the 32 rows of a batch in one reduction, k contexts sum
+// k partial sums (each over its slice) in the store, so the float32 roundings differ. One gradient entry's
+// rounding difference is at most about rows * eps = 32 * 6e-8 ~ 2e-6 of the sum of its terms' magnitudes;
+// after 20 SGD steps with momentum 0.9 (a gradient counts at most 1 / (1 - 0.9) = 10 times) at learning
+// rate 0.1 with rescale 1/32, a weight moves by at most ~20 * 10 * 0.1 * 2e-6 * max|per-row gradient| ~
+// 1e-6 .. 1e-5 away from the one-context value (plus the drift the forward passes add). 1e-4 absolute +
+// 1e-4 relative leaves a 10x margin while being far below what training moves a weight (checked: > 1e-2).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "actors/error.h"
+#include "io/io.h"
+#include "ops/graph/models.h"
+#include "ops/resource.h"
+#include "tests/common/op_test_util.h"
+#include "train/train.h"
+
+namespace troupe {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kDim = 20;
+constexpr int kClasses = 4;
+constexpr int kSamples = 640;  // 20 batches of 32
+constexpr int kBatch = 32;
+
+// Four Gaussian clusters in kDim dimensions (class c centred at +-1.5 on coordinates 2c, 2c + 1): an MLP
+// separates them within a few epochs.
+void ClusterData(int n, std::uint64_t seed, std::vector<float>* x, std::vector<float>* y) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::uniform_int_distribution<int> cls(0, kClasses - 1);
+  x->assign(static_cast<std::size_t>(n) * kDim, 0.0f);
+  y->assign(static_cast<std::size_t>(n), 0.0f);
+  for (int i = 0; i < n; ++i) {
+    const int c = cls(rng);
+    (*y)[i] = static_cast<float>(c);
+    for (int d = 0; d < kDim; ++d) (*x)[i * kDim + d] = noise(rng);
+    (*x)[i * kDim + 2 * c] += 1.5f;
+    (*x)[i * kDim + 2 * c + 1] += 1.5f;
+  }
+}
+
+std::unique_ptr<DataIter> ClusterIter(int n, int batch, std::uint64_t seed = 42) {
+  std::vector<float> x, y;
+  ClusterData(n, seed, &x, &y);
+  return MakeNDArrayIter({NDArray::FromVector(x, TShape{n, kDim})}, {NDArray::FromVector(y, TShape{n})}, batch, false,
+                         "pad");
+}
+
+std::vector<Context> Cpus(int k) {
+  std::vector<Context> c;
+  for (int i = 0; i < k; ++i) c.push_back(Context::CPU(i));
+  return c;
+}
+
+std::unique_ptr<Module> MakeModule(int k) {
+  Symbol net = models::MLP(kClasses, {16});
+  if (k == 1) return std::make_unique<Module>(net);  // the single-context constructor: the reference path
+  return std::make_unique<Module>(net, std::vector<std::string>{"data"}, std::vector<std::string>{"softmax_label"},
+                                  Cpus(k));
+}
+
+FitOptions Options(int epochs, const std::string& kvstore = "local") {
+  FitOptions o;
+  o.optimizer.type = "sgd";
+  o.optimizer.params = {{"learning_rate", "0.1"}, {"momentum", "0.9"}, {"wd", "0.0001"}};
+  o.num_epoch = epochs;
+  o.seed = 11;
+  o.kvstore = kvstore;
+  return o;
+}
+
+std::map<std::string, NDArray> Params(const Module& mod) {
+  std::map<std::string, NDArray> args, aux;
+  mod.GetParams(&args, &aux);
+  return args;
+}
+
+constexpr double kAtol = 1e-4, kRtol = 1e-4;
+
+// max |a - b| over every parameter; expects both to have the same names and shapes.
+double MaxDiff(const std::map<std::string, NDArray>& a, const std::map<std::string, NDArray>& b, bool check_tol) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  int failures = 0;
+  for (const auto& [name, arr] : a) {
+    const auto va = arr.ToVector<float>(), vb = b.at(name).ToVector<float>();
+    EXPECT_EQ(va.size(), vb.size()) << name;
+    for (std::size_t i = 0; i < va.size() && i < vb.size(); ++i) {
+      const double d = std::abs(double(va[i]) - vb[i]);
+      worst = std::max(worst, d);
+      if (check_tol && d > kAtol + kRtol * std::abs(double(vb[i])) && ++failures <= 5) {
+        ADD_FAILURE() << name << "[" << i << "]: " << va[i] << " vs " << vb[i] << " (tolerance " << kAtol << " + "
+                      << kRtol << " * |value|)";
+      }
+    }
+  }
+  return worst;
+}
+
+TEST(ModuleDpTest, SplitsTheBatchAsMxnet) {
+  auto mod = MakeModule(3);
+  mod->Bind({TShape{32, kDim}}, {TShape{32}});
+  ASSERT_EQ(mod->contexts().size(), 3u);
+  // _split_input_slice(32, 3): 11, 11, 10.
+  const std::int64_t rows[] = {11, 11, 10};
+  for (int i = 0; i < 3; ++i) {
+    Executor* e = mod->executor(i);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->arg_dict().at("data").shape(), (TShape{rows[i], kDim})) << i;
+    EXPECT_EQ(e->arg_dict().at("softmax_label").shape(), (TShape{rows[i]})) << i;
+  }
+  EXPECT_EQ(mod->executor(), mod->executor(0));
+  EXPECT_THROW(mod->executor(3), Error);
+}
+
+TEST(ModuleDpTest, ParametersMatchOneContext) {
+  auto ref = MakeModule(1);
+  auto it = ClusterIter(kSamples, kBatch);
+  ref->Fit(it.get(), nullptr, Options(1));
+  const auto want = Params(*ref);
+
+  // Training moved the parameters far beyond the tolerance (else the comparison would say nothing).
+  auto untrained = MakeModule(1);
+  untrained->Bind({TShape{kBatch, kDim}}, {TShape{kBatch}});
+  ResourceManager::Get(Engine::Get())->SeedRandom(11);
+  untrained->InitParams(*Initializer::Create("xavier"));
+  EXPECT_GT(MaxDiff(Params(*untrained), want, false), 1e-2);
+
+  struct Case {
+    int k;
+    const char* kvstore;
+  };
+  for (const Case c : {Case{2, "local"}, Case{3, "local"}, Case{4, "local"}, Case{4, "device"}}) {
+    SCOPED_TRACE(std::to_string(c.k) + " contexts, kvstore " + c.kvstore);
+    auto mod = MakeModule(c.k);
+    auto it2 = ClusterIter(kSamples, kBatch);
+    mod->Fit(it2.get(), nullptr, Options(1, c.kvstore));
+    ASSERT_NE(mod->kvstore(), nullptr);
+    EXPECT_EQ(mod->kvstore()->type(), c.kvstore);
+    const double d = MaxDiff(Params(*mod), want, true);
+    std::printf("%d contexts (%s): max |difference| to one context %.3g\n", c.k, c.kvstore, d);
+    // Every context holds the same weights.
+    for (int i = 1; i < c.k; ++i) {
+      for (const auto& [name, arr] : mod->executor(i)->arg_dict()) {
+        if (name == "data" || name == "softmax_label") continue;
+        EXPECT_EQ(arr.ToVector<float>(), mod->executor(0)->arg_dict().at(name).ToVector<float>()) << name << " on " << i;
+      }
+    }
+  }
+}
+
+TEST(ModuleDpTest, LearnsAndScoresLikeOneContext) {
+  auto mod = MakeModule(4);
+  auto train = ClusterIter(kSamples, kBatch, 42);
+  auto test = ClusterIter(200, 50, 43);  // another batch size: evaluated on the first context
+  std::vector<double> eval_acc;
+  FitOptions o = Options(4);
+  o.epoch_end_callbacks.push_back(
+      [&](int, const EvalMetric&, const EvalMetric* eval) { eval_acc.push_back(eval ? eval->Get() : -1); });
+  mod->Fit(train.get(), test.get(), o);
+  ASSERT_EQ(eval_acc.size(), 4u);
+  // Chance is 25 %; the clusters are 1.5 sigma apart on two coordinates.
+  EXPECT_GT(eval_acc.back(), 0.8);
+  const auto [name, acc] = mod->Score(train.get(), "acc");
+  EXPECT_EQ(name, "accuracy");
+  EXPECT_GT(acc, 0.8);
+
+  // The same parameters on one context must give the same predictions and score (the data-parallel path
+  // concatenates the slices' outputs in order; a last batch with padding: 200 rows in batches of 32).
+  auto one = MakeModule(1);
+  auto pred_it = ClusterIter(200, kBatch, 43);
+  one->Bind(pred_it->DataShapes(), pred_it->LabelShapes(), false);
+  std::map<std::string, NDArray> args, aux;
+  mod->GetParams(&args, &aux);
+  one->SetParams(args, aux);
+  auto dp = MakeModule(4);
+  dp->Bind(pred_it->DataShapes(), pred_it->LabelShapes(), false);
+  dp->SetParams(args, aux);
+  const auto p1 = one->Predict(pred_it.get());
+  const auto p4 = dp->Predict(pred_it.get());
+  ASSERT_EQ(p1.size(), 1u);
+  ASSERT_EQ(p4.size(), 1u);
+  EXPECT_EQ(p4[0].shape(), (TShape{200, kClasses}));
+  const auto v1 = p1[0].ToVector<float>(), v4 = p4[0].ToVector<float>();
+  ASSERT_EQ(v1.size(), v4.size());
+  // Each row is computed by the same operators on the same values on either path.
+  for (std::size_t i = 0; i < v1.size(); ++i) EXPECT_NEAR(v1[i], v4[i], 1e-6) << i;
+  EXPECT_NEAR(one->Score(pred_it.get(), "ce").second, dp->Score(pred_it.get(), "ce").second, 1e-6);
+}
+
+TEST(ModuleDpTest, ResumeMatchesUninterrupted) {
+  const fs::path dir = fs::temp_directory_path() / ("troupe_module_dp_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string prefix = (dir / "mlp").string();
+  auto full = MakeModule(2);
+  auto it = ClusterIter(kSamples / 2, kBatch);
+  FitOptions o = Options(2);
+  o.checkpoint_prefix = prefix;
+  full->Fit(it.get(), nullptr, o);
+  ASSERT_TRUE(fs::exists(prefix + "-0001.params"));
+  ASSERT_TRUE(fs::exists(prefix + "-0001.states"));
+
+  auto resumed = MakeModule(2);
+  o.begin_epoch = 1;
+  o.checkpoint_prefix = prefix;
+  auto it2 = ClusterIter(kSamples / 2, kBatch);
+  resumed->Fit(it2.get(), nullptr, o);
+  // Same operations in the same order on the same values: equal.
+  EXPECT_EQ(MaxDiff(Params(*resumed), Params(*full), true), 0.0);
+  fs::remove_all(dir);
+}
+
+// SetParams after training replaces the store (its weights can only be set by Init); the optimizer's states
+// (momentum) must survive that, so training on continues exactly as without the SetParams.
+TEST(ModuleDpTest, SetParamsKeepsTheOptimizerStates) {
+  auto straight = MakeModule(2);
+  auto it = ClusterIter(kSamples / 2, kBatch);
+  straight->Fit(it.get(), nullptr, Options(2));
+
+  auto split = MakeModule(2);
+  split->Fit(it.get(), nullptr, Options(1));
+  KVStore* first_store = split->kvstore();
+  ASSERT_NE(first_store, nullptr);
+  std::map<std::string, NDArray> args, aux;
+  split->GetParams(&args, &aux);
+  split->SetParams(args, aux);
+  EXPECT_EQ(split->kvstore(), nullptr);
+  // Epoch 0 again (no Dropout: the seed does not matter) on the parameters and momentum after epoch 0.
+  split->Fit(it.get(), nullptr, Options(1));
+  ASSERT_NE(split->kvstore(), nullptr);
+  EXPECT_EQ(MaxDiff(Params(*split), Params(*straight), true), 0.0);
+}
+
+TEST(ModuleDpTest, Errors) {
+  auto mod = MakeModule(4);
+  test::ExpectError([&] { mod->Bind({TShape{3, kDim}}, {TShape{3}}); }, {"batch size 3", "4"});
+  EXPECT_FALSE(mod->bound());
+  test::ExpectError(
+      [] {
+        Module m(models::MLP(kClasses, {16}), {"data"}, {"softmax_label"}, std::vector<Context>{});
+      },
+      {"empty context list"});
+  // A batch of exactly the number of contexts works (one row each).
+  mod->Bind({TShape{4, kDim}}, {TShape{4}});
+  EXPECT_TRUE(mod->bound());
+  EXPECT_EQ(mod->executor(3)->arg_dict().at("data").shape(), (TShape{1, kDim}));
+}
+
+}  // namespace
+}  // namespace troupe
