@@ -161,6 +161,20 @@ struct Module::Impl {
     return -1;
   }
 
+  // The given names that are not parameters (arguments other than inputs) or auxiliary states.
+  std::vector<std::string> ExtraNames(const std::map<std::string, NDArray>& arg_params,
+                                      const std::map<std::string, NDArray>& aux_params) const {
+    std::vector<std::string> extra;
+    for (const auto& [name, arr] : arg_params) {
+      if (ArgIndex(name) < 0 || IsInput(name)) extra.push_back(name);
+    }
+    const std::set<std::string> aux_set(aux_names.begin(), aux_names.end());
+    for (const auto& [name, arr] : aux_params) {
+      if (!aux_set.count(name)) extra.push_back(name);
+    }
+    return extra;
+  }
+
   void RequireBound(const char* what) const {
     if (!exec) throw Error(std::string("Module::") + what + ": the module is not bound; call Bind first (or Fit)");
   }
@@ -390,14 +404,7 @@ void Module::InitParams(const Initializer& initializer, const std::map<std::stri
   Impl& m = *impl_;
   m.RequireBound("InitParams");
   if (!allow_extra) {
-    std::vector<std::string> extra;
-    for (const auto& [name, arr] : arg_params) {
-      if (m.ArgIndex(name) < 0 || m.IsInput(name)) extra.push_back(name);
-    }
-    std::set<std::string> aux_set(m.aux_names.begin(), m.aux_names.end());
-    for (const auto& [name, arr] : aux_params) {
-      if (!aux_set.count(name)) extra.push_back(name);
-    }
+    const std::vector<std::string> extra = m.ExtraNames(arg_params, aux_params);
     if (!extra.empty()) {
       throw Error("Module::InitParams: [" + JoinNames(extra) + "] are not parameters of the symbol (parameters: " +
                   JoinNames(m.param_names) + "; pass allow_extra to ignore them)");
@@ -605,14 +612,8 @@ void Module::SetParams(const std::map<std::string, NDArray>& arg_params,
                        const std::map<std::string, NDArray>& aux_params, bool allow_missing) {
   Impl& m = *impl_;
   m.RequireBound("SetParams");
-  std::vector<std::string> missing, extra;
-  for (const auto& [name, arr] : arg_params) {
-    if (m.ArgIndex(name) < 0 || m.IsInput(name)) extra.push_back(name);
-  }
-  std::set<std::string> aux_set(m.aux_names.begin(), m.aux_names.end());
-  for (const auto& [name, arr] : aux_params) {
-    if (!aux_set.count(name)) extra.push_back(name);
-  }
+  std::vector<std::string> missing;
+  const std::vector<std::string> extra = m.ExtraNames(arg_params, aux_params);
   if (!extra.empty()) {
     throw Error("Module::SetParams: [" + JoinNames(extra) +
                 "] are not parameters of the symbol (parameters: " + JoinNames(m.param_names) + ")");
