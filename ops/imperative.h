@@ -53,6 +53,20 @@ class OperatorRunner {
                 const std::vector<NDArray>& out_data, const std::vector<NDArray>& aux,
                 const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req);
 
+  // A Forward or Backward call checked and ready but not pushed: the function and the variables it reads
+  // and writes. Forward/Backward push one each; the executor runs several in one engine function (MXNet's
+  // bulk execution). Same arguments and checks as Forward/Backward.
+  struct Call {
+    SyncFn fn;
+    std::vector<VarHandle> const_vars, mutable_vars;
+  };
+  Call PrepareForward(bool is_train, const std::vector<NDArray>& in, const std::vector<NDArray>& out,
+                      const std::vector<NDArray>& aux, const std::vector<OpReqType>& req = {});
+  Call PrepareBackward(const std::vector<NDArray>& out_grad, const std::vector<NDArray>& in_data,
+                       const std::vector<NDArray>& out_data, const std::vector<NDArray>& aux,
+                       const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req);
+  const std::string& name() const;  // the operator's name, as given to the engine
+
   struct Impl;
 
  private:

@@ -101,6 +101,9 @@ class OperatorProperty {
                                                                   const std::vector<void*>& /*out_data*/) const {
     return {};
   }
+  // True when each ForwardInplaceOption output is its input's bytes unchanged (MXNet's FInplaceIdentity:
+  // Flatten, Reshape). The executor may then make such an output a view of an argument, with no copy.
+  virtual bool ForwardInplaceIdentity() const { return false; }
   // Pairs (id of out_grad/in_data/out_data, in_grad id): the input gradient may share that memory.
   virtual std::vector<std::pair<int, void*>> BackwardInplaceOption(const std::vector<int>& /*out_grad*/,
                                                                    const std::vector<int>& /*in_data*/,

@@ -102,6 +102,15 @@ class Optimizer {
   // and v and step count, created on first use with weight's shape, device and type). Returns at once.
   // Throws troupe::Error when grad and weight differ in shape, type or device.
   virtual void Update(int index, const NDArray& weight, const NDArray& grad) = 0;
+  // The updates of several indices (weights[i] from grads[i]), with the same results as Update on each in
+  // order. sgd pushes them as one engine function (MXNet's multi_sgd_update / multi_sgd_mom_update) when the
+  // arrays share a device, dtype and engine; otherwise, and for the other optimizers, one per index. Throws
+  // troupe::Error (before pushing anything) when the lists differ in length or an update's arguments are bad.
+  virtual void UpdateMulti(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                           const std::vector<NDArray>& grads);
+  // How many indices a caller hands to one UpdateMulti (MXNet's MXNET_OPTIMIZER_AGGREGATION_SIZE): for sgd
+  // TROUPE_OPTIMIZER_AGGREGATION_SIZE (default 4, as MXNet), 1 for the others.
+  virtual int aggregation_size() const { return 1; }
 
   // Per-index multipliers of the learning rate and weight decay (MXNet's lr_mult / wd_mult), default 1.
   void SetMultipliers(int index, float lr_mult, float wd_mult);

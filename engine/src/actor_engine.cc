@@ -201,8 +201,12 @@ class Shard {
   }
   const caf::actor& handle() const { return actor_.handle(); }
 
-  // Thread-safe. Rings the doorbell only when the actor sleeps.
-  void Post(EventKind kind, OprBlock* b) {
+  // Thread-safe. Rings the doorbell only when the actor sleeps. With `drain_here` (a device worker
+  // reporting a completion) the caller takes the sleeping actor's turn instead: it drains the inbox once on
+  // its own thread and hands the shard back, saving the two thread wake-ups of a doorbell (the actor's,
+  // then the worker's for the work it dispatches). Whoever clears asleep_ holds the drain turn, so the
+  // queues still have one owner at a time, and mu_ orders one owner's work before the next's.
+  void Post(EventKind kind, OprBlock* b, bool drain_here = false) {
     bool wake = false;
     {
       std::lock_guard<SpinLock> lock(mu_);
@@ -213,11 +217,25 @@ class Shard {
         wake = true;
       }
     }
-    if (wake) actor_.Wake();
+    if (!wake) return;
+    if (!drain_here) {
+      actor_.Wake();
+      return;
+    }
+    DrainOnce();
+    {
+      std::lock_guard<SpinLock> lock(mu_);
+      if (inbox_.empty()) {
+        asleep_ = true;
+        return;
+      }
+    }
+    actor_.Wake();  // more came in meanwhile: the actor takes over (a worker drains one pass at most)
   }
 
  private:
   void Drain();
+  bool DrainOnce();  // one pass over the inbox; false when it was empty
   void HandlePush(OprBlock* b);
   void HandleComplete(OprBlock* b);
   void GrantWaiting(ActorVar* v);
@@ -325,7 +343,8 @@ class ActorEngine final : public Engine {
 
   // Called by blocks, shards and callbacks.
   OprBlock* Execute(OprBlock* b, const RunContext& rctx, const WorkerInfo* worker);
-  OprBlock* Finish(OprBlock* b, std::exception_ptr error);
+  // on_worker: called on a device worker, which may then drain a sleeping shard itself (Shard::Post).
+  OprBlock* Finish(OprBlock* b, std::exception_ptr error, bool on_worker = false);
   void RunOrSubmitContinuation(OprBlock* next, const WorkerInfo* worker, const RunContext* rctx);
   void ReleaseRef(OprBlock* b);
   void FreeVar(ActorVar* v);
@@ -406,35 +425,37 @@ void OprBlock::StreamDone(std::exception_ptr error) {
 
 void Shard::Drain() {
   for (;;) {
-    {
-      std::unique_lock<SpinLock> lock(mu_);
-      if (inbox_.empty()) {
-        lock.unlock();
-        // Poll for a moment before sleeping: a wake-up costs a message and two context switches.
-        if (SpinUntil(spin_us_, [this] { return inbox_size_.load(std::memory_order_relaxed) != 0; })) continue;
-        lock.lock();
-        if (inbox_.empty()) {
-          asleep_ = true;
-          break;
-        }
-      }
-      events_.swap(inbox_);
-      inbox_size_.store(0, std::memory_order_relaxed);
+    if (DrainOnce()) continue;
+    // Poll for a moment before sleeping: a wake-up costs a message and two context switches.
+    if (SpinUntil(spin_us_, [this] { return inbox_size_.load(std::memory_order_relaxed) != 0; })) continue;
+    std::lock_guard<SpinLock> lock(mu_);
+    if (inbox_.empty()) {
+      asleep_ = true;
+      break;
     }
-    for (const Event& e : events_) {
-      if (e.kind == EventKind::kPush) {
-        HandlePush(e.block);
-      } else {
-        HandleComplete(e.block);
-      }
-    }
-    events_.clear();
-    FlushDispatch();
-    for (OprBlock* b : recycle_) engine_->ReleaseRef(b);
-    recycle_.clear();
   }
 }
 
+bool Shard::DrainOnce() {
+  {
+    std::lock_guard<SpinLock> lock(mu_);
+    if (inbox_.empty()) return false;
+    events_.swap(inbox_);
+    inbox_size_.store(0, std::memory_order_relaxed);
+  }
+  for (const Event& e : events_) {
+    if (e.kind == EventKind::kPush) {
+      HandlePush(e.block);
+    } else {
+      HandleComplete(e.block);
+    }
+  }
+  events_.clear();
+  FlushDispatch();
+  for (OprBlock* b : recycle_) engine_->ReleaseRef(b);
+  recycle_.clear();
+  return true;
+}
 
 void Shard::HandlePush(OprBlock* b) {
   Opr* o = b->opr;
@@ -943,7 +964,7 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
   OprBlock* next = nullptr;
   if (poison && !NeverSkipped(o->prop)) {
     skipped_.fetch_add(1, std::memory_order_relaxed);
-    next = Finish(b, poison);
+    next = Finish(b, poison, worker != nullptr);
   } else if (o->sync_fn) {
     std::exception_ptr error;
     try {
@@ -955,7 +976,7 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
       // Complete when the stream has run what fn enqueued; StreamDone finishes the block.
       worker->device->CompleteAfterStream(*worker, b);
     } else {
-      next = Finish(b, error);
+      next = Finish(b, error, worker != nullptr);
     }
   } else {
     tl_running_block = b;
@@ -974,7 +995,7 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
     }
     tl_running_block = nullptr;
     tl_worker = nullptr;
-    if (b->completed_inline) next = Finish(b, b->callback.TakeError());
+    if (b->completed_inline) next = Finish(b, b->callback.TakeError(), worker != nullptr);
   }
   ReleaseRef(b);  // the execution's reference
   return next;
@@ -1003,7 +1024,7 @@ void ActorEngine::OnCallback(void* block, void* gen_ptr, std::exception_ptr erro
 
 // Records the outcome of `b`, reports completion to its shards and returns its continuation (or null).
 // Holds its own reference on `b` until its last line, so `b` stays valid throughout.
-OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error) {
+OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, bool on_worker) {
   Opr* o = b->opr;
   if (error) {
     for (ActorVar* v : o->mutable_vars) v->error = error;
@@ -1022,7 +1043,7 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error) {
   // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
   if ((raw & kInheritsHolds) == 0) {
     for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) {
-      shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b);
+      shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b, on_worker);
     }
   }
   NoteFinished();

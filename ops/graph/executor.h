@@ -10,6 +10,11 @@
 //
 // Forward and Backward push every node to the engine and return at once; read an output (WaitToRead,
 // ToVector) or a gradient to wait. An error in an operator poisons the arrays it writes and surfaces there.
+// Bulk execution (MXNet's MXNET_EXEC_BULK_EXEC_*): consecutive operators of a pass, up to
+// ExecutorOptions::bulk_max_nodes, run as one engine function that reads and writes the union of their
+// arrays, in their order. That saves the engine's hand-off between small operators; the price is that
+// nothing waiting for one of the segment's arrays starts before the whole segment ends. An error in one of
+// them poisons every array the segment writes (the later operators do not run).
 // Gradient of an entry used by several nodes: the contributions are added (the first written, the others
 // added).
 //
@@ -32,6 +37,9 @@ namespace troupe {
 struct ExecutorOptions {
   bool plan_memory = true;    // false: every intermediate array gets its own buffer
   Engine* engine = nullptr;   // null: the engine of the first bound array, else Engine::Get()
+  // Operators per engine function (bulk execution); 1: one function per operator. -1: the setting
+  // TROUPE_EXEC_BULK_MAX_NODES, default 15 (MXNet's MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN default).
+  int bulk_max_nodes = -1;
 };
 
 struct MemoryPlanStats {

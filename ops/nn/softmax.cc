@@ -35,14 +35,18 @@ void SoftmaxForwardCpu(const T* x, T* y, OpReqType req, const AxisView& v, doubl
       const std::int64_t base = o * v.n * v.inner + i;
       double mx = -INFINITY;
       for (std::int64_t k = 0; k < v.n; ++k) mx = std::max(mx, static_cast<double>(x[base + k * v.inner]));
+      // Read everything before y (maybe x) is written. One exp per element: buf holds the exponentials for
+      // softmax (divided by their sum) and the shifted inputs for log_softmax.
       double sum = 0;
       for (std::int64_t k = 0; k < v.n; ++k) {
-        buf[k] = (x[base + k * v.inner] - mx) / temperature;  // read everything before y (maybe x) is written
-        sum += std::exp(buf[k]);
+        const double shifted = (x[base + k * v.inner] - mx) / temperature;
+        const double e = std::exp(shifted);
+        buf[k] = log ? shifted : e;
+        sum += e;
       }
-      const double log_sum = std::log(sum);
+      const double log_sum = log ? std::log(sum) : 0.0;
       for (std::int64_t k = 0; k < v.n; ++k) {
-        const double val = log ? buf[k] - log_sum : std::exp(buf[k] - log_sum);
+        const double val = log ? buf[k] - log_sum : buf[k] / sum;
         Assign(y + base + k * v.inner, req, static_cast<T>(val));
       }
     }

@@ -174,6 +174,7 @@ class ReshapeLikeProp : public OperatorProperty {
                                                           const std::vector<void*>& out_data) const override {
     return {{in_data[0], out_data[0]}};
   }
+  bool ForwardInplaceIdentity() const override { return true; }
   std::vector<std::pair<int, void*>> BackwardInplaceOption(const std::vector<int>& out_grad,
                                                            const std::vector<int>& /*in_data*/,
                                                            const std::vector<int>& /*out_data*/,

@@ -141,7 +141,25 @@ const std::vector<int>& OperatorRunner::out_types() const { return impl_->out_ty
 const std::vector<int>& OperatorRunner::aux_types() const { return impl_->aux_types; }
 
 void OperatorRunner::Forward(bool is_train, const std::vector<NDArray>& in, const std::vector<NDArray>& out,
-                             const std::vector<NDArray>& aux, const std::vector<OpReqType>& req_in) {
+                             const std::vector<NDArray>& aux, const std::vector<OpReqType>& req) {
+  Call c = PrepareForward(is_train, in, out, aux, req);
+  impl_->engine->PushSync(std::move(c.fn), impl_->ctx, c.const_vars, c.mutable_vars, FnProperty::kNormal, 0,
+                          impl_->name.c_str());
+}
+
+void OperatorRunner::Backward(const std::vector<NDArray>& out_grad, const std::vector<NDArray>& in_data,
+                              const std::vector<NDArray>& out_data, const std::vector<NDArray>& aux,
+                              const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req) {
+  Call c = PrepareBackward(out_grad, in_data, out_data, aux, in_grad, req);
+  impl_->engine->PushSync(std::move(c.fn), impl_->ctx, c.const_vars, c.mutable_vars, FnProperty::kNormal, 0,
+                          impl_->name.c_str());
+}
+
+const std::string& OperatorRunner::name() const { return impl_->name; }
+
+OperatorRunner::Call OperatorRunner::PrepareForward(bool is_train, const std::vector<NDArray>& in,
+                                                    const std::vector<NDArray>& out, const std::vector<NDArray>& aux,
+                                                    const std::vector<OpReqType>& req_in) {
   const Impl& m = *impl_;
   m.CheckCount(in.size(), m.args.size(), "inputs (one per argument: " + std::to_string(m.args.size()) + ")");
   m.CheckCount(out.size(), static_cast<std::size_t>(m.num_outputs), "outputs");
@@ -173,12 +191,15 @@ void OperatorRunner::Forward(bool is_train, const std::vector<NDArray>& in, cons
     for (const auto& a : aux) ab.push_back(BlobOf(a));
     op->Forward(oc, ib, req, ob, ab);
   };
-  m.engine->PushSync(std::move(fn), m.ctx, const_vars, mutable_vars, FnProperty::kNormal, 0, m.name.c_str());
+  return Call{std::move(fn), std::move(const_vars), std::move(mutable_vars)};
 }
 
-void OperatorRunner::Backward(const std::vector<NDArray>& out_grad, const std::vector<NDArray>& in_data,
-                              const std::vector<NDArray>& out_data, const std::vector<NDArray>& aux,
-                              const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req) {
+OperatorRunner::Call OperatorRunner::PrepareBackward(const std::vector<NDArray>& out_grad,
+                                                     const std::vector<NDArray>& in_data,
+                                                     const std::vector<NDArray>& out_data,
+                                                     const std::vector<NDArray>& aux,
+                                                     const std::vector<NDArray>& in_grad,
+                                                     const std::vector<OpReqType>& req) {
   const Impl& m = *impl_;
   if (!m.prop->HasBackward()) throw Error(m.name + " has no backward");
   m.CheckCount(out_grad.size(), static_cast<std::size_t>(m.num_visible), "output gradients (one per visible output)");
@@ -230,7 +251,7 @@ void OperatorRunner::Backward(const std::vector<NDArray>& out_grad, const std::v
     for (const auto& a : in_grad) igb.push_back(BlobOf(a));
     op->Backward(oc, ogb, idb, odb, req, igb, ab);
   };
-  m.engine->PushSync(std::move(fn), m.ctx, const_vars, mutable_vars, FnProperty::kNormal, 0, m.name.c_str());
+  return Call{std::move(fn), std::move(const_vars), std::move(mutable_vars)};
 }
 
 namespace {

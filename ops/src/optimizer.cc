@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "actors/config.h"
 #include "actors/error.h"
 
 namespace troupe {
@@ -175,6 +176,17 @@ void CheckUpdateArgs(const std::string& type, int index, const NDArray& weight, 
   }
 }
 
+// UpdateMulti's checks, all before anything is pushed.
+void CheckMultiArgs(const std::string& type, const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                    const std::vector<NDArray>& grads) {
+  if (weights.size() != indices.size() || grads.size() != indices.size()) {
+    throw Error("optimizer '" + type + "' UpdateMulti: " + std::to_string(indices.size()) + " indices, " +
+                std::to_string(weights.size()) + " weights and " + std::to_string(grads.size()) +
+                " gradients; pass one weight and one gradient per index");
+  }
+  for (std::size_t i = 0; i < indices.size(); ++i) CheckUpdateArgs(type, indices[i], weights[i], grads[i]);
+}
+
 // A gradient that is the weight itself (or overlaps it) must not be read while it is written.
 NDArray Readable(const NDArray& grad, const NDArray& weight) {
   return grad.SharesChunkWith(weight) ? grad.CopyTo(grad.ctx()) : grad;
@@ -258,40 +270,80 @@ class SgdOptimizer : public Optimizer {
   explicit SgdOptimizer(OptimizerConfig config) : Optimizer(std::move(config)) {
     param_.Init(config_.params, "optimizer 'sgd'");
     learning_rate_ = param_.learning_rate;
+    EnvInt("TROUPE_OPTIMIZER_AGGREGATION_SIZE", 1, 60, &aggregation_size_);
   }
 
   void Update(int index, const NDArray& weight, const NDArray& grad) override {
-    CheckUpdateArgs("sgd", index, weight, grad);
+    UpdateMulti({index}, {weight}, {grad});
+  }
+
+  // One engine function for the whole group (MXNet's multi_sgd_mom_update): fewer hand-offs per step. As
+  // MXNet's aggregated path, every index is counted before the learning rates are taken.
+  void UpdateMulti(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                   const std::vector<NDArray>& grads) override {
+    CheckMultiArgs("sgd", indices, weights, grads);
+    const std::size_t n = indices.size();
+    if (n == 0) return;
+    for (std::size_t i = 1; i < n; ++i) {
+      if (weights[i].ctx() != weights[0].ctx() || weights[i].dtype() != weights[0].dtype() ||
+          weights[i].engine() != weights[0].engine()) {
+        for (std::size_t j = 0; j < n; ++j) UpdateMulti({indices[j]}, {weights[j]}, {grads[j]});
+        return;
+      }
+    }
     const bool use_mom = param_.momentum != 0.f;
     static const std::vector<std::string> kMom = {"momentum"};
     static const std::vector<std::string> kNone;
-    std::vector<NDArray>& states = StateOf(index, weight, use_mom ? kMom : kNone);
-    CountUpdate(index);
-    const SgdArgs args{lr_of(index), param_.momentum, wd_of(index, param_.wd), param_.rescale_grad,
-                       param_.clip_gradient};
-    const NDArray g = Readable(grad, weight);
-    const TBlob tw = weight.data(), tg = g.data();
-    std::vector<VarHandle> writes = {weight.var()};
-    TBlob tm;
-    if (use_mom) {
-      tm = states[0].data();
-      writes.push_back(states[0].var());
+    std::vector<TBlob> tm(n);
+    std::vector<VarHandle> reads, writes;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<NDArray>& states = StateOf(indices[i], weights[i], use_mom ? kMom : kNone);
+      writes.push_back(weights[i].var());
+      if (use_mom) {
+        tm[i] = states[0].data();
+        writes.push_back(states[0].var());
+      }
     }
-    const bool f64 = weight.dtype() == DType::kFloat64;
-    weight.engine()->PushSync(
-        [args, tw, tg, tm, use_mom, f64](RunContext) {
-          const TBlob* m = use_mom ? &tm : nullptr;
-          if (f64) {
-            CpuSgd<double>(args, tw, tg, m);
-          } else {
-            CpuSgd<float>(args, tw, tg, m);
+    for (int index : indices) CountUpdate(index);
+    std::vector<SgdArgs> args;
+    std::vector<TBlob> tw, tg;
+    // A gradient sharing memory with any weight of the group is read from a copy (a weight earlier in the
+    // group may be written before it is read). The copies live until the update is pushed, so that their
+    // deletion is ordered after it.
+    std::vector<NDArray> g(grads);
+    for (std::size_t i = 0; i < n; ++i) {
+      args.push_back(SgdArgs{lr_of(indices[i]), param_.momentum, wd_of(indices[i], param_.wd), param_.rescale_grad,
+                             param_.clip_gradient});
+      for (const NDArray& w : weights) {
+        if (grads[i].SharesChunkWith(w)) {
+          g[i] = grads[i].CopyTo(grads[i].ctx());
+          break;
+        }
+      }
+      tw.push_back(weights[i].data());
+      tg.push_back(g[i].data());
+      reads.push_back(g[i].var());
+    }
+    const bool f64 = weights[0].dtype() == DType::kFloat64;
+    weights[0].engine()->PushSync(
+        [args = std::move(args), tw = std::move(tw), tg = std::move(tg), tm = std::move(tm), use_mom, f64](RunContext) {
+          for (std::size_t i = 0; i < args.size(); ++i) {
+            const TBlob* m = use_mom ? &tm[i] : nullptr;
+            if (f64) {
+              CpuSgd<double>(args[i], tw[i], tg[i], m);
+            } else {
+              CpuSgd<float>(args[i], tw[i], tg[i], m);
+            }
           }
         },
-        weight.ctx(), {g.var()}, writes, FnProperty::kNormal, 0, "sgd_update");
+        weights[0].ctx(), reads, writes, FnProperty::kNormal, 0, n == 1 ? "sgd_update" : "multi_sgd_update");
   }
+
+  int aggregation_size() const override { return aggregation_size_; }
 
  private:
   SgdParam param_;
+  int aggregation_size_ = 4;
 };
 
 class AdamOptimizer : public Optimizer {
@@ -736,6 +788,12 @@ std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerConfig& config) {
   const std::string similar = SimilarNames(config.type, types);
   if (!similar.empty()) msg += " (did you mean " + similar + "?)";
   throw Error(msg);
+}
+
+void Optimizer::UpdateMulti(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                            const std::vector<NDArray>& grads) {
+  CheckMultiArgs(config_.type, indices, weights, grads);
+  for (std::size_t i = 0; i < indices.size(); ++i) Update(indices[i], weights[i], grads[i]);
 }
 
 std::vector<std::string> Optimizer::ListTypes() { return {"adagrad", "adam", "nag", "rmsprop", "sgd"}; }

@@ -135,10 +135,12 @@ class ExecutorTest : public ::testing::TestWithParam<test::EngineParam> {
     ExecutorOptions opt;
     opt.plan_memory = plan;
     opt.engine = engine_.get();
+    opt.bulk_max_nodes = bulk_max_nodes_;
     return Executor::Bind(sym, Context::CPU(), args, grads, reqs, aux, opt);
   }
 
   std::unique_ptr<Engine> engine_;
+  int bulk_max_nodes_ = -1;  // BindValues' ExecutorOptions::bulk_max_nodes
 };
 
 HostTensor Random(std::int64_t n, std::mt19937_64* rng, double lo = -1, double hi = 1) {
@@ -448,6 +450,7 @@ TEST_P(ExecutorTest, BackwardSkipsNodesWithoutAPathToARequestedGradient) {
   std::mt19937_64 rng(test::TestSeed());
   TwoLayer t = MakeTwoLayer(&rng, false);
   HostTensor head = Random(9, &rng);
+  bulk_max_nodes_ = 1;  // counts the functions of single operators
   auto pushes_of_backward = [&](const std::map<std::string, OpReqType>& req_by_name) {
     auto exec = BindValues(t.net, t.values, t.shapes, kNullOp, req_by_name);
     exec->Forward(true);
@@ -519,10 +522,12 @@ struct RunResult {
   MemoryPlanStats stats;
 };
 
-RunResult RunModel(const Symbol& net, const TShape& data_shape, bool plan, Engine* engine, std::uint64_t seed) {
+RunResult RunModel(const Symbol& net, const TShape& data_shape, bool plan, Engine* engine, std::uint64_t seed,
+                   int bulk_max_nodes = -1, std::uint64_t* pushed = nullptr) {
   ExecutorOptions opt;
   opt.plan_memory = plan;
   opt.engine = engine;
+  opt.bulk_max_nodes = bulk_max_nodes;
   auto exec = Executor::SimpleBind(net, Context::CPU(), {{"data", data_shape}}, kWriteTo,
                                    {{"data", kNullOp}, {"softmax_label", kNullOp}}, opt);
   std::mt19937_64 rng(seed);
@@ -537,10 +542,13 @@ RunResult RunModel(const Symbol& net, const TShape& data_shape, bool plan, Engin
     a.SyncCopyFromCPU(v.data(), v.size() * sizeof(float));
   }
   RunResult r;
+  engine->WaitForAll();
+  const std::uint64_t pushed_before = engine->Stats().pushed;
   for (int step = 0; step < 2; ++step) {
     exec->Forward(true);
     exec->Backward();
   }
+  if (pushed != nullptr) *pushed = engine->Stats().pushed - pushed_before;
   for (const auto& o : exec->outputs()) r.outputs.push_back(o.ToVector<float>());
   for (const auto& g : exec->grad_arrays()) {
     if (!g.is_none()) r.grads.push_back(g.ToVector<float>());
@@ -572,6 +580,123 @@ TEST_P(ExecutorTest, PlannedMemoryGivesBitIdenticalResultsForMlp) {
 
 TEST_P(ExecutorTest, PlannedMemoryGivesBitIdenticalResultsForLeNet) {
   CheckPlanOnOff("LeNet", models::LeNet(), TShape({4, 1, 28, 28}), engine_.get());
+}
+
+// Bulk execution: the same results with every segment length, and fewer engine functions.
+void CheckBulk(const std::string& model, const Symbol& net, const TShape& data_shape, Engine* engine) {
+  const std::uint64_t seed = test::TestSeed();
+  std::uint64_t pushed_one = 0, pushed_three = 0, pushed_default = 0;
+  RunResult one = RunModel(net, data_shape, true, engine, seed, 1, &pushed_one);
+  RunResult three = RunModel(net, data_shape, true, engine, seed, 3, &pushed_three);
+  RunResult whole = RunModel(net, data_shape, true, engine, seed, -1, &pushed_default);
+  EXPECT_EQ(one.outputs, three.outputs) << model;  // bit-identical
+  EXPECT_EQ(one.grads, three.grads) << model;
+  EXPECT_EQ(one.outputs, whole.outputs) << model;
+  EXPECT_EQ(one.grads, whole.grads) << model;
+  EXPECT_LT(pushed_three, pushed_one) << model;
+  EXPECT_LT(pushed_default, pushed_three) << model;
+  std::cout << "[bulk] " << model << ": engine functions for 2 x (Forward, Backward): " << pushed_one
+            << " one per operator, " << pushed_three << " with segments of 3, " << pushed_default
+            << " with the default" << std::endl;
+}
+
+TEST_P(ExecutorTest, BulkExecutionGivesBitIdenticalResultsWithFewerFunctionsForMlp) {
+  CheckBulk("MLP", models::MLP(), TShape({8, 784}), engine_.get());
+}
+
+TEST_P(ExecutorTest, BulkExecutionGivesBitIdenticalResultsWithFewerFunctionsForLeNet) {
+  CheckBulk("LeNet", models::LeNet(), TShape({4, 1, 28, 28}), engine_.get());
+}
+
+// An operator that fails at run time (not at bind time) when its input's first element is negative.
+class FailIfNegativeOp : public Operator {
+ public:
+  void Forward(const OpContext&, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
+    const float* x = in[0].dptr_as<float>();
+    if (x[0] < 0) throw Error("TestFailIfNegative: the first element is negative");
+    float* y = out[0].dptr_as<float>();
+    for (std::int64_t i = 0; i < in[0].Size(); ++i) Assign(y + i, req[0], x[i]);
+  }
+  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
+                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                const std::vector<TBlob>&) override {
+    const float* g = out_grad[0].dptr_as<float>();
+    float* d = in_grad[0].dptr_as<float>();
+    for (std::int64_t i = 0; i < in_grad[0].Size(); ++i) Assign(d + i, req[0], g[i]);
+  }
+};
+
+class FailIfNegativeProp : public OperatorProperty {
+ public:
+  void Init(const Kwargs&) override {}
+  Kwargs GetParams() const override { return {}; }
+  bool InferShape(std::vector<TShape>* in, std::vector<TShape>* out, std::vector<TShape>* aux) const override {
+    if (!(*in)[0].known()) return false;
+    out->assign(1, (*in)[0]);
+    aux->clear();
+    return true;
+  }
+  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<FailIfNegativeProp>(*this); }
+  std::string TypeString() const override { return "TestFailIfNegative"; }
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& og, const std::vector<int>&,
+                                             const std::vector<int>&) const override {
+    return {og[0]};
+  }
+  std::unique_ptr<Operator> CreateOperator(Context) const override { return std::make_unique<FailIfNegativeOp>(); }
+};
+
+TROUPE_REGISTER_OP_PROPERTY(TestFailIfNegative, FailIfNegativeProp)
+    .describe("Test operator: copies its input, failing at run time when the first element is negative.")
+    .add_argument("data", "NDArray", "Input.");
+
+TEST_P(ExecutorTest, AnErrorInsideABulkSegmentSurfacesAtTheOutputsAsWithoutBulking) {
+  // fc1 -> fail -> fc2 -> relu: one segment with the default length, four functions without bulking.
+  Symbol net = Act(FC(Op("TestFailIfNegative", {}, {FC(Var("data"), 4, "fc1")}, "fail"), 3, "fc2"), "relu", "relu");
+  for (int bulk : {-1, 1}) {
+    ExecutorOptions opt;
+    opt.engine = engine_.get();
+    opt.bulk_max_nodes = bulk;
+    auto exec = Executor::SimpleBind(net, Context::CPU(), {{"data", {2, 5}}}, kWriteTo, {}, opt);
+    auto args = exec->arg_dict();
+    args.at("fc1_weight") = 0.0;
+    args.at("fc1_bias") = -1.0;  // fc1's output is -1 everywhere: the operator fails
+    exec->Forward(true);
+    ExpectError([&] { exec->outputs()[0].WaitToRead(); }, {"TestFailIfNegative", "negative"});
+    // Backward reads the poisoned arrays: the gradients carry the error too.
+    exec->Backward({NDArray::Ones({2, 3}, Context::CPU(), DType::kFloat32, engine_.get())});
+    ExpectError([&] { exec->grad_dict().at("fc2_weight").WaitToRead(); }, {"TestFailIfNegative"});
+  }
+}
+
+TEST_P(ExecutorTest, FlattenOfAnArgumentIsAViewAndNothingWritesIntoTheArgument) {
+  // data -> Flatten -> relu -> fc: relu may run in place on its input, but with planning that input is the
+  // data argument itself (a view), which must keep its values.
+  Symbol net = FC(Act(Op("Flatten", {}, {Var("data")}, "flat"), "relu", "relu"), 2, "fc");
+  ExecutorOptions opt;
+  opt.engine = engine_.get();
+  for (bool plan : {true, false}) {
+    opt.plan_memory = plan;
+    auto exec = Executor::SimpleBind(net, Context::CPU(), {{"data", {2, 3, 2}}}, kWriteTo, {}, opt);
+    const std::vector<float> x = {-1, 2, -3, 4, -5, 6, 7, -8, 9, -10, 11, -12};
+    auto args = exec->arg_dict();
+    args.at("data").SyncCopyFromCPU(x.data(), x.size() * sizeof(float));
+    args.at("fc_weight") = 1.0;
+    args.at("fc_bias") = 0.0;
+    exec->Forward(true);
+    exec->Backward({NDArray::Ones({2, 2}, Context::CPU(), DType::kFloat32, engine_.get())});
+    const std::vector<float> y = exec->outputs()[0].ToVector<float>();
+    const std::vector<float> g = exec->grad_dict().at("data").ToVector<float>();
+    for (int r = 0; r < 2; ++r) {
+      float want = 0;
+      for (int k = 0; k < 6; ++k) want += std::max(x[r * 6 + k], 0.0f);
+      EXPECT_EQ(y[r * 2], want) << "plan " << plan;
+      EXPECT_EQ(y[r * 2 + 1], want) << "plan " << plan;
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(g[i], x[i] > 0 ? 2.0f : 0.0f) << "plan " << plan;
+    EXPECT_EQ(args.at("data").ToVector<float>(), x) << "plan " << plan;
+    if (plan) EXPECT_GE(exec->memory_stats().inplace, 1);
+  }
 }
 
 TEST_P(ExecutorTest, SimpleBindAllocatesEverythingFromTheDataShape) {

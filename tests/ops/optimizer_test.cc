@@ -461,6 +461,45 @@ TEST(OptimizerTest, SetLearningRateAppliesToLaterUpdates) {
   EXPECT_EQ(opt->config().type, "sgd");
 }
 
+// UpdateMulti (one engine function for sgd, MXNet's multi_sgd_mom_update) gives bit-identical weights and
+// states to Update on each index, for every optimizer, with per-index multipliers and a group that mixes
+// dtypes (which sgd splits).
+TEST(OptimizerTest, UpdateMultiEqualsUpdateOnEachIndex) {
+  for (const std::string type : {"sgd", "nag", "adam"}) {
+    for (bool momentum : {false, true}) {
+      SCOPED_TRACE(type + (momentum ? " momentum" : ""));
+      Kwargs kw = {{"learning_rate", "0.05"}, {"wd", "0.01"}, {"rescale_grad", "0.5"}, {"clip_gradient", "0.8"}};
+      if (momentum && type != "adam") kw.emplace_back("momentum", "0.9");
+      auto single = Optimizer::Create({type, kw});
+      auto multi = Optimizer::Create({type, kw});
+      for (Optimizer* o : {single.get(), multi.get()}) o->SetMultipliers(2, 0.5f, 2.0f);
+      std::mt19937_64 rng(11);
+      const std::vector<DType> dtypes = {DType::kFloat32, DType::kFloat32, DType::kFloat32, DType::kFloat64};
+      std::vector<NDArray> ws, wm;
+      for (DType d : dtypes) {
+        const Vec w = Random(kShape.Size(), &rng);
+        ws.push_back(Make(w, d, kShape));
+        wm.push_back(Make(w, d, kShape));
+      }
+      for (int s = 0; s < kSteps; ++s) {
+        std::vector<NDArray> gs;
+        for (DType d : dtypes) gs.push_back(Make(Random(kShape.Size(), &rng, -2, 2), d, kShape));
+        for (int i = 0; i < 4; ++i) single->Update(i, ws[static_cast<std::size_t>(i)], gs[static_cast<std::size_t>(i)]);
+        multi->UpdateMulti({0, 1, 2, 3}, wm, gs);
+      }
+      for (std::size_t i = 0; i < ws.size(); ++i) EXPECT_EQ(test::ToHost(wm[i]), test::ToHost(ws[i])) << i;
+      EXPECT_EQ(multi->num_update(), single->num_update());
+    }
+  }
+  auto sgd = Optimizer::Create({"sgd", {{"learning_rate", "0.1"}}});
+  EXPECT_EQ(sgd->aggregation_size(), 4);  // MXNet's default (TROUPE_OPTIMIZER_AGGREGATION_SIZE unset in tests)
+  EXPECT_EQ(Optimizer::Create({"adam", {}})->aggregation_size(), 1);
+  NDArray w = NDArray::Zeros(kShape, Context::CPU(), DType::kFloat32);
+  ExpectError([&] { sgd->UpdateMulti({0, 1}, {w}, {w, w}); }, {"sgd", "2 indices, 1 weights and 2 gradients"});
+  ExpectError([&] { sgd->UpdateMulti({0, 1}, {w, w}, {w, NDArray::Zeros({3}, Context::CPU(), DType::kFloat32)}); },
+              {"index 1", "shape"});
+}
+
 TEST(OptimizerTest, GradientThatIsTheWeightItself) {
   // grad aliases weight: the update must read the gradient as it was (w -= lr * w).
   auto opt = Optimizer::Create({"sgd", {{"learning_rate", "0.5"}}});

@@ -16,6 +16,7 @@
 // start of every epoch with a seed derived from (seed, epoch). An epoch's random draws (Dropout masks ...)
 // therefore do not depend on what ran before it, which is what lets a run resumed from a checkpoint match
 // an uninterrupted one.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -506,11 +507,24 @@ void Module::Update() {
   const auto& args = m.exec->arg_arrays();
   const auto& grads = m.exec->grad_arrays();
   if (!m.multi()) {
+    // As MXNet's Updater: up to aggregation_size() parameters per call (one engine function each for sgd).
+    const std::size_t group = static_cast<std::size_t>(std::max(1, m.optimizer->aggregation_size()));
+    std::vector<int> indices;
+    std::vector<NDArray> weights, gs;
     for (std::size_t p = 0; p < m.param_names.size(); ++p) {
       const int i = m.param_arg_index[p];
       if (static_cast<std::size_t>(i) >= grads.size() || grads[i].is_none()) continue;
-      m.optimizer->Update(static_cast<int>(p), args[i], grads[i]);
+      indices.push_back(static_cast<int>(p));
+      weights.push_back(args[i]);
+      gs.push_back(grads[i]);
+      if (indices.size() == group) {
+        m.optimizer->UpdateMulti(indices, weights, gs);
+        indices.clear();
+        weights.clear();
+        gs.clear();
+      }
     }
+    if (!indices.empty()) m.optimizer->UpdateMulti(indices, weights, gs);
     return;
   }
   auto has_grad = [&](int i) { return static_cast<std::size_t>(i) < grads.size() && !grads[i].is_none(); };

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "actors/config.h"
 #include "actors/error.h"
 #include "ops/graph/internal/graph.h"
 #include "ops/graph/internal/memory_plan.h"
@@ -93,6 +94,7 @@ struct Executor::Impl {
   std::vector<std::size_t> zero_fill_args;  // kWriteTo arguments that no node contributes to
 
   graph::MemoryPlan plan;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> argument_views;  // (output entry, argument entry)
   std::vector<NDArray> storage;
   bool forward_train_done = false;
 
@@ -101,6 +103,49 @@ struct Executor::Impl {
     return "node '" + node->name + "' (" + (node->is_variable() ? std::string("variable") : node->op->TypeString()) +
            ")";
   }
+
+  // Collects prepared operator calls and pushes them in segments of up to bulk_max_nodes (bulk execution).
+  class Bulk {
+   public:
+    explicit Bulk(const Impl& m) : m_(m) {}
+    void Add(OperatorRunner::Call call, const OperatorRunner& runner) {
+      calls_.push_back(std::move(call));
+      names_.push_back(&runner.name());
+      if (calls_.size() >= static_cast<std::size_t>(m_.options.bulk_max_nodes)) Flush();
+    }
+    void Flush() {
+      if (calls_.empty()) return;
+      if (calls_.size() == 1) {
+        OperatorRunner::Call& c = calls_[0];
+        m_.engine->PushSync(std::move(c.fn), m_.ctx, c.const_vars, c.mutable_vars, FnProperty::kNormal, 0,
+                            names_[0]->c_str());
+      } else {
+        std::vector<VarHandle> reads, writes;
+        std::vector<SyncFn> fns;
+        std::string name = "bulk:";
+        for (std::size_t i = 0; i < calls_.size(); ++i) {
+          OperatorRunner::Call& c = calls_[i];
+          reads.insert(reads.end(), c.const_vars.begin(), c.const_vars.end());
+          writes.insert(writes.end(), c.mutable_vars.begin(), c.mutable_vars.end());
+          fns.push_back(std::move(c.fn));
+          name += (i == 0 ? "" : ",") + *names_[i];
+        }
+        // The engine removes duplicates, and a variable both read and written counts as written.
+        m_.engine->PushSync(
+            [fns = std::move(fns)](RunContext rctx) {
+              for (const SyncFn& f : fns) f(rctx);
+            },
+            m_.ctx, reads, writes, FnProperty::kNormal, 0, name.c_str());
+      }
+      calls_.clear();
+      names_.clear();
+    }
+
+   private:
+    const Impl& m_;
+    std::vector<OperatorRunner::Call> calls_;
+    std::vector<const std::string*> names_;
+  };
 
   void Build();
   void BuildRunners();
@@ -239,7 +284,17 @@ void Executor::Impl::Build() {
     for (const auto& [i, p] : node->op->ForwardInplaceOption(in_ids, out_ptrs)) {
       const std::size_t j = PtrIndex(p);
       if (i < 0 || static_cast<std::size_t>(i) >= na || j >= out_ptrs.size()) continue;
-      ps.inplace.emplace_back(f.in[i], f.out[j]);
+      const std::uint32_t in = f.in[i], out = f.out[j];
+      // An identity (Flatten, Reshape) of an argument: the output is a view of the argument, and the
+      // operator's copy finds nothing to do. The view is external to the plan, so nothing takes it in place
+      // (which would write into the argument).
+      if (options.plan_memory && node->op->ForwardInplaceIdentity() && pe[in].kind == graph::PlanEntry::kExternal &&
+          pe[out].kind == graph::PlanEntry::kPlanned && pe[in].bytes == pe[out].bytes && pe[in].dtype == pe[out].dtype) {
+        pe[out].kind = graph::PlanEntry::kExternal;
+        argument_views.emplace_back(out, in);
+        continue;
+      }
+      ps.inplace.emplace_back(in, out);
     }
     fwd.push_back(std::move(f));
     steps.push_back(std::move(ps));
@@ -248,6 +303,11 @@ void Executor::Impl::Build() {
   if (need_backward) BuildBackward(&pe, &steps);
 
   plan = graph::PlanMemory(pe, steps, options.plan_memory);
+  for (const auto& [out, in] : argument_views) {
+    arr[out] = arr[in].Reshape(shape[out]);
+    plan.stats.naive_bytes += pe[out].bytes;  // without planning it would have had its own buffer
+    ++plan.stats.inplace;
+  }
   storage.clear();
   for (std::size_t s = 0; s < plan.storage_bytes.size(); ++s) {
     const auto dt = static_cast<DType>(plan.storage_dtype[s]);
@@ -476,6 +536,11 @@ std::unique_ptr<Executor> Executor::Bind(const Symbol& symbol, Context ctx, cons
   m->symbol = symbol;
   m->ctx = ctx;
   m->options = options;
+  if (m->options.bulk_max_nodes < 0) {
+    m->options.bulk_max_nodes = 15;
+    EnvInt("TROUPE_EXEC_BULK_MAX_NODES", 1, 10000, &m->options.bulk_max_nodes);
+  }
+  m->options.bulk_max_nodes = std::max(1, m->options.bulk_max_nodes);
   m->g = graph::IndexGraph(symbol.outputs());
   for (auto n : m->g.arg_nodes) m->arg_names.push_back(m->g.nodes[n]->name);
   for (auto n : m->g.aux_nodes) m->aux_names.push_back(m->g.nodes[n]->name);
@@ -610,13 +675,16 @@ std::unique_ptr<Executor> Executor::SimpleBind(const Symbol& symbol, Context ctx
 
 void Executor::Forward(bool is_train) {
   Impl& m = *impl_;
+  Impl::Bulk bulk(m);
   for (const auto& f : m.fwd) {
     std::vector<NDArray> in, out, aux;
     for (auto e : f.in) in.push_back(m.arr[e]);
     for (auto e : f.out) out.push_back(m.arr[e]);
     for (auto e : f.aux) aux.push_back(m.arr[e]);
-    m.runners[f.node]->Forward(is_train, in, out, aux, f.req);
+    OperatorRunner& r = *m.runners[f.node];
+    bulk.Add(r.PrepareForward(is_train, in, out, aux, f.req), r);
   }
+  bulk.Flush();
   m.forward_train_done = is_train;
 }
 
@@ -660,7 +728,9 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
   for (const auto& [k, ge] : m.head_alias) m.arr[ge] = head(k);
 
   auto get = [&](int e) { return e < 0 ? NDArray() : m.arr[static_cast<std::size_t>(e)]; };
+  Impl::Bulk bulk(m);
   for (const auto& b : m.bwd) {
+    if (b.kind != Impl::BwStep::kNode) bulk.Flush();  // copies and sums are pushed on their own, in order
     switch (b.kind) {
       case Impl::BwStep::kHead:
         if (b.first) {
@@ -679,11 +749,13 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
         for (int e : b.out_data) od.push_back(get(e));
         for (auto e : b.aux) aux.push_back(m.arr[e]);
         for (int e : b.in_grad) ig.push_back(get(e));
-        m.runners[b.node]->Backward(og, id, od, aux, ig, b.req);
+        OperatorRunner& r = *m.runners[b.node];
+        bulk.Add(r.PrepareBackward(og, id, od, aux, ig, b.req), r);
         break;
       }
     }
   }
+  bulk.Flush();
   for (std::size_t i : m.zero_fill_args) m.grads[i] = 0.0;
   m.forward_train_done = false;
 }
