@@ -92,6 +92,21 @@ using EpochEndCallback = std::function<void(int epoch, const EvalMetric& train, 
 // batches through `log` (stderr when null).
 BatchEndCallback Speedometer(int batch_size, int frequent = 50, std::function<void(const std::string&)> log = {});
 
+// With several contexts, where the optimizer runs (MXNet's update_on_kvstore; the seed's reduction
+// strategies):
+//   kStore    the store sums the gradients and updates its copy of the weights, which every device pulls
+//             ("local": reduce and update on the CPU; "device": reduce and update on a device);
+//   kDevices  the store only sums; every device pulls the sum and updates its own copy with its own optimizer
+//             states ("local": all-reduce on the CPU, then update on the devices);
+//   kAuto     MXNet's choice (model.py _create_kvstore): kDevices for "local" when some parameter has more
+//             than 16M elements, else kStore. The setting TROUPE_UPDATE_ON_KVSTORE (1: kStore, 0: kDevices;
+//             MXNet's MXNET_UPDATE_ON_KVSTORE) forces it.
+// Both give the same weights; kDevices spreads the optimizer's work over the devices.
+enum class UpdatePlace { kAuto, kStore, kDevices };
+// The place kAuto resolves to for a store type and the largest parameter's element count (kStore and
+// kDevices are returned as given). Throws troupe::Error for a bad TROUPE_UPDATE_ON_KVSTORE.
+UpdatePlace ResolveUpdatePlace(UpdatePlace place, const std::string& kvstore_type, std::int64_t largest_param);
+
 struct FitOptions {
   OptimizerConfig optimizer;                 // rescale_grad defaults to 1 / batch_size when not given
   std::string initializer = "xavier";        // Initializer::Create name
@@ -107,6 +122,7 @@ struct FitOptions {
   // KVStore::Create type synchronising the parameters when the module has several contexts ("local",
   // "device"); unused with one context.
   std::string kvstore = "local";
+  UpdatePlace update_place = UpdatePlace::kAuto;  // with several contexts (see UpdatePlace)
 };
 
 class Module {
@@ -140,6 +156,10 @@ class Module {
   Optimizer* optimizer() const;
   // With several contexts: the KVStore type Update creates on first use (Fit sets it from FitOptions).
   void SetKVStoreType(const std::string& type);
+  // With several contexts: where Update runs the optimizer (Fit sets it from FitOptions).
+  void SetUpdatePlace(UpdatePlace place);
+  // kStore or kDevices as resolved by the first Update (kAuto before it, or with one context).
+  UpdatePlace update_place() const;
   // The store synchronising the contexts: null with one context or before the first Update.
   KVStore* kvstore() const;
 

@@ -1,8 +1,10 @@
 #include "actors/runtime.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
+#include "actors/config.h"
 #include "actors/error.h"
 #include "actors/internal/devices.h"
 #include "actors/internal/wakeable.h"
@@ -18,13 +20,17 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system> own_system;
   caf::actor_system* system = nullptr;
 
+  bool blas_auto = false;  // blas_threads was left to troupe: it follows the number of CPU devices
+
   mutable std::mutex mu;
   std::unordered_map<Context, std::unique_ptr<internal::DeviceImpl>> devices;  // guarded by mu
+  int cpu_devices = 0;                                                         // guarded by mu
 };
 
 std::shared_ptr<Runtime> Runtime::Create(const RuntimeConfig& config, caf::actor_system* external) {
   auto impl = std::make_unique<Impl>();
   impl->config = config.Resolved();
+  impl->blas_auto = config.blas_threads == 0;
   if (external != nullptr) {
     impl->system = external;
   } else {
@@ -76,6 +82,15 @@ Device* Runtime::GetDevice(Context ctx) {
     case DeviceType::kCPU:
       if (ctx.dev_id < 0) throw Error("invalid device " + ctx.ToString() + ": device ids are >= 0");
       dev = internal::MakeCpuDevice(*impl_->system, ctx, impl_->config);
+      // Every CPU device has its own workers, and each worker's BLAS calls use the process-wide OpenBLAS
+      // thread count: keep (CPU devices x workers) x BLAS threads <= cores (DESIGN.md §6), or k devices on
+      // the same cores oversubscribe them k times (data-parallel training over cpu(0..k-1)). The count is
+      // not raised again when devices go unused.
+      if (impl_->blas_auto) {
+        ++impl_->cpu_devices;
+        openblas_set_num_threads(
+            std::max(1, AvailableCores() / (impl_->cpu_devices * impl_->config.cpu_workers)));
+      }
       break;
     case DeviceType::kGPU:
       dev = internal::MakeGpuDevice(*impl_->system, ctx, impl_->config);

@@ -1,6 +1,7 @@
 // The GPU kernels in a build without CUDA: every entry point says so. (Storage never reaches them: it
 // refuses GPU and pinned contexts first, since Runtime::GpuCount() is 0.)
 #include "ops/internal/kernels.h"
+#include "ops/internal/optimizer_kernels.h"
 
 namespace troupe::internal {
 
@@ -33,6 +34,11 @@ void GpuSample(Distribution, const TBlob&, std::uint64_t, std::uint64_t, double,
 }
 void GpuGemm(const TBlob&, const TBlob&, const TBlob&, bool, bool, int, int, int, double, double, void*) {
   NoCuda("GPU Dot");
+}
+
+void GpuOptimizerStep(OptimizerKind, const OptimizerScalars&, const TBlob&, const TBlob&, const std::vector<TBlob>&,
+                      void*) {
+  NoCuda("GPU optimizer update");
 }
 
 }  // namespace troupe::internal

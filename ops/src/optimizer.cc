@@ -11,6 +11,8 @@
 
 #include "actors/config.h"
 #include "actors/error.h"
+#include "ops/internal/op_util.h"
+#include "ops/internal/optimizer_kernels.h"
 
 namespace troupe {
 
@@ -21,131 +23,32 @@ namespace {
 constexpr char kTypePrefix[] = "optimizer:";
 constexpr char kStepState[] = "step";
 
-// MXNet's clip: clip_gradient < 0 means no clipping.
-template <typename T>
-inline T Clip(T g, T c) {
-  if (c < T(0)) return g;
-  return std::max(-c, std::min(c, g));
-}
+using internal::OptimizerKind;
+using internal::OptimizerScalars;
 
-// The scalars of one update, fixed when it is pushed (so that later SetLearningRate calls do not affect
-// updates already queued).
-struct SgdArgs {
-  double lr, momentum, wd, rescale, clip;
-};
-struct AdamArgs {
-  double lr_t, beta1, beta2, epsilon, wd, rescale, clip;
-};
-
-template <typename T>
-void CpuSgd(const SgdArgs& a, const TBlob& weight, const TBlob& grad, const TBlob* mom) {
-  T* w = weight.dptr_as<T>();
-  const T* g = grad.dptr_as<T>();
-  const std::int64_t n = weight.Size();
-  const T lr = T(a.lr), wd = T(a.wd), rescale = T(a.rescale), clip = T(a.clip);
-  if (mom == nullptr) {
-    // MXNet's SGDKernel: weight = (1 - lr wd) weight - lr clip(rescale grad).
-    for (std::int64_t i = 0; i < n; ++i) {
-      w[i] = (T(1) - lr * wd) * w[i] - lr * Clip(rescale * g[i], clip);
-    }
-  } else {
-    // MXNet's SGDMomKernel: mom = momentum mom - lr wd weight - lr clip(rescale grad); weight += mom.
-    T* m = mom->dptr_as<T>();
-    const T momentum = T(a.momentum);
-    for (std::int64_t i = 0; i < n; ++i) {
-      m[i] = momentum * m[i] - lr * wd * w[i] - lr * Clip(rescale * g[i], clip);
-      w[i] += m[i];
-    }
+// One update of `kind` on the weight's device: a loop over the elements on the CPU (the kind and type are
+// constants inside it, so it vectorises), a kernel on the engine's stream on a GPU. Runs inside an engine
+// function; the step formulas are ops/internal/optimizer_kernels.h's, shared with the GPU.
+void StepOnDevice(OptimizerKind kind, const OptimizerScalars& scalars, const TBlob& w, const TBlob& g,
+                  const std::vector<TBlob>& st, const RunContext& rctx) {
+  if (w.ctx.is_gpu()) {
+    internal::GpuOptimizerStep(kind, scalars, w, g, st, rctx.stream);
+    return;
   }
-}
-
-template <typename T>
-void CpuAdam(const AdamArgs& a, const TBlob& weight, const TBlob& grad, const TBlob& mean, const TBlob& var) {
-  T* w = weight.dptr_as<T>();
-  const T* g = grad.dptr_as<T>();
-  T* m = mean.dptr_as<T>();
-  T* v = var.dptr_as<T>();
-  const std::int64_t n = weight.Size();
-  const T lr = T(a.lr_t), beta1 = T(a.beta1), beta2 = T(a.beta2), eps = T(a.epsilon), wd = T(a.wd),
-          rescale = T(a.rescale), clip = T(a.clip);
-  for (std::int64_t i = 0; i < n; ++i) {
-    // MXNet's AdamUpdateKernel clips after adding weight decay (checked against mx.nd.adam_update 1.9.1).
-    const T gi = Clip(rescale * g[i] + wd * w[i], clip);
-    m[i] = beta1 * m[i] + (T(1) - beta1) * gi;
-    v[i] = beta2 * v[i] + (T(1) - beta2) * gi * gi;
-    w[i] -= lr * m[i] / (std::sqrt(v[i]) + eps);
-  }
-}
-
-struct NagArgs {
-  double lr, momentum, wd, rescale, clip;
-};
-struct AdaGradArgs {
-  double lr, eps, wd, rescale, clip;
-};
-struct RmsPropArgs {
-  double lr, gamma1, gamma2, epsilon, wd, rescale, clip, clip_weights;
-};
-
-// MXNet's NAGMomKernel, in place: the momentum's weight-decay term reads the weight already written (as
-// MXNet 1.9.1 does when out is the weight; checked against its values).
-template <typename T>
-void CpuNag(const NagArgs& a, const TBlob& weight, const TBlob& grad, const TBlob& mom) {
-  T* w = weight.dptr_as<T>();
-  const T* g = grad.dptr_as<T>();
-  T* m = mom.dptr_as<T>();
-  const std::int64_t n = weight.Size();
-  const T lr = T(a.lr), momentum = T(a.momentum), wd = T(a.wd), rescale = T(a.rescale), clip = T(a.clip);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T cg = Clip(rescale * g[i], clip);
-    m[i] = momentum * m[i];
-    w[i] = w[i] - m[i] + (momentum + T(1)) * (m[i] - lr * (cg + wd * w[i]));
-    m[i] = m[i] - lr * (cg + wd * w[i]);
-  }
-}
-
-// MXNet's dense AdaGrad is a sequence of NDArray operations, each rounded to T; the same order here.
-template <typename T>
-void CpuAdaGrad(const AdaGradArgs& a, const TBlob& weight, const TBlob& grad, const TBlob& history) {
-  T* w = weight.dptr_as<T>();
-  const T* g = grad.dptr_as<T>();
-  T* h = history.dptr_as<T>();
-  const std::int64_t n = weight.Size();
-  const T lr = T(a.lr), eps = T(a.eps), wd = T(a.wd), rescale = T(a.rescale), clip = T(a.clip);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T gi = Clip(g[i] * rescale, clip);
-    h[i] = h[i] + gi * gi;
-    const T div = gi / std::sqrt(h[i] + eps);
-    w[i] = w[i] + (div + w[i] * wd) * (-lr);
-  }
-}
-
-// MXNet's RMSPropUpdateKernel (n only) and RMSPropAlexUpdateKernel (centered: n, g, delta).
-template <typename T>
-void CpuRmsProp(const RmsPropArgs& a, const TBlob& weight, const TBlob& grad, const std::vector<TBlob>& st) {
-  T* w = weight.dptr_as<T>();
-  const T* g = grad.dptr_as<T>();
-  T* sn = st[0].dptr_as<T>();
-  const bool centered = st.size() == 3;
-  T* sg = centered ? st[1].dptr_as<T>() : nullptr;
-  T* sd = centered ? st[2].dptr_as<T>() : nullptr;
-  const std::int64_t n = weight.Size();
-  const T lr = T(a.lr), gamma1 = T(a.gamma1), gamma2 = T(a.gamma2), eps = T(a.epsilon), wd = T(a.wd),
-          rescale = T(a.rescale), clip = T(a.clip), clip_w = T(a.clip_weights);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T gi = Clip(rescale * g[i] + wd * w[i], clip);
-    T wi;
-    if (centered) {
-      sn[i] = (T(1) - gamma1) * gi * gi + gamma1 * sn[i];
-      sg[i] = (T(1) - gamma1) * gi + gamma1 * sg[i];
-      sd[i] = gamma2 * sd[i] - (lr * gi / std::sqrt(sn[i] - sg[i] * sg[i] + eps));
-      wi = w[i] + sd[i];
-    } else {
-      sn[i] = (T(1) - gamma1) * (gi * gi) + gamma1 * sn[i];
-      wi = w[i] - lr * (gi / std::sqrt(sn[i] + eps));
-    }
-    w[i] = Clip(wi, clip_w);
-  }
+  internal::FloatSwitch(w.dtype, "optimizer update", [&](auto tag) {
+    using T = decltype(tag);
+    const internal::StepScalars<T> a(scalars);
+    T* pw = w.dptr_as<T>();
+    const T* pg = g.dptr_as<T>();
+    T* s0 = st.size() > 0 ? st[0].dptr_as<T>() : nullptr;
+    T* s1 = st.size() > 1 ? st[1].dptr_as<T>() : nullptr;
+    T* s2 = st.size() > 2 ? st[2].dptr_as<T>() : nullptr;
+    const std::int64_t n = w.Size();
+    internal::OptimizerKindSwitch(kind, [&](auto k) {
+      constexpr OptimizerKind K = decltype(k)::value;
+      for (std::int64_t i = 0; i < n; ++i) internal::OptimizerStepAt<K, T>(a, i, pw, pg, s0, s1, s2);
+    });
+  });
 }
 
 // Everything that can be checked at the call, before anything is pushed.
@@ -169,11 +72,6 @@ void CheckUpdateArgs(const std::string& type, int index, const NDArray& weight, 
     throw Error(what + ": dtype " + std::string(DTypeName(weight.dtype())) +
                 " is not supported (float32 and float64 are)");
   }
-  if (weight.ctx().is_gpu()) {
-    throw Error(what + ": weight is on " + weight.ctx().ToString() +
-                ", but optimizer updates run on the CPU only so far; keep the parameters on cpu(0) and copy "
-                "them to the device, or update them there with NDArray arithmetic");
-  }
 }
 
 // UpdateMulti's checks, all before anything is pushed.
@@ -192,11 +90,10 @@ NDArray Readable(const NDArray& grad, const NDArray& weight) {
   return grad.SharesChunkWith(weight) ? grad.CopyTo(grad.ctx()) : grad;
 }
 
-// Pushes one update that reads grad and writes weight and states: fn(T{}, weight, grad, states) with T the
-// weight's element type.
-template <typename Fn>
-void PushUpdate(const char* op, const NDArray& weight, const NDArray& grad, const std::vector<NDArray>& states, Fn fn) {
-  const NDArray g = Readable(grad, weight);
+// Pushes one update of `kind` that reads grad and writes weight and states, on the weight's device.
+void PushUpdate(const char* op, OptimizerKind kind, const OptimizerScalars& scalars, const NDArray& weight,
+                const NDArray& grad, const std::vector<NDArray>& states) {
+  const NDArray g = Readable(grad, weight);  // alive until pushed: its deletion is ordered after the update
   const TBlob tw = weight.data(), tg = g.data();
   std::vector<TBlob> ts;
   std::vector<VarHandle> writes = {weight.var()};
@@ -204,15 +101,8 @@ void PushUpdate(const char* op, const NDArray& weight, const NDArray& grad, cons
     ts.push_back(st.data());
     writes.push_back(st.var());
   }
-  const bool f64 = weight.dtype() == DType::kFloat64;
   weight.engine()->PushSync(
-      [fn, tw, tg, ts, f64](RunContext) {
-        if (f64) {
-          fn(double{}, tw, tg, ts);
-        } else {
-          fn(float{}, tw, tg, ts);
-        }
-      },
+      [kind, scalars, tw, tg, ts](RunContext rctx) { StepOnDevice(kind, scalars, tw, tg, ts, rctx); },
       weight.ctx(), {g.var()}, writes, FnProperty::kNormal, 0, op);
 }
 
@@ -294,26 +184,31 @@ class SgdOptimizer : public Optimizer {
     const bool use_mom = param_.momentum != 0.f;
     static const std::vector<std::string> kMom = {"momentum"};
     static const std::vector<std::string> kNone;
-    std::vector<TBlob> tm(n);
+    std::vector<std::vector<TBlob>> ts(n);
     std::vector<VarHandle> reads, writes;
     for (std::size_t i = 0; i < n; ++i) {
       std::vector<NDArray>& states = StateOf(indices[i], weights[i], use_mom ? kMom : kNone);
       writes.push_back(weights[i].var());
       if (use_mom) {
-        tm[i] = states[0].data();
+        ts[i].push_back(states[0].data());
         writes.push_back(states[0].var());
       }
     }
     for (int index : indices) CountUpdate(index);
-    std::vector<SgdArgs> args;
+    std::vector<OptimizerScalars> args;
     std::vector<TBlob> tw, tg;
     // A gradient sharing memory with any weight of the group is read from a copy (a weight earlier in the
     // group may be written before it is read). The copies live until the update is pushed, so that their
     // deletion is ordered after it.
     std::vector<NDArray> g(grads);
     for (std::size_t i = 0; i < n; ++i) {
-      args.push_back(SgdArgs{lr_of(indices[i]), param_.momentum, wd_of(indices[i], param_.wd), param_.rescale_grad,
-                             param_.clip_gradient});
+      OptimizerScalars sc;
+      sc.lr = lr_of(indices[i]);
+      sc.momentum = param_.momentum;
+      sc.wd = wd_of(indices[i], param_.wd);
+      sc.rescale = param_.rescale_grad;
+      sc.clip = param_.clip_gradient;
+      args.push_back(sc);
       for (const NDArray& w : weights) {
         if (grads[i].SharesChunkWith(w)) {
           g[i] = grads[i].CopyTo(grads[i].ctx());
@@ -324,17 +219,10 @@ class SgdOptimizer : public Optimizer {
       tg.push_back(g[i].data());
       reads.push_back(g[i].var());
     }
-    const bool f64 = weights[0].dtype() == DType::kFloat64;
+    const OptimizerKind kind = use_mom ? OptimizerKind::kSgdMom : OptimizerKind::kSgd;
     weights[0].engine()->PushSync(
-        [args = std::move(args), tw = std::move(tw), tg = std::move(tg), tm = std::move(tm), use_mom, f64](RunContext) {
-          for (std::size_t i = 0; i < args.size(); ++i) {
-            const TBlob* m = use_mom ? &tm[i] : nullptr;
-            if (f64) {
-              CpuSgd<double>(args[i], tw[i], tg[i], m);
-            } else {
-              CpuSgd<float>(args[i], tw[i], tg[i], m);
-            }
-          }
+        [kind, args = std::move(args), tw = std::move(tw), tg = std::move(tg), ts = std::move(ts)](RunContext rctx) {
+          for (std::size_t i = 0; i < args.size(); ++i) StepOnDevice(kind, args[i], tw[i], tg[i], ts[i], rctx);
         },
         weights[0].ctx(), reads, writes, FnProperty::kNormal, 0, n == 1 ? "sgd_update" : "multi_sgd_update");
   }
@@ -362,26 +250,15 @@ class AdamOptimizer : public Optimizer {
     const double coef1 = 1.0 - std::pow(param_.beta1, static_cast<double>(t));
     const double coef2 = 1.0 - std::pow(param_.beta2, static_cast<double>(t));
     const double lr_t = static_cast<double>(lr_of(index)) * std::sqrt(coef2) / coef1;
-    const AdamArgs args{lr_t,
-                        param_.beta1,
-                        param_.beta2,
-                        param_.epsilon,
-                        wd_of(index, param_.wd),
-                        param_.rescale_grad,
-                        param_.clip_gradient};
-    const NDArray g = Readable(grad, weight);
-    const TBlob tw = weight.data(), tg = g.data(), tm = states[0].data(), tv = states[1].data();
-    const bool f64 = weight.dtype() == DType::kFloat64;
-    weight.engine()->PushSync(
-        [args, tw, tg, tm, tv, f64](RunContext) {
-          if (f64) {
-            CpuAdam<double>(args, tw, tg, tm, tv);
-          } else {
-            CpuAdam<float>(args, tw, tg, tm, tv);
-          }
-        },
-        weight.ctx(), {g.var()}, {weight.var(), states[0].var(), states[1].var()}, FnProperty::kNormal, 0,
-        "adam_update");
+    OptimizerScalars sc;
+    sc.lr = lr_t;
+    sc.beta1 = param_.beta1;
+    sc.beta2 = param_.beta2;
+    sc.epsilon = param_.epsilon;
+    sc.wd = wd_of(index, param_.wd);
+    sc.rescale = param_.rescale_grad;
+    sc.clip = param_.clip_gradient;
+    PushUpdate("adam_update", OptimizerKind::kAdam, sc, weight, grad, states);
   }
 
  private:
@@ -451,20 +328,18 @@ class NagOptimizer : public Optimizer {
     static const std::vector<std::string> kNone;
     const std::vector<NDArray> states = StateOf(index, weight, use_mom ? kMom : kNone);
     CountUpdate(index);
-    const double lr = lr_of(index), wd = wd_of(index, param_.wd);
-    if (!use_mom) {
-      // MXNet's NAG falls back to sgd_update without momentum.
-      const SgdArgs args{lr, 0, wd, param_.rescale_grad, param_.clip_gradient};
-      PushUpdate("sgd_update", weight, grad, states, [args](auto t, const TBlob& w, const TBlob& g, const auto&) {
-        CpuSgd<decltype(t)>(args, w, g, nullptr);
-      });
-      return;
+    OptimizerScalars sc;
+    sc.lr = lr_of(index);
+    sc.momentum = param_.momentum;
+    sc.wd = wd_of(index, param_.wd);
+    sc.rescale = param_.rescale_grad;
+    sc.clip = param_.clip_gradient;
+    // MXNet's NAG falls back to sgd_update without momentum.
+    if (use_mom) {
+      PushUpdate("nag_mom_update", OptimizerKind::kNag, sc, weight, grad, states);
+    } else {
+      PushUpdate("sgd_update", OptimizerKind::kSgd, sc, weight, grad, states);
     }
-    const NagArgs args{lr, param_.momentum, wd, param_.rescale_grad, param_.clip_gradient};
-    PushUpdate("nag_mom_update", weight, grad, states,
-               [args](auto t, const TBlob& w, const TBlob& g, const std::vector<TBlob>& st) {
-                 CpuNag<decltype(t)>(args, w, g, st[0]);
-               });
   }
 
  private:
@@ -483,12 +358,13 @@ class AdaGradOptimizer : public Optimizer {
     static const std::vector<std::string> kNames = {"history"};
     const std::vector<NDArray> states = StateOf(index, weight, kNames);
     CountUpdate(index);
-    const AdaGradArgs args{lr_of(index), param_.eps, wd_of(index, param_.wd), param_.rescale_grad,
-                           param_.clip_gradient};
-    PushUpdate("adagrad_update", weight, grad, states,
-               [args](auto t, const TBlob& w, const TBlob& g, const std::vector<TBlob>& st) {
-                 CpuAdaGrad<decltype(t)>(args, w, g, st[0]);
-               });
+    OptimizerScalars sc;
+    sc.lr = lr_of(index);
+    sc.epsilon = param_.eps;
+    sc.wd = wd_of(index, param_.wd);
+    sc.rescale = param_.rescale_grad;
+    sc.clip = param_.clip_gradient;
+    PushUpdate("adagrad_update", OptimizerKind::kAdaGrad, sc, weight, grad, states);
   }
 
  private:
@@ -508,13 +384,17 @@ class RmsPropOptimizer : public Optimizer {
     static const std::vector<std::string> kCentered = {"n", "g", "delta"};
     const std::vector<NDArray> states = StateOf(index, weight, param_.centered ? kCentered : kPlain);
     CountUpdate(index);
-    const RmsPropArgs args{lr_of(index),         param_.gamma1,           param_.gamma2,
-                           param_.epsilon,       wd_of(index, param_.wd), param_.rescale_grad,
-                           param_.clip_gradient, param_.clip_weights};
-    PushUpdate(param_.centered ? "rmspropalex_update" : "rmsprop_update", weight, grad, states,
-               [args](auto t, const TBlob& w, const TBlob& g, const std::vector<TBlob>& st) {
-                 CpuRmsProp<decltype(t)>(args, w, g, st);
-               });
+    OptimizerScalars sc;
+    sc.lr = lr_of(index);
+    sc.gamma1 = param_.gamma1;
+    sc.gamma2 = param_.gamma2;
+    sc.epsilon = param_.epsilon;
+    sc.wd = wd_of(index, param_.wd);
+    sc.rescale = param_.rescale_grad;
+    sc.clip = param_.clip_gradient;
+    sc.clip_weights = param_.clip_weights;
+    PushUpdate(param_.centered ? "rmspropalex_update" : "rmsprop_update",
+               param_.centered ? OptimizerKind::kRmsPropCentered : OptimizerKind::kRmsProp, sc, weight, grad, states);
   }
 
  private:

@@ -76,8 +76,9 @@ std::unique_ptr<Module> MakeModule(int k) {
                                   Cpus(k));
 }
 
-FitOptions Options(int epochs, const std::string& kvstore = "local") {
+FitOptions Options(int epochs, const std::string& kvstore = "local", UpdatePlace place = UpdatePlace::kAuto) {
   FitOptions o;
+  o.update_place = place;
   o.optimizer.type = "sgd";
   o.optimizer.params = {{"learning_rate", "0.1"}, {"momentum", "0.9"}, {"wd", "0.0001"}};
   o.num_epoch = epochs;
@@ -146,16 +147,23 @@ TEST(ModuleDpTest, ParametersMatchOneContext) {
   struct Case {
     int k;
     const char* kvstore;
+    UpdatePlace place;
   };
-  for (const Case c : {Case{2, "local"}, Case{3, "local"}, Case{4, "local"}, Case{4, "device"}}) {
-    SCOPED_TRACE(std::to_string(c.k) + " contexts, kvstore " + c.kvstore);
+  const UpdatePlace kStore = UpdatePlace::kStore, kDevices = UpdatePlace::kDevices;
+  for (const Case c : {Case{2, "local", UpdatePlace::kAuto}, Case{3, "local", kStore}, Case{4, "local", kStore},
+                       Case{4, "device", kStore}, Case{2, "local", kDevices}, Case{4, "local", kDevices},
+                       Case{3, "device", kDevices}}) {
+    const char* where = c.place == kDevices ? "update on the devices" : "update on the store";
+    SCOPED_TRACE(std::to_string(c.k) + " contexts, kvstore " + c.kvstore + ", " + where);
     auto mod = MakeModule(c.k);
     auto it2 = ClusterIter(kSamples, kBatch);
-    mod->Fit(it2.get(), nullptr, Options(1, c.kvstore));
+    mod->Fit(it2.get(), nullptr, Options(1, c.kvstore, c.place));
     ASSERT_NE(mod->kvstore(), nullptr);
     EXPECT_EQ(mod->kvstore()->type(), c.kvstore);
+    // kAuto: MXNet's size rule picks the store for parameters this small.
+    EXPECT_EQ(mod->update_place(), c.place == kDevices ? kDevices : kStore);
     const double d = MaxDiff(Params(*mod), want, true);
-    std::printf("%d contexts (%s): max |difference| to one context %.3g\n", c.k, c.kvstore, d);
+    std::printf("%d contexts (%s, %s): max |difference| to one context %.3g\n", c.k, c.kvstore, where, d);
     // Every context holds the same weights.
     for (int i = 1; i < c.k; ++i) {
       for (const auto& [name, arr] : mod->executor(i)->arg_dict()) {
@@ -203,6 +211,36 @@ TEST(ModuleDpTest, LearnsAndScoresLikeOneContext) {
   // Each row is computed by the same operators on the same values on either path.
   for (std::size_t i = 0; i < v1.size(); ++i) EXPECT_NEAR(v1[i], v4[i], 1e-6) << i;
   EXPECT_NEAR(one->Score(pred_it.get(), "ce").second, dp->Score(pred_it.get(), "ce").second, 1e-6);
+}
+
+TEST(ModuleDpTest, UpdatePlaceFollowsMxnetsSizeRule) {
+  const std::int64_t big = std::int64_t{1} << 24;  // 16M elements: MXNet's threshold
+  EXPECT_EQ(ResolveUpdatePlace(UpdatePlace::kAuto, "local", big), UpdatePlace::kStore);
+  EXPECT_EQ(ResolveUpdatePlace(UpdatePlace::kAuto, "local", big + 1), UpdatePlace::kDevices);
+  EXPECT_EQ(ResolveUpdatePlace(UpdatePlace::kAuto, "device", big + 1), UpdatePlace::kStore);
+  EXPECT_EQ(ResolveUpdatePlace(UpdatePlace::kStore, "local", big + 1), UpdatePlace::kStore);
+  EXPECT_EQ(ResolveUpdatePlace(UpdatePlace::kDevices, "device", 1), UpdatePlace::kDevices);
+}
+
+// Updates on the devices keep one optimizer state per parameter and device (MXNet's index * devices + k);
+// a checkpoint of them resumes exactly.
+TEST(ModuleDpTest, UpdateOnTheDevicesResumesExactly) {
+  const fs::path dir = fs::temp_directory_path() / ("troupe_module_dp_dev_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string prefix = (dir / "mlp").string();
+  FitOptions o = Options(2, "local", UpdatePlace::kDevices);
+  o.checkpoint_prefix = prefix;
+  auto full = MakeModule(2);
+  auto it = ClusterIter(kSamples / 2, kBatch);
+  full->Fit(it.get(), nullptr, o);
+  auto resumed = MakeModule(2);
+  o.begin_epoch = 1;
+  auto it2 = ClusterIter(kSamples / 2, kBatch);
+  resumed->Fit(it2.get(), nullptr, o);
+  EXPECT_EQ(resumed->update_place(), UpdatePlace::kDevices);
+  EXPECT_EQ(MaxDiff(Params(*resumed), Params(*full), true), 0.0);
+  fs::remove_all(dir);
 }
 
 TEST(ModuleDpTest, ResumeMatchesUninterrupted) {

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/config.h"
 #include "actors/error.h"
 #include "ops/resource.h"
 #include "train/internal/checkpoint.h"
@@ -100,6 +101,19 @@ bool StatelessSgd(const OptimizerConfig& c) {
   return true;
 }
 
+// The updates of (index, weight, gradient) triples, up to the optimizer's aggregation_size() per
+// UpdateMulti call (MXNet's Updater grouping: one engine function per group for sgd).
+void UpdateInGroups(Optimizer* opt, const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                    const std::vector<NDArray>& grads) {
+  const std::size_t group = static_cast<std::size_t>(std::max(1, opt->aggregation_size()));
+  for (std::size_t b = 0; b < indices.size(); b += group) {
+    const std::size_t e = std::min(indices.size(), b + group);
+    opt->UpdateMulti(std::vector<int>(indices.begin() + b, indices.begin() + e),
+                     std::vector<NDArray>(weights.begin() + b, weights.begin() + e),
+                     std::vector<NDArray>(grads.begin() + b, grads.begin() + e));
+  }
+}
+
 }  // namespace
 
 struct Module::Impl {
@@ -131,6 +145,9 @@ struct Module::Impl {
   bool merged_valid = false;
   std::string kvstore_type = "local";
   std::unique_ptr<KVStore> kv;  // created by Update on first use; reset when parameters are replaced
+  UpdatePlace update_setting = UpdatePlace::kAuto;
+  UpdatePlace update_place = UpdatePlace::kAuto;  // resolved when kv is created
+  std::vector<std::pair<float, float>> multipliers;  // per parameter: (lr_mult, wd_mult) given to the optimizer
 
   bool multi() const { return contexts.size() > 1; }
   Executor* ExecAt(std::size_t i) const { return i == 0 ? exec.get() : others[i - 1].get(); }
@@ -330,6 +347,22 @@ void Module::SetKVStoreType(const std::string& type) {
   m.kvstore_type = type;
 }
 
+void Module::SetUpdatePlace(UpdatePlace place) {
+  Impl& m = *impl_;
+  if (place != m.update_setting) m.kv.reset();  // the store is made for one place (with or without updater)
+  m.update_setting = place;
+}
+
+UpdatePlace Module::update_place() const { return impl_->kv ? impl_->update_place : UpdatePlace::kAuto; }
+
+UpdatePlace ResolveUpdatePlace(UpdatePlace place, const std::string& kvstore_type, std::int64_t largest_param) {
+  if (place != UpdatePlace::kAuto) return place;
+  int forced = -1;
+  if (EnvInt("TROUPE_UPDATE_ON_KVSTORE", 0, 1, &forced)) return forced == 1 ? UpdatePlace::kStore : UpdatePlace::kDevices;
+  constexpr std::int64_t kBig = 1024 * 1024 * 16;  // MXNet's model.py threshold, in elements
+  return kvstore_type == "local" && largest_param > kBig ? UpdatePlace::kDevices : UpdatePlace::kStore;
+}
+
 void Module::Bind(const std::vector<TShape>& data_shapes, const std::vector<TShape>& label_shapes, bool for_training) {
   Impl& m = *impl_;
   const auto shapes = m.InputShapes(data_shapes, label_shapes);
@@ -438,6 +471,7 @@ void Module::InitOptimizer(const OptimizerConfig& config) {
     c.params.emplace_back("rescale_grad", param_detail::PrintReal(1.0 / static_cast<double>(batch)));
   }
   auto opt = Optimizer::Create(c);
+  m.multipliers.clear();
   // MXNet's Optimizer.set_wd_mult: no weight decay except on weights and gammas, then the symbol's
   // lr_mult / wd_mult attributes.
   const auto attrs = m.symbol.ListAttrs();
@@ -457,6 +491,7 @@ void Module::InitOptimizer(const OptimizerConfig& config) {
       }
     }
     opt->SetMultipliers(static_cast<int>(p), lr_mult, wd_mult);
+    m.multipliers.emplace_back(lr_mult, wd_mult);
   }
   m.optimizer = std::move(opt);
   m.kv.reset();  // its updater is the old optimizer
@@ -506,34 +541,42 @@ void Module::Update() {
   if (!m.optimizer) throw Error("Module::Update: no optimizer; call InitOptimizer first");
   const auto& args = m.exec->arg_arrays();
   const auto& grads = m.exec->grad_arrays();
+  auto has_grad = [&](int i) { return static_cast<std::size_t>(i) < grads.size() && !grads[i].is_none(); };
   if (!m.multi()) {
-    // As MXNet's Updater: up to aggregation_size() parameters per call (one engine function each for sgd).
-    const std::size_t group = static_cast<std::size_t>(std::max(1, m.optimizer->aggregation_size()));
     std::vector<int> indices;
     std::vector<NDArray> weights, gs;
     for (std::size_t p = 0; p < m.param_names.size(); ++p) {
       const int i = m.param_arg_index[p];
-      if (static_cast<std::size_t>(i) >= grads.size() || grads[i].is_none()) continue;
+      if (!has_grad(i)) continue;
       indices.push_back(static_cast<int>(p));
       weights.push_back(args[i]);
       gs.push_back(grads[i]);
-      if (indices.size() == group) {
-        m.optimizer->UpdateMulti(indices, weights, gs);
-        indices.clear();
-        weights.clear();
-        gs.clear();
-      }
     }
-    if (!indices.empty()) m.optimizer->UpdateMulti(indices, weights, gs);
+    UpdateInGroups(m.optimizer.get(), indices, weights, gs);
     return;
   }
-  auto has_grad = [&](int i) { return static_cast<std::size_t>(i) < grads.size() && !grads[i].is_none(); };
   if (!m.kv) {
-    // MXNet's _initialize_kvstore with update_on_kvstore: the store holds the weights, the optimizer runs
-    // on it (key = parameter index, the optimizer's index as on one context).
+    // MXNet's _initialize_kvstore. On the store: it holds the weights and the optimizer runs on it (key =
+    // parameter index, the optimizer's index as on one context). On the devices: it only sums (no updater;
+    // a push's sum replaces the stored value).
+    std::int64_t largest = 0;
+    for (int i : m.param_arg_index) largest = std::max<std::int64_t>(largest, args[i].Size());
+    m.update_place = ResolveUpdatePlace(m.update_setting, m.kvstore_type, largest);
     auto kv = KVStore::Create(m.kvstore_type);
     Optimizer* opt = m.optimizer.get();
-    kv->SetUpdater([opt](int key, const NDArray& merged, NDArray* stored) { opt->Update(key, *stored, merged); });
+    const std::size_t k = m.contexts.size();
+    if (m.update_place == UpdatePlace::kStore) {
+      kv->SetUpdater([opt](int key, const NDArray& merged, NDArray* stored) { opt->Update(key, *stored, merged); });
+    }
+    // The multipliers under the indices this place uses (as MXNet's idx2name for update on the devices).
+    for (std::size_t p = 0; p < m.multipliers.size(); ++p) {
+      const auto [lr_mult, wd_mult] = m.multipliers[p];
+      if (m.update_place == UpdatePlace::kStore) {
+        opt->SetMultipliers(static_cast<int>(p), lr_mult, wd_mult);
+      } else {
+        for (std::size_t c = 0; c < k; ++c) opt->SetMultipliers(static_cast<int>(p * k + c), lr_mult, wd_mult);
+      }
+    }
     for (std::size_t p = 0; p < m.param_names.size(); ++p) {
       const int i = m.param_arg_index[p];
       if (has_grad(i)) kv->Init({static_cast<int>(p)}, {args[i]});
@@ -541,8 +584,10 @@ void Module::Update() {
     m.kv = std::move(kv);
   }
   const std::size_t k = m.contexts.size();
-  // MXNet's _update_params_on_kvstore: the last layers first (their gradients are ready first), priority
-  // -index so that the first layers' pulls run first when several are ready.
+  const bool on_store = m.update_place == UpdatePlace::kStore;
+  // MXNet's _update_params(_on_kvstore): the last layers first (their gradients are ready first), priority
+  // -index so that the first layers' pulls run first when several are ready. On the devices the sum is
+  // pulled into every device's gradient.
   for (std::size_t r = m.param_names.size(); r-- > 0;) {
     const int i = m.param_arg_index[r];
     if (!has_grad(i)) continue;
@@ -554,7 +599,25 @@ void Module::Update() {
     }
     const std::vector<int> keys(k, key);
     m.kv->Push(keys, g, -key);
-    m.kv->Pull(keys, w, -key);
+    m.kv->Pull(keys, on_store ? w : g, -key);
+  }
+  if (!on_store) {
+    // Each device updates its copy: optimizer index parameter * k + device (MXNet's index*num_device+k),
+    // so every device has its own states on its own memory; up to aggregation_size() per call.
+    for (std::size_t c = 0; c < k; ++c) {
+      const auto& ca = m.ExecAt(c)->arg_arrays();
+      const auto& cg = m.ExecAt(c)->grad_arrays();
+      std::vector<int> indices;
+      std::vector<NDArray> weights, gs;
+      for (std::size_t p = 0; p < m.param_names.size(); ++p) {
+        const int i = m.param_arg_index[p];
+        if (!has_grad(i)) continue;
+        indices.push_back(static_cast<int>(p * k + c));
+        weights.push_back(ca[i]);
+        gs.push_back(cg[i]);
+      }
+      UpdateInGroups(m.optimizer.get(), indices, weights, gs);
+    }
   }
   // Auxiliary states are not reduced (as MXNet's update does not touch them); keep the contexts equal.
   m.Broadcast(false);
@@ -705,7 +768,10 @@ std::vector<NDArray> Module::Predict(DataIter* data) {
 void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
   Impl& m = *impl_;
   if (!train) throw Error("Module::Fit: no training iterator");
-  if (m.multi()) SetKVStoreType(options.kvstore);
+  if (m.multi()) {
+    SetKVStoreType(options.kvstore);
+    SetUpdatePlace(options.update_place);
+  }
   if (options.begin_epoch < 0 || options.num_epoch < options.begin_epoch) {
     throw Error("Module::Fit: begin_epoch " + std::to_string(options.begin_epoch) + " and num_epoch " +
                 std::to_string(options.num_epoch) + " do not make a range (need 0 <= begin_epoch <= num_epoch)");
