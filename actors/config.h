@@ -46,4 +46,9 @@ bool EnvChoice(const char* name, const std::vector<std::string>& choices, std::s
 // Number of cores this process may use (sched_getaffinity, falling back to hardware_concurrency).
 int AvailableCores();
 
+// The OpenBLAS thread count troupe uses when TROUPE_BLAS_THREADS / RuntimeConfig::blas_threads is left at 0,
+// with `cpu_devices` CPU devices of `cpu_workers` workers each started: cores / (devices x workers), at least
+// 1, so that every worker's BLAS calls together use the cores once (DESIGN.md §6).
+int DefaultBlasThreads(int cpu_devices, int cpu_workers);
+
 }  // namespace troupe

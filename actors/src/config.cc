@@ -23,6 +23,10 @@ int AvailableCores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+int DefaultBlasThreads(int cpu_devices, int cpu_workers) {
+  return std::max(1, AvailableCores() / std::max(1, cpu_devices * cpu_workers));
+}
+
 bool EnvInt(const char* name, int min, int max, int* out) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return false;
@@ -109,7 +113,7 @@ RuntimeConfig RuntimeConfig::Resolved() const {
   // Half the cores run functions; the other half is left for the pushing thread, the dependency actors
   // and the BLAS threads inside functions (MXNet defaulted to one CPU worker for the same reason).
   if (c.cpu_workers == 0) c.cpu_workers = std::max(1, cores / 2);
-  if (c.blas_threads == 0) c.blas_threads = std::max(1, cores / c.cpu_workers);
+  if (c.blas_threads == 0) c.blas_threads = DefaultBlasThreads(1, c.cpu_workers);
   // Spinning pays off only when there is a core to spare for it.
   if (c.worker_spin_us < 0) c.worker_spin_us = cores > 2 ? 50 : 10;
   return c;

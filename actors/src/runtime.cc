@@ -88,8 +88,7 @@ Device* Runtime::GetDevice(Context ctx) {
       // not raised again when devices go unused.
       if (impl_->blas_auto) {
         ++impl_->cpu_devices;
-        openblas_set_num_threads(
-            std::max(1, AvailableCores() / (impl_->cpu_devices * impl_->config.cpu_workers)));
+        openblas_set_num_threads(DefaultBlasThreads(impl_->cpu_devices, impl_->config.cpu_workers));
       }
       break;
     case DeviceType::kGPU:

@@ -32,6 +32,8 @@
 #include "ops/resource.h"
 #include "train/train.h"
 
+extern "C" void openblas_set_num_threads(int num_threads);
+
 #ifndef TROUPE_VERSION
 #define TROUPE_VERSION "unknown"
 #endif
@@ -279,9 +281,20 @@ void RunMlp(WorkloadReport* r, const KVStoreBenchOptions& o, int repeat, double 
                 {"kvstore", "local (the 2-device module's; the 1-device module updates in place)"}};
   r->figure = MakeSeries("mlp on cpu(0), cpu(1)", "Module step (Forward(true), Backward, Update), then wait");
   r->anchor = MakeSeries("mlp on cpu(0)", "the same step of a Module on one device");
-  const auto body = [&batches](std::shared_ptr<Module> module) {
+  // OpenBLAS's thread count is process-wide and troupe lowers it as CPU devices start (DefaultBlasThreads):
+  // each module runs with the count it would have in a process of its own, unless TROUPE_BLAS_THREADS fixes
+  // it. The pushes of this run wait for the previous run (WaitForAll), so no product of the other module is
+  // running when the count changes.
+  int fixed_blas = 0;
+  const bool blas_fixed = EnvInt("TROUPE_BLAS_THREADS", 0, 1024, &fixed_blas) && fixed_blas > 0;
+  const int workers = EngineConfig::FromEnv().runtime.Resolved().cpu_workers;
+  r->details["blas_threads_2_devices"] = blas_fixed ? fixed_blas : DefaultBlasThreads(2, workers);
+  r->details["blas_threads_1_device"] = blas_fixed ? fixed_blas : DefaultBlasThreads(1, workers);
+  const auto body = [&batches, blas_fixed, workers](std::shared_ptr<Module> module) {
     auto next = std::make_shared<std::size_t>(0);
-    return Body([&batches, module, next](std::int64_t calls, Clock::time_point deadline) {
+    const int devices = static_cast<int>(module->contexts().size());
+    return Body([&batches, module, next, blas_fixed, workers, devices](std::int64_t calls, Clock::time_point deadline) {
+      if (!blas_fixed) openblas_set_num_threads(DefaultBlasThreads(devices, workers));
       return TimedLoop(
           calls, deadline,
           [&] {
