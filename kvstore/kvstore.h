@@ -14,11 +14,17 @@
 //   - Errors (uninitialised key, wrong shape or dtype, a key initialised twice, a string key mixed with int
 //     keys) are troupe::Error thrown at the call, naming the key; the store stays usable.
 // Types: "local" (the store and the reduction on cpu(0), update on cpu(0)), "device" (the store, the
-// reduction and the update on the device of the key's first Init value), "nccl" (NCCL all-reduce across
-// GPUs; an error without CUDA or without a GPU). Contexts cpu(0), cpu(1), ... are distinct devices. On the
-// host the reduction reads every CPU value in place (one engine function per key reading the values'
-// variables and writing the key's merge buffer); values on other devices are first copied to the
-// reduction device. Without an updater a push's sum becomes the stored value (no extra copy).
+// reduction and the update on the device of the key's first Init value), "nccl" (as "device", but a push
+// takes GPU values only, at most one per GPU for a key, summed by one NCCL all-reduce across those GPUs;
+// MXNet's KVStoreNCCL). Contexts cpu(0), cpu(1), ... are distinct devices. On the host the reduction reads
+// every CPU value in place (one engine function per key reading the values' variables and writing the
+// key's merge buffer); values on other devices are first copied to the reduction device. Without an
+// updater a push's sum becomes the stored value (no extra copy).
+// "nccl" (kvstore/src/kvstore_nccl.cc): Create("nccl") throws troupe::Error in a build without CUDA or on
+// a machine without a GPU. A push of a key is one engine function (ncclAllReduce per value in one NCCL
+// group, on communicators made once per set of GPUs); the sum is then copied to the key's device when
+// that device took no part in the push. Pulls copy the stored value to any device. Two values of a key on
+// one GPU, a CPU value or a bool array in a push are errors; so is gradient compression (as in MXNet).
 // Gradient compression ("device" only, as MXNet): with SetGradientCompression on, Push quantizes each value
 // to 2 bits on its device (kvstore/gradient_compression.h; residuals kept per key and device), decodes on the
 // reduction device and sums the decoded values (MXNet's CommDevice::ReduceCompressed). CPU float32 only.
@@ -87,8 +93,8 @@ class KVStore {
   virtual void SetOptimizer(const OptimizerConfig& config);
   Optimizer* optimizer() const { return optimizer_.get(); }
   // MXNet's set_gradient_compression: {"type": "2bit", "threshold": "0.5"}; {"type": "none"} turns it off.
-  // Throws troupe::Error for a "local" store (MXNet supports it for device and dist types only), another
-  // type or a bad threshold.
+  // Throws troupe::Error for a "local" or "nccl" store (MXNet supports it for device and dist types only),
+  // another type or a bad threshold.
   virtual void SetGradientCompression(const Kwargs& params);
   // The stored configuration (empty when off).
   const Kwargs& gradient_compression() const { return compression_; }

@@ -1,9 +1,11 @@
 // The actor engine.
 //
 // Shape (DESIGN.md §1, §7):
-//  - Dependency actors ("shards"): each owns the queues of the variables that map to it and is the only
-//    thread that touches them. Producers (pushing threads, workers reporting completion) append events to
-//    the shard's inbox and ring its doorbell (one CAF message) only when it sleeps.
+//  - Dependency actors ("shards"): each owns the queues of the variables that map to it. Producers (pushing
+//    threads, workers reporting completion) append events to the shard's inbox and ring its doorbell (one
+//    CAF message) only when it sleeps. A device worker reporting a completion to a sleeping shard takes its
+//    turn instead (Shard::Post): one thread at a time holds a shard's turn and touches its queues, the
+//    actor's thread or such a worker.
 //  - Device actors (actors/): ready functions go to the lane of their device; workers run them.
 //  - "Ordering for free": a function whose every conflicting predecessor is one function T (or the tail of
 //    a chain that ends in T) is attached to T as its continuation instead of waiting for T's completion
@@ -18,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -66,7 +69,7 @@ class ActorVar final : public Var {
   // rule orders those threads, so no lock is needed.
   std::exception_ptr error;
 
-  // Owned by the dependency actor of shard(): no other thread touches these.
+  // Owned by whoever holds shard()'s turn (its actor, or a worker draining it): no other thread touches these.
   struct Entry {
     OprBlock* block;
     bool write;
@@ -183,6 +186,7 @@ struct Event {
 };
 
 thread_local OprBlock* tl_running_block = nullptr;
+thread_local bool tl_draining = false;  // this thread holds a shard's turn (Shard::DrainOnce)
 thread_local const WorkerInfo* tl_worker = nullptr;
 
 // How a block's entry on one variable can proceed: granted at once, chained behind the variable's chain
@@ -193,8 +197,9 @@ enum VarClass : std::uint8_t { kDirect, kChain, kWait, kHeld };
 class Shard {
  public:
   Shard(ActorEngine* engine, int index, int spin_us) : engine_(engine), index_(index), spin_us_(spin_us) {}
-  // After the actor stopped: its last drain ended under mu_, so taking it orders everything the actor did
-  // before the engine frees blocks and variables (visible to sanitizers, unlike CAF's own termination).
+  // After the actor stopped: the last drain (the actor's or a worker's) ended under mu_, so taking it orders
+  // everything done with the queues before the engine frees blocks and variables (visible to sanitizers,
+  // unlike CAF's own termination).
   ~Shard() { std::lock_guard<SpinLock> lock(mu_); }
   void Spawn(caf::actor_system& system, bool detached) {
     actor_.Spawn(system, [this] { Drain(); }, detached);
@@ -218,11 +223,11 @@ class Shard {
       }
     }
     if (!wake) return;
-    if (!drain_here) {
+    if (!drain_here || tl_draining) {  // never a drain inside a drain (of this shard or another)
       actor_.Wake();
       return;
     }
-    DrainOnce();
+    DrainOnce(kInlineEvents);
     {
       std::lock_guard<SpinLock> lock(mu_);
       if (inbox_.empty()) {
@@ -235,7 +240,11 @@ class Shard {
 
  private:
   void Drain();
-  bool DrainOnce();  // one pass over the inbox; false when it was empty
+  // One pass over at most max_events events of the inbox, in order; false when it was empty. noexcept: an
+  // exception here (memory exhaustion in the bookkeeping) would leave the turn held forever.
+  bool DrainOnce(std::size_t max_events = SIZE_MAX) noexcept;
+  // A worker's pass is bounded, so that it soon returns to running functions; the actor takes the rest.
+  static constexpr std::size_t kInlineEvents = 32;
   void HandlePush(OprBlock* b);
   void HandleComplete(OprBlock* b);
   void GrantWaiting(ActorVar* v);
@@ -282,7 +291,7 @@ class Shard {
   std::atomic<std::size_t> inbox_size_{0};
   int spin_us_;
 
-  // Actor-local scratch.
+  // Scratch of the turn's holder.
   std::vector<Event> events_;
   struct Batch {
     Device* device;
@@ -293,7 +302,7 @@ class Shard {
   std::vector<std::uint8_t> classes_;
   std::vector<OprBlock*> recycle_;
 
-  // Wait-queue nodes, actor-local.
+  // Wait-queue nodes, owned by the turn's holder.
   ActorVar::Entry* NewEntry(OprBlock* b, bool write) {
     if (free_entries_ == nullptr) {
       entry_chunks_.push_back(std::make_unique<ActorVar::Entry[]>(kEntryChunk));
@@ -436,13 +445,20 @@ void Shard::Drain() {
   }
 }
 
-bool Shard::DrainOnce() {
+bool Shard::DrainOnce(std::size_t max_events) noexcept {
   {
     std::lock_guard<SpinLock> lock(mu_);
     if (inbox_.empty()) return false;
-    events_.swap(inbox_);
-    inbox_size_.store(0, std::memory_order_relaxed);
+    if (inbox_.size() <= max_events) {
+      events_.swap(inbox_);
+    } else {
+      const auto cut = inbox_.begin() + static_cast<std::ptrdiff_t>(max_events);
+      events_.assign(inbox_.begin(), cut);
+      inbox_.erase(inbox_.begin(), cut);
+    }
+    inbox_size_.store(inbox_.size(), std::memory_order_relaxed);
   }
+  tl_draining = true;
   for (const Event& e : events_) {
     if (e.kind == EventKind::kPush) {
       HandlePush(e.block);
@@ -454,6 +470,7 @@ bool Shard::DrainOnce() {
   FlushDispatch();
   for (OprBlock* b : recycle_) engine_->ReleaseRef(b);
   recycle_.clear();
+  tl_draining = false;
   return true;
 }
 
@@ -1043,7 +1060,8 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, bool on_wor
   // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
   if ((raw & kInheritsHolds) == 0) {
     for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) {
-      shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b, on_worker);
+      // With a continuation the worker runs it next, and the actor handles the completion meanwhile.
+      shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b, on_worker && next == nullptr);
     }
   }
   NoteFinished();

@@ -1,5 +1,5 @@
 // KVStore: the factory, string keys, the optimizer as updater and the compression configuration. The
-// local types live in kvstore_local.cc.
+// local types live in kvstore_local.cc, "nccl" in kvstore_nccl.cc.
 #include "kvstore/kvstore.h"
 
 #include <algorithm>
@@ -7,13 +7,15 @@
 #include <string>
 
 #include "actors/error.h"
-#include "actors/runtime.h"
+#include "kvstore/internal/store_checks.h"
 
 namespace troupe {
 
 namespace internal {
 // Defined in kvstore_local.cc: "local" and "device".
 std::unique_ptr<KVStore> CreateLocalKVStore(const std::string& type);
+// Defined in kvstore_nccl.cc: "nccl" (throws troupe::Error without CUDA or without a GPU).
+std::unique_ptr<KVStore> CreateNcclKVStore();
 }  // namespace internal
 
 // Marks the int-key calls made by a string-key overload (their keys are mapped ones, not the user's).
@@ -33,26 +35,11 @@ namespace {
 
 constexpr const char* kKnownTypes = "local, device, nccl, dist_sync, dist_async, dist_device_sync";
 
-void CheckCount(const char* op, std::size_t keys, std::size_t arrays, const char* what) {
-  if (keys != arrays) {
-    throw Error(std::string("KVStore::") + op + ": " + std::to_string(keys) + " keys but " + std::to_string(arrays) +
-                " " + what + "; pass one " + (std::string(what) == "outputs" ? "output" : "value") +
-                " per key (repeat a key for several devices)");
-  }
-}
-
 }  // namespace
 
 std::unique_ptr<KVStore> KVStore::Create(const std::string& type) {
   if (type == "local" || type == "device") return internal::CreateLocalKVStore(type);
-  if (type == "nccl") {
-    if (Runtime::GpuCount() == 0) {
-      throw Error(
-          "KVStore::Create(\"nccl\"): nccl needs GPUs (this build has no CUDA or this machine no GPU); "
-          "use local or device");
-    }
-    throw Error("KVStore::Create(\"nccl\"): the nccl type is not implemented yet; use local or device");
-  }
+  if (type == "nccl") return internal::CreateNcclKVStore();
   if (type == "dist_sync" || type == "dist_async" || type == "dist_device_sync") {
     throw Error("KVStore::Create(\"" + type +
                 "\"): the distributed types are not implemented yet; use local or device");
@@ -95,7 +82,7 @@ void KVStore::PushPull(const std::vector<int>& keys, const std::vector<NDArray>&
 }
 
 void KVStore::Init(const std::vector<std::string>& keys, const std::vector<NDArray>& values) {
-  CheckCount("Init", keys.size(), values.size(), "values");
+  internal::CheckKeyCount("Init", keys.size(), values.size(), "value");
   std::vector<int> ints;
   const std::size_t before = string_keys_.size();
   for (const auto& k : keys) ints.push_back(IntKey(k, true));
@@ -109,7 +96,7 @@ void KVStore::Init(const std::vector<std::string>& keys, const std::vector<NDArr
 }
 
 void KVStore::Push(const std::vector<std::string>& keys, const std::vector<NDArray>& values, int priority) {
-  CheckCount("Push", keys.size(), values.size(), "values");
+  internal::CheckKeyCount("Push", keys.size(), values.size(), "value");
   std::vector<int> ints;
   for (const auto& k : keys) ints.push_back(IntKey(k, false));
   StringKeyCall guard(this);
@@ -117,7 +104,7 @@ void KVStore::Push(const std::vector<std::string>& keys, const std::vector<NDArr
 }
 
 void KVStore::Pull(const std::vector<std::string>& keys, const std::vector<NDArray>& outs, int priority) {
-  CheckCount("Pull", keys.size(), outs.size(), "outputs");
+  internal::CheckKeyCount("Pull", keys.size(), outs.size(), "output");
   std::vector<int> ints;
   for (const auto& k : keys) ints.push_back(IntKey(k, false));
   StringKeyCall guard(this);
@@ -126,8 +113,8 @@ void KVStore::Pull(const std::vector<std::string>& keys, const std::vector<NDArr
 
 void KVStore::PushPull(const std::vector<std::string>& keys, const std::vector<NDArray>& values,
                        const std::vector<NDArray>& outs, int priority) {
-  CheckCount("PushPull", keys.size(), values.size(), "values");
-  CheckCount("PushPull", keys.size(), outs.size(), "outputs");
+  internal::CheckKeyCount("PushPull", keys.size(), values.size(), "value");
+  internal::CheckKeyCount("PushPull", keys.size(), outs.size(), "output");
   std::vector<int> ints;
   for (const auto& k : keys) ints.push_back(IntKey(k, false));
   StringKeyCall guard(this);

@@ -25,6 +25,7 @@
 
 #include "actors/error.h"
 #include "kvstore/gradient_compression.h"
+#include "kvstore/internal/store_checks.h"
 #include "kvstore/kvstore.h"
 
 namespace troupe {
@@ -65,18 +66,7 @@ class KVStoreLocal final : public KVStore {
 
   void Init(const std::vector<int>& keys, const std::vector<NDArray>& values) override {
     NoteIntKeys("Init");
-    CheckCount("Init", keys.size(), values.size(), "values");
-    std::vector<int> seen;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      const int key = keys[i];
-      if (store_.count(key) != 0 || std::find(seen.begin(), seen.end(), key) != seen.end()) {
-        throw Error("KVStore::Init: key " + KeyName(key) + " initialised twice; initialise each key once");
-      }
-      seen.push_back(key);
-      if (values[i].is_none()) {
-        throw Error("KVStore::Init: key " + KeyName(key) + ": the value is a none array; pass an initialised array");
-      }
-    }
+    internal::CheckInitArgs(keys, values, [this](int k) { return StoredOf(k); }, [this](int k) { return KeyName(k); });
     for (std::size_t i = 0; i < keys.size(); ++i) {
       const NDArray& v = values[i];
       const Context ctx = device_mode_ ? v.ctx() : Context::CPU(0);
@@ -130,42 +120,17 @@ class KVStoreLocal final : public KVStore {
     std::map<SlotKey, CompressedSlot> compressed;
   };
   // key -> indices of its values, keys in increasing order (MXNet's GroupKVPairs).
-  using Groups = std::map<int, std::vector<std::size_t>>;
+  using Groups = internal::KeyGroups;
 
-  static void CheckCount(const char* op, std::size_t keys, std::size_t arrays, const char* what) {
-    if (keys != arrays) {
-      throw Error(std::string("KVStore::") + op + ": " + std::to_string(keys) + " keys but " + std::to_string(arrays) +
-                  " " + what + "s; pass one " + what + " per key (repeat a key for several devices)");
-    }
+  // The shared checks (kvstore/internal/store_checks.h) against this store's keys.
+  const NDArray* StoredOf(int key) const {
+    const auto it = store_.find(key);
+    return it == store_.end() ? nullptr : &it->second.stored;
   }
-
   Groups Check(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& arrays,
                const char* what) const {
-    CheckCount(op, keys.size(), arrays.size(), what);
-    Groups groups;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      const int key = keys[i];
-      const std::string where = std::string("KVStore::") + op + ": key " + KeyName(key);
-      const auto it = store_.find(key);
-      if (it == store_.end()) throw Error(where + " has not been initialised; call Init first");
-      const NDArray& a = arrays[i];
-      const NDArray& s = it->second.stored;
-      if (a.is_none()) throw Error(where + ": " + what + " " + std::to_string(i) + " is a none array");
-      if (a.shape() != s.shape()) {
-        throw Error(where + ": " + what + " " + std::to_string(i) + " has shape " + a.shape().ToString() +
-                    " but the key was initialised with shape " + s.shape().ToString());
-      }
-      if (a.dtype() != s.dtype()) {
-        throw Error(where + ": " + what + " " + std::to_string(i) + " has dtype " + DTypeName(a.dtype()) +
-                    " but the key was initialised with dtype " + DTypeName(s.dtype()));
-      }
-      if (a.engine() != s.engine()) {
-        throw Error(where + ": " + what + " " + std::to_string(i) +
-                    " belongs to another engine than the key's initial value");
-      }
-      groups[key].push_back(i);
-    }
-    return groups;
+    return internal::CheckArrays(op, keys, arrays, what, [this](int k) { return StoredOf(k); },
+                                 [this](int k) { return KeyName(k); });
   }
 
   // With compression on: every value and the reduction device must suit the CPU float32 kernels. Also
