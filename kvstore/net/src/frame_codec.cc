@@ -1,0 +1,572 @@
+// Frame codec of the distributed KVStore: the only translation unit that touches the Cap'n Proto types of
+// kvstore/net/frames.capnp (see kvstore/net/internal/frame_codec.h for the layout and the checks).
+#include "kvstore/net/internal/frame_codec.h"
+
+#include <capnp/message.h>
+#include <capnp/orphan.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <kj/io.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <type_traits>
+
+#include "actors/error.h"
+#include "frames.capnp.h"
+
+namespace troupe::net {
+namespace {
+
+static_assert(sizeof(capnp::word) == sizeof(std::uint64_t) && alignof(capnp::word) <= alignof(std::uint64_t),
+              "the frame buffer (uint64_t words) is read as capnp::word");
+static_assert(static_cast<int>(wire::Role::SCHEDULER) == static_cast<int>(Role::kScheduler) &&
+              static_cast<int>(wire::Role::SERVER) == static_cast<int>(Role::kServer) &&
+              static_cast<int>(wire::Role::WORKER) == static_cast<int>(Role::kWorker));
+
+constexpr std::size_t kPrefixBytes = 8;
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+const char* OpName(TensorOp op) {
+  switch (op) {
+    case TensorOp::kInit:
+      return "init";
+    case TensorOp::kPush:
+      return "push";
+    case TensorOp::kPull:
+      return "pull";
+    case TensorOp::kPushPull:
+      return "pushPull";
+  }
+  return "?";
+}
+
+// Element size of a dtype code, or a troupe::Error naming `where`.
+std::size_t ElementBytes(int dtype, const std::string& where) {
+  try {
+    return DTypeSize(static_cast<DType>(dtype));
+  } catch (const Error&) {
+    throw Error(where + ": unknown dtype code " + std::to_string(dtype) + " (not a troupe::DType)");
+  }
+}
+
+// The byte size `payload.data` must have: product(shape) * element size, or the 2-bit payload size
+// (ceil(n / 16) float32 words, kvstore/gradient_compression.h) when compressed. Overflow and negative
+// dimensions are errors, so a hostile shape cannot wrap the product into agreement with the data.
+std::size_t ExpectedBytes(const TensorPayload& payload, bool compressed, const std::string& where) {
+  const std::size_t element = ElementBytes(static_cast<int>(payload.dtype), where);
+  std::size_t n = 1;
+  for (std::size_t i = 0; i < payload.shape.size(); ++i) {
+    const std::int64_t dim = payload.shape[i];
+    if (dim < 0) {
+      throw Error(where + ": dimension " + std::to_string(i) + " is negative (" + std::to_string(dim) + ")");
+    }
+    if (__builtin_mul_overflow(n, static_cast<std::size_t>(dim), &n)) {
+      throw Error(where + ": the shape's element count overflows");
+    }
+  }
+  if (compressed) {
+    if (payload.dtype != DType::kFloat32) {
+      throw Error(where + ": a compressed payload must have dtype float32 (the gradient's), got " +
+                  DTypeName(payload.dtype));
+    }
+    return (n / 16 + (n % 16 != 0)) * 4;
+  }
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(n, element, &bytes)) throw Error(where + ": the shape's byte size overflows");
+  return bytes;
+}
+
+void CheckPayload(const TensorPayload& payload, bool compressed, bool expect_data, const std::string& where) {
+  const std::size_t expected = ExpectedBytes(payload, compressed, where);
+  const std::size_t got = payload.data.size();
+  if (!expect_data) {
+    if (got != 0) throw Error(where + ": carries " + std::to_string(got) + " data bytes but must carry none");
+    return;
+  }
+  if (got != expected) {
+    throw Error(where + ": data has " + std::to_string(got) + " bytes but dtype " + DTypeName(payload.dtype) +
+                " and shape of " + std::to_string(payload.shape.size()) + " dims need " + std::to_string(expected) +
+                (compressed ? " (2-bit compressed)" : ""));
+  }
+  if (got > kMaxTensorBytes) {
+    throw Error(where + ": " + std::to_string(got) + " data bytes exceed the " + std::to_string(kMaxTensorBytes) +
+                "-byte limit of one frame; split the array into parts (part_index / part_count)");
+  }
+}
+
+void CheckTensorMsg(const TensorMsg& m) {
+  const std::string where =
+      std::string(OpName(m.op)) + " request " + std::to_string(m.request_id) + " (key " + std::to_string(m.key) + ")";
+  if (m.part_count == 0 || m.part_index >= m.part_count) {
+    throw Error(where + ": part " + std::to_string(m.part_index) + " of " + std::to_string(m.part_count) +
+                " (need part_index < part_count)");
+  }
+  if (m.compressed) {
+    if (m.op != TensorOp::kPush && m.op != TensorOp::kPushPull) {
+      throw Error(where + ": only push and pushPull carry compressed data");
+    }
+    if (!(m.compression_threshold > 0.0f) || !std::isfinite(m.compression_threshold)) {
+      throw Error(where + ": compression threshold must be a finite value > 0");
+    }
+  }
+  CheckPayload(m.value, m.compressed, m.op != TensorOp::kPull, where);
+}
+
+void CheckRank(std::int32_t rank, const std::string& where) {
+  if (rank < -1) throw Error(where + ": rank " + std::to_string(rank) + " (expected -1 or a rank >= 0)");
+}
+
+void CheckRole(int role, const std::string& where) {
+  if (role < 0 || role > static_cast<int>(Role::kWorker)) {
+    throw Error(where + ": unknown role code " + std::to_string(role));
+  }
+}
+
+void CheckBarrier(const Barrier& b) {
+  if (b.group == 0 || b.group > (kSchedulerGroup | kServerGroup | kWorkerGroup)) {
+    throw Error("barrier " + std::to_string(b.request_id) + ": group mask " + std::to_string(b.group) +
+                " (expected a non-empty combination of 1 scheduler, 2 servers, 4 workers)");
+  }
+}
+
+// Checks shared by encoder and decoder, so that whatever encodes also decodes.
+void CheckMessage(const Message& message) {
+  std::visit(Overloaded{
+                 [](const Hello& h) {
+                   CheckRole(static_cast<int>(h.role), "hello");
+                   CheckRank(h.rank, "hello");
+                   if (h.protocol_version != kProtocolVersion) {
+                     throw Error("hello: protocol version " + std::to_string(h.protocol_version) +
+                                 ", this node speaks " + std::to_string(kProtocolVersion) +
+                                 "; run the same troupe version on every node");
+                   }
+                 },
+                 [](const TensorMsg& m) { CheckTensorMsg(m); },
+                 [](const Barrier& b) { CheckBarrier(b); },
+                 [](const Heartbeat& h) { CheckRank(h.sender_rank, "heartbeat"); },
+                 [](const Command&) {},
+                 [](const Ack& a) {
+                   if (a.value) CheckPayload(*a.value, false, true, "ack " + std::to_string(a.request_id));
+                 },
+                 [](const ErrorMsg& e) {
+                   CheckRank(e.dead_node_rank, "error");
+                   CheckRole(static_cast<int>(e.dead_node_role), "error");
+                 },
+             },
+             message);
+}
+
+// ---- encoding ----
+
+capnp::Text::Reader TextOf(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+
+// Whether the payload can become its own segment without a copy: capnp reads whole words from the
+// referenced memory, so the data must be word aligned and a whole number of words (else capnp would write
+// the bytes past its end).
+bool CanReference(const Blob& data) {
+  return !data.bytes.empty() && reinterpret_cast<std::uintptr_t>(data.bytes.data()) % sizeof(capnp::word) == 0 &&
+         data.size() % sizeof(capnp::word) == 0;
+}
+
+void SetTensor(wire::Tensor::Builder out, const TensorPayload& payload, capnp::Orphanage orphanage) {
+  out.setDtype(static_cast<std::uint8_t>(payload.dtype));
+  auto shape = out.initShape(static_cast<unsigned>(payload.shape.size()));
+  for (unsigned i = 0; i < payload.shape.size(); ++i) shape.set(i, payload.shape[i]);  // metadata, not data
+  const auto& bytes = payload.data.bytes;
+  if (bytes.empty()) return;
+  if (CanReference(payload.data)) {
+    // Referenced, not copied: writeMessage copies it once, straight into the output.
+    out.adoptData(orphanage.referenceExternalData(
+        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size())));
+  } else {
+    auto data = out.initData(static_cast<unsigned>(bytes.size()));
+    std::memcpy(data.begin(), bytes.data(), bytes.size());
+  }
+}
+
+void SetTensorRequest(wire::TensorRequest::Builder out, const TensorMsg& m, capnp::Orphanage orphanage) {
+  out.setRequestId(m.request_id);
+  out.setKey(m.key);
+  out.setPartIndex(m.part_index);
+  out.setPartCount(m.part_count);
+  SetTensor(out.initValue(), m.value, orphanage);
+  out.setPriority(m.priority);
+  out.setCompressed(m.compressed);
+  out.setCompressionThreshold(m.compression_threshold);
+}
+
+// Words the first segment needs so that the message stays one segment (plus referenced data segments).
+std::size_t EstimateWords(const Message& message) {
+  auto strings = [](std::size_t bytes) { return bytes / 8 + 2; };
+  auto tensor = [](const TensorPayload& p) {
+    return 8 + p.shape.size() + (CanReference(p.data) ? 0 : p.data.size() / 8 + 1);
+  };
+  return 32 + std::visit(Overloaded{
+                             [&](const Hello& h) { return strings(h.cluster_token.size()) + strings(h.host.size()); },
+                             [&](const TensorMsg& m) { return tensor(m.value); },
+                             [](const Barrier&) -> std::size_t { return 0; },
+                             [](const Heartbeat&) -> std::size_t { return 0; },
+                             [&](const Command& c) {
+                               std::size_t n = strings(c.name.size());
+                               for (const auto& [k, v] : c.args) n += 2 + strings(k.size()) + strings(v.size());
+                               return n;
+                             },
+                             [&](const Ack& a) -> std::size_t { return a.value ? tensor(*a.value) : 0; },
+                             [&](const ErrorMsg& e) { return strings(e.message.size()); },
+                         },
+                         message);
+}
+
+// ---- decoding ----
+
+// Text -> std::string by size (a NUL inside the text is kept, not a terminator).
+std::string StringOf(capnp::Text::Reader text) { return std::string(text.begin(), text.size()); }
+
+Blob BlobOf(capnp::Data::Reader data, const std::shared_ptr<const void>& owner) {
+  if (data.size() == 0) return Blob{};
+  return Blob{std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.begin()), data.size()), owner};
+}
+
+TensorPayload ReadTensor(wire::Tensor::Reader in, const std::shared_ptr<const void>& owner) {
+  TensorPayload out;
+  out.dtype = static_cast<DType>(in.getDtype());
+  auto shape = in.getShape();
+  out.shape.reserve(shape.size());  // bounded: capnp charged the list against the traversal limit
+  for (std::int64_t dim : shape) out.shape.push_back(dim);
+  out.data = BlobOf(in.getData(), owner);
+  return out;
+}
+
+TensorMsg ReadTensorRequest(TensorOp op, wire::TensorRequest::Reader in, const std::shared_ptr<const void>& owner) {
+  TensorMsg m;
+  m.op = op;
+  m.request_id = in.getRequestId();
+  m.key = in.getKey();
+  m.part_index = in.getPartIndex();
+  m.part_count = in.getPartCount();
+  m.value = ReadTensor(in.getValue(), owner);
+  m.priority = in.getPriority();
+  m.compressed = in.getCompressed();
+  // Meaningful only for compressed data; normalised so that a decoded message re-encodes to itself.
+  m.compression_threshold = m.compressed ? in.getCompressionThreshold() : 0.0f;
+  return m;
+}
+
+Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& owner) {
+  if (frame.getVersion() != kProtocolVersion) {
+    throw Error("protocol version " + std::to_string(frame.getVersion()) + ", this node speaks " +
+                std::to_string(kProtocolVersion) + "; run the same troupe version on every node");
+  }
+  switch (frame.which()) {
+    case wire::Frame::HELLO: {
+      auto in = frame.getHello();
+      Hello h;
+      h.role = static_cast<Role>(in.getRole());
+      h.rank = in.getRank();
+      h.protocol_version = in.getProtocolVersion();
+      h.cluster_token = StringOf(in.getClusterToken());
+      h.host = StringOf(in.getHost());
+      h.port = in.getPort();
+      return h;
+    }
+    case wire::Frame::INIT:
+      return ReadTensorRequest(TensorOp::kInit, frame.getInit(), owner);
+    case wire::Frame::PUSH:
+      return ReadTensorRequest(TensorOp::kPush, frame.getPush(), owner);
+    case wire::Frame::PULL:
+      return ReadTensorRequest(TensorOp::kPull, frame.getPull(), owner);
+    case wire::Frame::PUSH_PULL:
+      return ReadTensorRequest(TensorOp::kPushPull, frame.getPushPull(), owner);
+    case wire::Frame::BARRIER: {
+      auto in = frame.getBarrier();
+      return Barrier{in.getRequestId(), in.getGroup()};
+    }
+    case wire::Frame::HEARTBEAT: {
+      auto in = frame.getHeartbeat();
+      return Heartbeat{in.getSenderRank(), in.getSequence()};
+    }
+    case wire::Frame::COMMAND: {
+      auto in = frame.getCommand();
+      Command c;
+      c.request_id = in.getRequestId();
+      c.name = StringOf(in.getName());
+      auto args = in.getArgs();
+      c.args.reserve(args.size());  // bounded: capnp charged the list against the traversal limit
+      for (auto kv : args) c.args.emplace_back(StringOf(kv.getKey()), StringOf(kv.getValue()));
+      return c;
+    }
+    case wire::Frame::ACK: {
+      auto in = frame.getAck();
+      Ack a;
+      a.request_id = in.getRequestId();
+      switch (in.which()) {
+        case wire::Ack::DONE:
+          break;
+        case wire::Ack::VALUE:
+          a.value = ReadTensor(in.getValue(), owner);
+          break;
+        default:
+          throw Error("ack: unknown result kind " + std::to_string(static_cast<int>(in.which())) +
+                      " (a newer protocol?)");
+      }
+      return a;
+    }
+    case wire::Frame::ERROR: {
+      auto in = frame.getError();
+      ErrorMsg e;
+      e.request_id = in.getRequestId();
+      e.message = StringOf(in.getMessage());
+      e.dead_node_rank = in.getDeadNodeRank();
+      e.dead_node_role = static_cast<Role>(in.getDeadNodeRole());
+      return e;
+    }
+  }
+  throw Error("unknown message kind " + std::to_string(static_cast<int>(frame.which())) + " (a newer protocol?)");
+}
+
+}  // namespace
+
+Blob Blob::Copy(std::span<const std::byte> bytes) {
+  auto copy = std::make_shared<const std::vector<std::byte>>(bytes.begin(), bytes.end());
+  std::span<const std::byte> view(copy->data(), copy->size());
+  return Blob{view, std::move(copy)};
+}
+
+bool operator==(const Blob& a, const Blob& b) {
+  return a.size() == b.size() && (a.size() == 0 || std::memcmp(a.bytes.data(), b.bytes.data(), a.size()) == 0);
+}
+
+std::vector<std::byte> EncodeFrame(const Message& message) { return EncodeFrame(message, EncodeOptions{}); }
+
+std::vector<std::byte> EncodeFrame(const Message& message, const EncodeOptions& options) {
+  if (options.check) {
+    try {
+      CheckMessage(message);
+    } catch (const Error& e) {
+      throw Error(std::string("EncodeFrame: ") + e.what());
+    }
+  }
+  std::vector<std::byte> out;
+  try {
+    capnp::MallocMessageBuilder builder(static_cast<unsigned>(std::min<std::size_t>(EstimateWords(message), 1u << 28)),
+                                        capnp::AllocationStrategy::FIXED_SIZE);
+    auto frame = builder.initRoot<wire::Frame>();
+    frame.setVersion(options.version);
+    auto orphanage = builder.getOrphanage();
+    std::visit(Overloaded{
+                   [&](const Hello& h) {
+                     auto out = frame.initHello();
+                     out.setRole(static_cast<wire::Role>(h.role));
+                     out.setRank(h.rank);
+                     out.setProtocolVersion(h.protocol_version);
+                     out.setClusterToken(TextOf(h.cluster_token));
+                     out.setHost(TextOf(h.host));
+                     out.setPort(h.port);
+                   },
+                   [&](const TensorMsg& m) {
+                     switch (m.op) {
+                       case TensorOp::kInit:
+                         SetTensorRequest(frame.initInit(), m, orphanage);
+                         break;
+                       case TensorOp::kPush:
+                         SetTensorRequest(frame.initPush(), m, orphanage);
+                         break;
+                       case TensorOp::kPull:
+                         SetTensorRequest(frame.initPull(), m, orphanage);
+                         break;
+                       case TensorOp::kPushPull:
+                         SetTensorRequest(frame.initPushPull(), m, orphanage);
+                         break;
+                     }
+                   },
+                   [&](const Barrier& b) {
+                     auto out = frame.initBarrier();
+                     out.setRequestId(b.request_id);
+                     out.setGroup(b.group);
+                   },
+                   [&](const Heartbeat& h) {
+                     auto out = frame.initHeartbeat();
+                     out.setSenderRank(h.sender_rank);
+                     out.setSequence(h.sequence);
+                   },
+                   [&](const Command& c) {
+                     auto out = frame.initCommand();
+                     out.setRequestId(c.request_id);
+                     out.setName(TextOf(c.name));
+                     auto args = out.initArgs(static_cast<unsigned>(c.args.size()));
+                     for (unsigned i = 0; i < c.args.size(); ++i) {
+                       args[i].setKey(TextOf(c.args[i].first));
+                       args[i].setValue(TextOf(c.args[i].second));
+                     }
+                   },
+                   [&](const Ack& a) {
+                     auto out = frame.initAck();
+                     out.setRequestId(a.request_id);
+                     if (a.value) {
+                       SetTensor(out.initValue(), *a.value, orphanage);
+                     } else {
+                       out.setDone();
+                     }
+                   },
+                   [&](const ErrorMsg& e) {
+                     auto out = frame.initError();
+                     out.setRequestId(e.request_id);
+                     out.setMessage(TextOf(e.message));
+                     out.setDeadNodeRank(e.dead_node_rank);
+                     out.setDeadNodeRole(static_cast<wire::Role>(e.dead_node_role));
+                   },
+               },
+               message);
+
+    const std::size_t body = capnp::computeSerializedSizeInWords(builder) * sizeof(capnp::word);
+    out.resize(kPrefixBytes + body);
+    for (std::size_t i = 0; i < kPrefixBytes; ++i) out[i] = static_cast<std::byte>((body >> (8 * i)) & 0xff);
+    kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data() + kPrefixBytes), body));
+    capnp::writeMessage(stream, builder);
+    if (stream.getArray().size() != body) {
+      throw Error("EncodeFrame: Cap'n Proto wrote " + std::to_string(stream.getArray().size()) + " bytes, expected " +
+                  std::to_string(body) + " (a bug in the codec)");
+    }
+  } catch (const kj::Exception& e) {
+    // Reachable only with options.check off (e.g. a blob over Cap'n Proto's limit).
+    throw Error("EncodeFrame: Cap'n Proto refused the message: " + std::string(e.getDescription().cStr()));
+  }
+  return out;
+}
+
+FrameDecoder::FrameDecoder(std::size_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes) {
+  if (max_frame_bytes_ < sizeof(capnp::word)) {
+    throw Error("FrameDecoder: max_frame_bytes " + std::to_string(max_frame_bytes_) + " is below one word (8)");
+  }
+}
+
+void FrameDecoder::Fail(const std::string& why) {
+  error_ = "kvstore/net: frame " + std::to_string(frames_) + ": " + why;
+  prefix_filled_ = 0;
+  body_.reset();
+  body_size_ = 0;
+  body_filled_ = 0;
+  throw Error(error_);
+}
+
+void FrameDecoder::StartBody() {
+  std::uint64_t n = 0;
+  for (std::size_t i = 0; i < kPrefixBytes; ++i) n |= static_cast<std::uint64_t>(prefix_[i]) << (8 * i);
+  if (n == 0) Fail("length prefix is 0 (a frame holds at least one word)");
+  if (n % sizeof(capnp::word) != 0) {
+    Fail("length prefix " + std::to_string(n) + " is not a multiple of 8 (Cap'n Proto messages are whole words)");
+  }
+  if (n > max_frame_bytes_) {
+    Fail("length prefix " + std::to_string(n) + " exceeds the frame limit of " + std::to_string(max_frame_bytes_) +
+         " bytes (a corrupt stream, or raise the limit)");
+  }
+  try {
+    // Not initialised: pages are touched only as bytes arrive.
+    body_ = std::make_shared_for_overwrite<std::uint64_t[]>(n / sizeof(std::uint64_t));
+  } catch (const std::bad_alloc&) {
+    Fail("cannot allocate " + std::to_string(n) + " bytes for the frame");
+  }
+  body_size_ = n;
+  body_filled_ = 0;
+}
+
+void FrameDecoder::FinishBody() {
+  const std::size_t words = body_size_ / sizeof(capnp::word);
+  kj::ArrayPtr<const capnp::word> array(reinterpret_cast<const capnp::word*>(body_.get()), words);
+  capnp::ReaderOptions options;
+  // Every word of a well-formed frame is read about once; twice that (plus slack for the root and small
+  // lists) bounds a hostile message's amplification to a small multiple of its size.
+  options.traversalLimitInWords = 2 * words + 64;
+  options.nestingLimit = 16;  // Frame -> request -> tensor -> list: 4 levels are enough
+  std::shared_ptr<const void> owner = body_;
+  std::optional<Message> message;
+  try {
+    capnp::FlatArrayMessageReader reader(array, options);
+    if (reader.getEnd() != array.end()) {
+      Fail("the Cap'n Proto message ends " + std::to_string((array.end() - reader.getEnd()) * 8) +
+           " bytes before the frame does");
+    }
+    message = ReadFrame(reader.getRoot<wire::Frame>(), owner);
+    CheckMessage(*message);
+  } catch (const kj::Exception& e) {
+    Fail("malformed Cap'n Proto message: " + std::string(e.getDescription().cStr()));
+  } catch (const Error& e) {
+    if (failed()) throw;  // from Fail above
+    Fail(e.what());
+  }
+  ready_.push_back(std::move(*message));
+  ++frames_;
+  prefix_filled_ = 0;
+  body_.reset();
+  body_size_ = 0;
+  body_filled_ = 0;
+}
+
+void FrameDecoder::Feed(const std::byte* data, std::size_t size) {
+  if (failed()) throw Error(error_ + " (the stream is unusable after that; close the connection)");
+  while (size > 0) {
+    if (prefix_filled_ < kPrefixBytes) {
+      const std::size_t take = std::min(kPrefixBytes - prefix_filled_, size);
+      std::memcpy(prefix_ + prefix_filled_, data, take);
+      prefix_filled_ += take;
+      data += take;
+      size -= take;
+      if (prefix_filled_ == kPrefixBytes) StartBody();
+      continue;
+    }
+    const std::size_t take = std::min(body_size_ - body_filled_, size);
+    std::memcpy(reinterpret_cast<std::byte*>(body_.get()) + body_filled_, data, take);
+    body_filled_ += take;
+    data += take;
+    size -= take;
+    if (body_filled_ == body_size_) FinishBody();
+  }
+}
+
+std::optional<Message> FrameDecoder::Next() {
+  if (ready_.empty()) return std::nullopt;
+  Message m = std::move(ready_.front());
+  ready_.pop_front();
+  return m;
+}
+
+void FrameDecoder::Finish() const {
+  if (failed()) throw Error(error_);
+  if (prefix_filled_ < kPrefixBytes && prefix_filled_ > 0) {
+    throw Error("kvstore/net: frame " + std::to_string(frames_) + ": the stream ended inside the length prefix (" +
+                std::to_string(prefix_filled_) + " of 8 bytes)");
+  }
+  if (prefix_filled_ == kPrefixBytes) {
+    throw Error("kvstore/net: frame " + std::to_string(frames_) + ": truncated, the stream ended after " +
+                std::to_string(body_filled_) + " of " + std::to_string(body_size_) + " bytes");
+  }
+}
+
+Message DecodeFrame(std::span<const std::byte> frame, std::size_t max_frame_bytes) {
+  FrameDecoder decoder(max_frame_bytes);
+  if (frame.size() >= kPrefixBytes) {
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i < kPrefixBytes; ++i) n |= static_cast<std::uint64_t>(frame[i]) << (8 * i);
+    if (n <= max_frame_bytes && frame.size() - kPrefixBytes > n) {
+      throw Error("DecodeFrame: " + std::to_string(frame.size() - kPrefixBytes - n) +
+                  " bytes follow the frame (pass exactly one frame)");
+    }
+  }
+  decoder.Feed(frame.data(), frame.size());
+  decoder.Finish();
+  auto message = decoder.Next();
+  if (!message) throw Error("DecodeFrame: no frame in " + std::to_string(frame.size()) + " bytes");
+  return std::move(*message);
+}
+
+}  // namespace troupe::net
