@@ -266,7 +266,7 @@ std::shared_ptr<Module> MakeMlpModule(const std::vector<Context>& contexts, int 
   return module;
 }
 
-void RunMlp(WorkloadReport* r, const KVStoreBenchOptions& o, int repeat, double min_time) {
+void RunMlp(WorkloadReport* r, const KVStoreBenchOptions& o, int workers, int repeat, double min_time) {
   const int batch = o.batch_size;
   r->selected = true;
   r->items = batch;
@@ -287,7 +287,6 @@ void RunMlp(WorkloadReport* r, const KVStoreBenchOptions& o, int repeat, double 
   // running when the count changes.
   int fixed_blas = 0;
   const bool blas_fixed = EnvInt("TROUPE_BLAS_THREADS", 0, 1024, &fixed_blas) && fixed_blas > 0;
-  const int workers = EngineConfig::FromEnv().runtime.Resolved().cpu_workers;
   r->details["blas_threads_2_devices"] = blas_fixed ? fixed_blas : DefaultBlasThreads(2, workers);
   r->details["blas_threads_1_device"] = blas_fixed ? fixed_blas : DefaultBlasThreads(1, workers);
   const auto body = [&batches, blas_fixed, workers](std::shared_ptr<Module> module) {
@@ -558,7 +557,7 @@ int KVStoreBench::Run() {
   }
   if (Selected("mlp")) {
     try {
-      RunMlp(&mlp_, opt_, opt_.repeat, min_time);
+      RunMlp(&mlp_, opt_, cpu_workers_, opt_.repeat, min_time);
     } catch (const std::exception& e) {
       mlp_.selected = true;
       mlp_.errors.push_back(std::string("threw: ") + e.what());

@@ -106,6 +106,18 @@ void PushUpdate(const char* op, OptimizerKind kind, const OptimizerScalars& scal
       weight.ctx(), {g.var()}, writes, FnProperty::kNormal, 0, op);
 }
 
+// The scalars every rule reads (learning rate, weight decay, rescale_grad, clip_gradient) for an update with
+// parameters `p`; callers add their rule's own.
+template <typename P>
+OptimizerScalars CommonScalars(double lr, double wd, const P& p) {
+  OptimizerScalars sc;
+  sc.lr = lr;
+  sc.wd = wd;
+  sc.rescale = p.rescale_grad;
+  sc.clip = p.clip_gradient;
+  return sc;
+}
+
 // The parameters every optimizer takes besides its learning rate, declared once.
 template <typename P>
 void DeclareCommon(ParamSchema<P>& s) {
@@ -202,12 +214,8 @@ class SgdOptimizer : public Optimizer {
     // deletion is ordered after it.
     std::vector<NDArray> g(grads);
     for (std::size_t i = 0; i < n; ++i) {
-      OptimizerScalars sc;
-      sc.lr = lr_of(indices[i]);
+      OptimizerScalars sc = CommonScalars(lr_of(indices[i]), wd_of(indices[i], param_.wd), param_);
       sc.momentum = param_.momentum;
-      sc.wd = wd_of(indices[i], param_.wd);
-      sc.rescale = param_.rescale_grad;
-      sc.clip = param_.clip_gradient;
       args.push_back(sc);
       for (const NDArray& w : weights) {
         if (grads[i].SharesChunkWith(w)) {
@@ -250,14 +258,10 @@ class AdamOptimizer : public Optimizer {
     const double coef1 = 1.0 - std::pow(param_.beta1, static_cast<double>(t));
     const double coef2 = 1.0 - std::pow(param_.beta2, static_cast<double>(t));
     const double lr_t = static_cast<double>(lr_of(index)) * std::sqrt(coef2) / coef1;
-    OptimizerScalars sc;
-    sc.lr = lr_t;
+    OptimizerScalars sc = CommonScalars(lr_t, wd_of(index, param_.wd), param_);
     sc.beta1 = param_.beta1;
     sc.beta2 = param_.beta2;
     sc.epsilon = param_.epsilon;
-    sc.wd = wd_of(index, param_.wd);
-    sc.rescale = param_.rescale_grad;
-    sc.clip = param_.clip_gradient;
     PushUpdate("adam_update", OptimizerKind::kAdam, sc, weight, grad, states);
   }
 
@@ -328,12 +332,8 @@ class NagOptimizer : public Optimizer {
     static const std::vector<std::string> kNone;
     const std::vector<NDArray> states = StateOf(index, weight, use_mom ? kMom : kNone);
     CountUpdate(index);
-    OptimizerScalars sc;
-    sc.lr = lr_of(index);
+    OptimizerScalars sc = CommonScalars(lr_of(index), wd_of(index, param_.wd), param_);
     sc.momentum = param_.momentum;
-    sc.wd = wd_of(index, param_.wd);
-    sc.rescale = param_.rescale_grad;
-    sc.clip = param_.clip_gradient;
     // MXNet's NAG falls back to sgd_update without momentum.
     if (use_mom) {
       PushUpdate("nag_mom_update", OptimizerKind::kNag, sc, weight, grad, states);
@@ -358,12 +358,8 @@ class AdaGradOptimizer : public Optimizer {
     static const std::vector<std::string> kNames = {"history"};
     const std::vector<NDArray> states = StateOf(index, weight, kNames);
     CountUpdate(index);
-    OptimizerScalars sc;
-    sc.lr = lr_of(index);
+    OptimizerScalars sc = CommonScalars(lr_of(index), wd_of(index, param_.wd), param_);
     sc.epsilon = param_.eps;
-    sc.wd = wd_of(index, param_.wd);
-    sc.rescale = param_.rescale_grad;
-    sc.clip = param_.clip_gradient;
     PushUpdate("adagrad_update", OptimizerKind::kAdaGrad, sc, weight, grad, states);
   }
 
@@ -384,14 +380,10 @@ class RmsPropOptimizer : public Optimizer {
     static const std::vector<std::string> kCentered = {"n", "g", "delta"};
     const std::vector<NDArray> states = StateOf(index, weight, param_.centered ? kCentered : kPlain);
     CountUpdate(index);
-    OptimizerScalars sc;
-    sc.lr = lr_of(index);
+    OptimizerScalars sc = CommonScalars(lr_of(index), wd_of(index, param_.wd), param_);
     sc.gamma1 = param_.gamma1;
     sc.gamma2 = param_.gamma2;
     sc.epsilon = param_.epsilon;
-    sc.wd = wd_of(index, param_.wd);
-    sc.rescale = param_.rescale_grad;
-    sc.clip = param_.clip_gradient;
     sc.clip_weights = param_.clip_weights;
     PushUpdate(param_.centered ? "rmspropalex_update" : "rmsprop_update",
                param_.centered ? OptimizerKind::kRmsPropCentered : OptimizerKind::kRmsProp, sc, weight, grad, states);
