@@ -28,6 +28,7 @@
 // Gradient compression ("device" only, as MXNet): with SetGradientCompression on, Push quantizes each value
 // to 2 bits on its device (kvstore/gradient_compression.h; residuals kept per key and device), decodes on the
 // reduction device and sums the decoded values (MXNet's CommDevice::ReduceCompressed). CPU float32 only.
+// The dist types (a cluster of scheduler, servers and workers over TCP) are described in kvstore/dist.h.
 //
 // Thread-safety: one thread drives a KVStore (as MXNet's); the arrays it fills may be read from any thread.
 #pragma once
@@ -49,8 +50,9 @@ class KVStore {
   // updater(key, merged gradient, stored weight): updates the stored weight in place (pushes its work).
   using Updater = std::function<void(int key, const NDArray& merged, NDArray* stored)>;
 
-  // "local", "device", "nccl" (and the dist_* types of issue 8). Throws troupe::Error for an unknown type
-  // (listing the known ones).
+  // "local", "device", "nccl", or "dist_sync", "dist_async", "dist_device_sync" (a worker of the cluster
+  // the DMLC_* environment describes: DistConfig::FromEnv, kvstore/dist.h). Throws troupe::Error for an
+  // unknown type (listing the known ones) or a dist cluster that cannot be joined.
   static std::unique_ptr<KVStore> Create(const std::string& type = "local");
   virtual ~KVStore() = default;
 
@@ -100,6 +102,10 @@ class KVStore {
   const Kwargs& gradient_compression() const { return compression_; }
   // All workers reach it (a no-op on one machine).
   virtual void Barrier() {}
+  // dist types (kvstore/dist.h): asks every server to write its checkpoint (values, optimizer configuration
+  // and state) to `dir`, or to its configured checkpoint directory when `dir` is empty, and returns when
+  // all have written. Other types throw troupe::Error (save their values with NDArray::Save instead).
+  virtual void Checkpoint(const std::string& dir = {});
 
  protected:
   explicit KVStore(std::string type) : type_(std::move(type)) {}

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -32,5 +33,16 @@ void CheckInitArgs(const std::vector<int>& keys, const std::vector<NDArray>& val
 // engine. `what` is "value" or "output". Returns the keys' groups.
 KeyGroups CheckArrays(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& arrays,
                       const char* what, const StoredOf& stored, const KeyNameOf& key_name);
+
+}  // namespace troupe::internal
+
+namespace troupe::internal {
+
+// dst = sum of srcs (host memory; every blob of dst's dtype and size). Used by the local and dist stores.
+void SumOnHost(const std::vector<TBlob>& srcs, const TBlob& dst);
+
+// MXNet's dequantize_2bit on host memory (kvstore/gradient_compression.h's layout): n values from `in`
+// (ceil(n / 4) bytes) into `out`. Defined in gradient_compression.cc; the dist servers decode pushes with it.
+void Dequantize2BitCpu(const std::uint8_t* in, float* out, std::int64_t n, float threshold);
 
 }  // namespace troupe::internal

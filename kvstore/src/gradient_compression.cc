@@ -6,6 +6,7 @@
 // values, its first byte in memory the first four. Codes: 11 = +threshold, 10 = -threshold, 00 = 0; a 01
 // (never written) decodes to 0. Bytes past the last value are 0.
 #include "kvstore/gradient_compression.h"
+#include "kvstore/internal/store_checks.h"
 
 #include <cmath>
 #include <cstddef>
@@ -56,19 +57,6 @@ void Quantize2BitCpu(const float* grad, float* residual, std::uint8_t* out, std:
   }
 }
 
-// MXNet's dequantize_2bit: value i is in byte i / 4 (memory order), bits by i & 3.
-void Dequantize2BitCpu(const std::uint8_t* in, float* out, std::int64_t n, float threshold) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint8_t masked = in[i >> 2] & kPosBits[i & 3];
-    if (masked == kPosBits[i & 3]) {
-      out[i] = threshold;
-    } else if (masked == kNegBits[i & 3]) {
-      out[i] = -threshold;
-    } else {
-      out[i] = 0.f;
-    }
-  }
-}
 
 void CheckArray(const char* op, const char* role, const NDArray& a) {
   if (a.is_none()) throw Error(std::string(op) + ": the " + role + " array is none (give an allocated array)");
@@ -103,6 +91,26 @@ void CheckDisjoint(const char* op, const char* role_a, const NDArray& a, const c
 std::string SizeText(std::int64_t n) { return std::to_string(n); }
 
 }  // namespace
+
+namespace internal {
+
+// MXNet's dequantize_2bit: value i is in byte i / 4 (memory order), bits by i & 3.
+void Dequantize2BitCpu(const std::uint8_t* in, float* out, std::int64_t n, float threshold) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint8_t masked = in[i >> 2] & kPosBits[i & 3];
+    if (masked == kPosBits[i & 3]) {
+      out[i] = threshold;
+    } else if (masked == kNegBits[i & 3]) {
+      out[i] = -threshold;
+    } else {
+      out[i] = 0.f;
+    }
+  }
+}
+
+}  // namespace internal
+
+using internal::Dequantize2BitCpu;
 
 GradientCompression::GradientCompression(const Kwargs& params) {
   GradientCompressionParam p;

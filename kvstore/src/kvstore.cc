@@ -7,6 +7,7 @@
 #include <string>
 
 #include "actors/error.h"
+#include "kvstore/dist.h"
 #include "kvstore/internal/store_checks.h"
 
 namespace troupe {
@@ -41,8 +42,7 @@ std::unique_ptr<KVStore> KVStore::Create(const std::string& type) {
   if (type == "local" || type == "device") return internal::CreateLocalKVStore(type);
   if (type == "nccl") return internal::CreateNcclKVStore();
   if (type == "dist_sync" || type == "dist_async" || type == "dist_device_sync") {
-    throw Error("KVStore::Create(\"" + type +
-                "\"): the distributed types are not implemented yet; use local or device");
+    return CreateDistKVStore(type, DistConfig::FromEnv());
   }
   throw Error("KVStore::Create: unknown type '" + type + "'; known types: " + kKnownTypes);
 }
@@ -126,6 +126,11 @@ void KVStore::SetOptimizer(const OptimizerConfig& config) {
   Optimizer* raw = opt.get();
   SetUpdater([raw](int key, const NDArray& merged, NDArray* stored) { raw->Update(key, *stored, merged); });
   optimizer_ = std::move(opt);
+}
+
+void KVStore::Checkpoint(const std::string& /*dir*/) {
+  throw Error("KVStore::Checkpoint: a '" + type_ +
+              "' store has no servers to checkpoint; save its values with NDArray::Save (dist types only)");
 }
 
 void KVStore::SetGradientCompression(const Kwargs& params) {

@@ -31,29 +31,9 @@
 namespace troupe {
 namespace {
 
-bool OnHost(Context c) { return c.dev_type == DeviceType::kCPU || c.dev_type == DeviceType::kCPUPinned; }
+using internal::SumOnHost;
 
-// dst = sum of srcs (host memory, all of dst's dtype and size). Works block by block so that the partial
-// sum stays in cache while each source is added.
-void SumOnHost(const std::vector<TBlob>& srcs, const TBlob& dst) {
-  DTypeSwitch(dst.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    // half_t and bf16_t add through float.
-    using Acc = std::conditional_t<std::is_arithmetic_v<T>, T, float>;
-    T* out = static_cast<T*>(dst.dptr);
-    const std::int64_t n = dst.Size();
-    constexpr std::int64_t kBlock = 4096;
-    for (std::int64_t b = 0; b < n; b += kBlock) {
-      const std::int64_t e = std::min(n, b + kBlock);
-      const T* s0 = static_cast<const T*>(srcs[0].dptr);
-      std::copy(s0 + b, s0 + e, out + b);
-      for (std::size_t j = 1; j < srcs.size(); ++j) {
-        const T* s = static_cast<const T*>(srcs[j].dptr);
-        for (std::int64_t i = b; i < e; ++i) out[i] = static_cast<T>(static_cast<Acc>(out[i]) + static_cast<Acc>(s[i]));
-      }
-    }
-  });
-}
+bool OnHost(Context c) { return c.dev_type == DeviceType::kCPU || c.dev_type == DeviceType::kCPUPinned; }
 
 class KVStoreLocal final : public KVStore {
  public:

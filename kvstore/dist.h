@@ -1,0 +1,111 @@
+// The distributed KVStore (issue 8; DESIGN.md §4): the roles of a ps-lite style cluster — one scheduler,
+// servers that own key ranges, workers that push and pull — talking length-prefixed Cap'n Proto frames over
+// TCP (kvstore/net). A worker is a KVStore (CreateDistKVStore, or KVStore::Create("dist_sync") with the
+// DMLC_* environment); the scheduler and the servers are DistNodes, started in this process or as their own
+// processes (RunDistRoleFromEnv, `troupe scheduler`, `troupe server`).
+//
+// Semantics:
+//   - dist_sync: a server sums one push of a key per live worker that has not left, then updates once
+//     (the optimizer set by SetOptimizer, or the sum replaces the value) and answers every push of the
+//     round; a pull after a push waits for that round's update. dist_device_sync: the same, after a worker
+//     has summed its own devices' values. dist_async: every push is applied at once.
+//   - Init and SetOptimizer are sent by worker 0 and end with a barrier of all workers (as MXNet). Every
+//     worker must Init the same keys, in the same order, with the same shapes.
+//   - Keys of fewer than `bigarray_bound` elements live on one server, chosen so that the servers carry
+//     similar bytes (in Init order); bigger arrays are split into one part per server (part boundaries at
+//     multiples of 16 elements, so 2-bit compressed parts stay whole words).
+//   - Gradient compression (SetGradientCompression, 2-bit) applies to worker -> server pushes; the
+//     residuals stay on the worker.
+//   - Failures never hang: every node sends heartbeats to the scheduler and the scheduler to every node.
+//     A node whose connection closes without leaving, or that misses heartbeats for `heartbeat_timeout_ms`,
+//     is dead: the pending Push/Pull/Barrier calls that need it fail with a troupe::Error naming it
+//     ("worker 1 at 127.0.0.1 died: ..."), surfacing where the caller waits (the pulled arrays'
+//     WaitToRead, Barrier). After a worker died, sync rounds fail until the run ends. After a server died,
+//     calls to it wait up to `heartbeat_timeout_ms` for a server of the same rank to come back (started
+//     with `rank` set and the same checkpoint_dir), then fail.
+//   - A worker leaves when its KVStore is destroyed (after its pending calls finished): servers stop
+//     waiting for it in sync rounds and barriers stop counting it, so workers with different numbers of
+//     batches finish. When every worker has left the scheduler stops the servers and every node returns 0.
+//   - Checkpoints: a server writes its keys' values, the optimizer configuration and its state to
+//     `checkpoint_dir/server-<rank>.*` on KVStore::Checkpoint() and every `checkpoint_every` updates; a
+//     server started with `rank` >= 0 loads them.
+//   - Security: the hello frame carries the cluster token; a node with another token, or another protocol
+//     version, is refused with an error frame. A malformed, truncated or oversized frame closes only that
+//     connection (logged). Servers listen on `host` only. Optimizers travel as declarative configs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kvstore/kvstore.h"
+
+namespace troupe {
+
+struct DistConfig {
+  std::string root_uri = "127.0.0.1";  // the scheduler's address (DMLC_PS_ROOT_URI)
+  int root_port = 0;                   // its port (DMLC_PS_ROOT_PORT); 0 for a scheduler = ephemeral
+  int num_servers = 1;                 // DMLC_NUM_SERVER
+  int num_workers = 1;                 // DMLC_NUM_WORKER
+  std::string host = "127.0.0.1";      // address this node listens on and announces (DMLC_NODE_HOST, or
+                                       // the IPv4 address of DMLC_INTERFACE)
+  std::string token;                   // TROUPE_CLUSTER_TOKEN
+  int heartbeat_interval_ms = 1000;    // TROUPE_HEARTBEAT_INTERVAL_MS
+  int heartbeat_timeout_ms = 10000;    // TROUPE_HEARTBEAT_TIMEOUT_MS
+  int connect_timeout_ms = 60000;      // TROUPE_CONNECT_TIMEOUT_MS: how long a node waits for the cluster
+  int rank = -1;                       // servers: the rank to take (a restart); TROUPE_SERVER_RANK
+  std::string checkpoint_dir;          // servers: TROUPE_KVSTORE_CHECKPOINT_DIR
+  std::int64_t checkpoint_every = 0;   // servers: updates between checkpoints, 0 = only on command;
+                                       // TROUPE_KVSTORE_CHECKPOINT_EVERY
+  std::int64_t bigarray_bound = 1000000;              // TROUPE_KVSTORE_BIGARRAY_BOUND (elements)
+  std::size_t max_frame_bytes = std::size_t{1} << 30;  // TROUPE_KVSTORE_MAX_FRAME_BYTES
+
+  // The configuration from the environment (the variables named above; unset ones keep the defaults).
+  // Throws troupe::Error naming the variable for a malformed value or an unknown interface.
+  static DistConfig FromEnv();
+  // Throws troupe::Error for an inconsistent configuration (counts < 1, timeouts <= 0, ...).
+  void Validate() const;
+};
+
+// A scheduler or a server running in this process (on the kvstore's own actor system). The constructor
+// returns once the node listens; the node then runs until the cluster ends or Stop().
+//
+// Thread-safety: all members are thread-safe.
+class DistNode {
+ public:
+  // Throws troupe::Error when the node cannot listen (scheduler) or cannot reach the scheduler (server).
+  static std::unique_ptr<DistNode> StartScheduler(const DistConfig& config);
+  static std::unique_ptr<DistNode> StartServer(const DistConfig& config);
+  ~DistNode();  // Stop() then wait
+
+  // The port the node listens on (the scheduler's root port; a server's worker port).
+  int port() const;
+  // Blocks until the node has ended; returns its exit status: 0 after an orderly end, 1 after a failure
+  // (message()).
+  int Wait();
+  // Like Wait, giving up after `timeout_ms`: returns -1 when still running.
+  int WaitFor(int timeout_ms);
+  // Why the node ended (empty after an orderly end).
+  std::string message() const;
+  // Ends the node now (its connections close; peers see it as dead).
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit DistNode(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A worker of the cluster described by `config`: "dist_sync", "dist_async" or "dist_device_sync". Blocks
+// until the scheduler has seen every node (up to connect_timeout_ms) and this worker reached every server.
+// Throws troupe::Error for another type, a refused hello, or a timeout.
+std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const DistConfig& config);
+
+// MXNet's start-up rule: with DMLC_ROLE=scheduler or server in the environment, runs that role from
+// DistConfig::FromEnv() until the cluster ends and returns its exit status; returns -1 when DMLC_ROLE is
+// unset or "worker". Errors are printed to stderr (status 1).
+int RunDistRoleFromEnv();
+
+}  // namespace troupe

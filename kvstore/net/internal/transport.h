@@ -1,0 +1,82 @@
+// The transport of the distributed KVStore (issue 8, DESIGN.md §4): a process-wide CAF actor system with the
+// io middleman, and one CAF broker per TCP connection that turns the byte stream into frames
+// (kvstore/net/internal/frame_codec.h) and back. Internal to kvstore/ (it includes CAF).
+//
+// A connection broker belongs to an owner actor (a scheduler, server or worker node). It sends the owner
+//   (recv_atom, caf::actor conn, net::Message)   for every decoded frame, in stream order, and
+//   (closed_atom, caf::actor conn, std::string)   once, when the peer closed the connection, the stream
+//                                                 ended inside a frame or a frame was refused (the
+//                                                 broker logs the reason to stderr and closes the socket).
+// and takes from it
+//   (send_atom, SharedBytes)  write one encoded frame (EncodeShared),
+//   (close_atom)              flush what is queued, close, quit.
+// A broker quits (closing its socket) when its owner terminates, so nothing outlives a node.
+//
+// Thread-safety: Listen/Connect may be called from any thread; everything else is actor messages.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "caf/all.hpp"
+#include "caf/io/all.hpp"
+#include "kvstore/net/internal/frame_codec.h"
+
+namespace troupe::net {
+
+// An encoded frame shared between the thread that encoded it and the broker that writes it.
+using SharedBytes = std::shared_ptr<const std::vector<std::byte>>;
+
+using send_atom = caf::atom_constant<caf::atom("tr_send")>;
+using close_atom = caf::atom_constant<caf::atom("tr_close")>;
+using recv_atom = caf::atom_constant<caf::atom("tr_recv")>;
+using closed_atom = caf::atom_constant<caf::atom("tr_closed")>;
+using tick_atom = caf::atom_constant<caf::atom("tr_tick")>;
+
+// EncodeFrame into a shared buffer (throws troupe::Error as EncodeFrame does).
+SharedBytes EncodeShared(const Message& message);
+
+// The actor system of the distributed KVStore in this process: created by the first node, destroyed
+// (after every actor in it has quit) when the last node releases it. Separate from the engine's Runtime
+// so that the engine needs no io module and a node's brokers never wait behind engine work.
+class NetSystem {
+ public:
+  static std::shared_ptr<NetSystem> Acquire();
+  ~NetSystem();
+  NetSystem(const NetSystem&) = delete;
+  NetSystem& operator=(const NetSystem&) = delete;
+
+  caf::actor_system& system() { return *system_; }
+
+ private:
+  NetSystem();
+  std::unique_ptr<caf::actor_system_config> config_;
+  std::unique_ptr<caf::actor_system> system_;
+};
+
+// Starts a listening broker on host:port (port 0 = ephemeral; SO_REUSEADDR set) whose accepted
+// connections become connection brokers of `owner`. Returns the listener (stop it with an exit message
+// or let it follow its owner) and the bound port. Throws troupe::Error naming host and port on failure.
+struct Listener {
+  caf::actor actor;
+  std::uint16_t port = 0;
+};
+Listener Listen(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
+                std::size_t max_frame_bytes);
+
+// Connects to host:port (blocking) and returns the connection broker, owned by `owner`. A refused
+// connection is retried every 100 ms for up to `retry_ms` (nodes of a cluster start in any order). Throws
+// troupe::Error naming the address on failure.
+caf::actor Connect(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
+                   std::size_t max_frame_bytes, int retry_ms = 0);
+
+// "host:port" -> parts; throws troupe::Error for a malformed address.
+std::pair<std::string, std::uint16_t> SplitHostPort(const std::string& address);
+
+}  // namespace troupe::net
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::net::Message)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::net::SharedBytes)

@@ -1,0 +1,105 @@
+// Pieces shared by the distributed KVStore's roles: see kvstore/internal/dist_common.h.
+#include "kvstore/internal/dist_common.h"
+
+#include <cstdlib>
+
+#include "actors/error.h"
+
+namespace troupe::internal {
+
+const char* RoleName(net::Role role) {
+  switch (role) {
+    case net::Role::kScheduler:
+      return "scheduler";
+    case net::Role::kServer:
+      return "server";
+    case net::Role::kWorker:
+      return "worker";
+  }
+  return "node";
+}
+
+std::string NodeName(net::Role role, int rank, const std::string& host) {
+  std::string name = RoleName(role);
+  if (rank >= 0 && role != net::Role::kScheduler) name.append(" ").append(std::to_string(rank));
+  if (!host.empty()) name.append(" at ").append(host);
+  return name;
+}
+
+std::string Arg(const net::Command& command, const std::string& key, const std::string& fallback) {
+  for (const auto& [k, v] : command.args) {
+    if (k == key) return v;
+  }
+  return fallback;
+}
+
+int IntArg(const net::Command& command, const std::string& key) {
+  const std::string v = Arg(command, key);
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0') {
+    throw Error("kvstore: command '" + command.name + "' has no integer argument '" + key + "'");
+  }
+  return static_cast<int>(x);
+}
+
+std::string CheckHello(const net::Hello& hello, const std::string& token) {
+  if (hello.protocol_version != net::kProtocolVersion) {
+    return "protocol version " + std::to_string(hello.protocol_version) + " differs from this node's " +
+           std::to_string(net::kProtocolVersion) + "; run the same troupe version on every node";
+  }
+  if (hello.cluster_token != token) {
+    return "wrong cluster token; every node of a cluster must have the same TROUPE_CLUSTER_TOKEN";
+  }
+  return {};
+}
+
+void Outcome::Set(int s, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (done) return;
+  done = true;
+  status = s;
+  text = message;
+  cv.notify_all();
+}
+
+int Outcome::Wait(int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu);
+  if (timeout_ms < 0) {
+    cv.wait(lock, [this] { return done; });
+  } else if (!cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return done; })) {
+    return -1;
+  }
+  return status;
+}
+
+std::string Outcome::message() {
+  std::lock_guard<std::mutex> lock(mu);
+  return text;
+}
+
+std::vector<std::pair<std::string, std::string>> OptimizerArgs(const OptimizerConfig& config) {
+  std::vector<std::pair<std::string, std::string>> args{{"type", config.type}};
+  for (const auto& [k, v] : config.params) args.emplace_back("param." + k, v);
+  if (!config.lr_scheduler.empty()) args.emplace_back("lr_scheduler", config.lr_scheduler);
+  for (const auto& [k, v] : config.lr_scheduler_params) args.emplace_back("sched." + k, v);
+  return args;
+}
+
+OptimizerConfig OptimizerFromArgs(const std::vector<std::pair<std::string, std::string>>& args) {
+  OptimizerConfig config;
+  for (const auto& [k, v] : args) {
+    if (k == "type") {
+      config.type = v;
+    } else if (k.rfind("param.", 0) == 0) {
+      config.params.emplace_back(k.substr(6), v);
+    } else if (k == "lr_scheduler") {
+      config.lr_scheduler = v;
+    } else if (k.rfind("sched.", 0) == 0) {
+      config.lr_scheduler_params.emplace_back(k.substr(6), v);
+    }
+  }
+  return config;
+}
+
+}  // namespace troupe::internal

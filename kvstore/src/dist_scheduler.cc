@@ -1,0 +1,342 @@
+// The scheduler of the distributed KVStore (kvstore/dist.h): membership and ranks, barriers, heartbeats,
+// death notices and the orderly end. One actor; every connection is a broker of it (kvstore/net).
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kvstore/internal/dist_common.h"
+#include "kvstore/internal/dist_roles.h"
+#include "kvstore/net/internal/transport.h"
+
+namespace troupe::internal {
+namespace {
+
+struct Member {
+  caf::actor conn;
+  net::Role role = net::Role::kWorker;
+  int rank = -1;
+  std::string host;
+  std::uint16_t port = 0;
+  bool alive = true;
+  bool left = false;
+  Clock::time_point last_seen;
+};
+
+class Scheduler {
+ public:
+  Scheduler(caf::event_based_actor* self, DistConfig config, std::shared_ptr<Outcome> outcome)
+      : self_(self), config_(std::move(config)), outcome_(std::move(outcome)), born_(Clock::now()) {
+    servers_.assign(static_cast<std::size_t>(config_.num_servers), -1);
+    workers_.assign(static_cast<std::size_t>(config_.num_workers), -1);
+  }
+
+  caf::behavior Make() {
+    self_->send(self_, net::tick_atom::value);
+    return {
+        [this](net::recv_atom, const caf::actor& conn, const net::Message& m) { OnFrame(conn, m); },
+        [this](net::closed_atom, const caf::actor& conn, const std::string& why) { OnClosed(conn, why); },
+        [this](net::tick_atom) { OnTick(); },
+    };
+  }
+
+ private:
+  Member* Find(const caf::actor& conn) {
+    for (auto& m : members_) {
+      if (m.conn == conn) return &m;
+    }
+    return nullptr;
+  }
+  std::string Name(const Member& m) const { return NodeName(m.role, m.rank, m.host); }
+  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, net::EncodeShared(m)); }
+  void Refuse(const caf::actor& conn, const std::string& why) {
+    std::fprintf(stderr, "troupe scheduler: refused a node: %s\n", why.c_str());
+    refused_.insert(conn);
+    Send(conn, net::ErrorMsg{0, "refused by the scheduler: " + why, -1, net::Role::kScheduler});
+    self_->send(conn, net::close_atom::value);
+  }
+
+  int ActiveWorkers() const {
+    int n = 0;
+    for (int idx : workers_) {
+      if (idx >= 0 && members_[static_cast<std::size_t>(idx)].alive && !members_[static_cast<std::size_t>(idx)].left) ++n;
+    }
+    return n;
+  }
+
+  net::Command StartCommand(int rank) const {
+    net::Command c{0, "start", {}};
+    c.args = {{"rank", std::to_string(rank)},
+              {"num_servers", std::to_string(config_.num_servers)},
+              {"num_workers", std::to_string(config_.num_workers)}};
+    for (std::size_t r = 0; r < servers_.size(); ++r) {
+      const Member& s = members_[static_cast<std::size_t>(servers_[r])];
+      c.args.emplace_back("server." + std::to_string(r), s.host + ":" + std::to_string(s.port));
+    }
+    return c;
+  }
+
+  void OnFrame(const caf::actor& conn, const net::Message& m) {
+    Member* node = Find(conn);
+    if (node == nullptr) {
+      if (refused_.count(conn) != 0) return;  // frames the refused node sent before it saw the refusal
+      const auto* hello = std::get_if<net::Hello>(&m);
+      if (hello == nullptr) return Refuse(conn, "the first frame of a connection must be a hello");
+      return OnHello(conn, *hello);
+    }
+    node->last_seen = Clock::now();
+    if (std::holds_alternative<net::Heartbeat>(m)) return;
+    if (const auto* b = std::get_if<net::Barrier>(&m)) return OnBarrier(*node, *b);
+    if (const auto* c = std::get_if<net::Command>(&m)) return OnCommand(*node, *c);
+    Send(conn, net::ErrorMsg{0, "the scheduler does not take this kind of frame", -1, net::Role::kScheduler});
+  }
+
+  void OnHello(const caf::actor& conn, const net::Hello& hello) {
+    if (std::string why = CheckHello(hello, config_.token); !why.empty()) return Refuse(conn, why);
+    if (hello.role == net::Role::kScheduler) return Refuse(conn, "a second scheduler tried to join");
+    if (hello.role == net::Role::kServer && hello.port == 0) return Refuse(conn, "a server must announce its port");
+    Member m;
+    m.conn = conn;
+    m.role = hello.role;
+    m.rank = hello.rank;
+    m.host = hello.host;
+    m.port = hello.port;
+    m.last_seen = Clock::now();
+    if (started_) {
+      // Only a server may (re)join a running cluster: into the slot of a dead server.
+      if (m.role != net::Role::kServer) return Refuse(conn, "the cluster has started; a worker cannot join it now");
+      int slot = -1;
+      if (m.rank >= 0 && m.rank < config_.num_servers) {
+        // A server started again with its rank replaces the old process even before its death was noticed.
+        Member& old = members_[static_cast<std::size_t>(servers_[static_cast<std::size_t>(m.rank)])];
+        if (old.alive) Death(old, "replaced by a new server process of the same rank");
+      }
+      for (std::size_t r = 0; r < servers_.size(); ++r) {
+        const bool dead = !members_[static_cast<std::size_t>(servers_[r])].alive;
+        if (dead && (m.rank < 0 || m.rank == static_cast<int>(r))) {
+          slot = static_cast<int>(r);
+          break;
+        }
+      }
+      if (slot < 0) {
+        return Refuse(conn, "no server slot " + (m.rank >= 0 ? std::to_string(m.rank) + " " : std::string()) +
+                                "is free: a server can only take the place of a dead one");
+      }
+      m.rank = slot;
+      members_.push_back(m);
+      servers_[static_cast<std::size_t>(slot)] = static_cast<int>(members_.size()) - 1;
+      Send(conn, StartCommand(slot));
+      std::fprintf(stderr, "troupe scheduler: %s is back\n", Name(m).c_str());
+      Broadcast(net::Role::kWorker, net::Command{0, "server_up", {{"rank", std::to_string(slot)},
+                                                                  {"address", m.host + ":" + std::to_string(m.port)}}});
+      return;
+    }
+    members_.push_back(m);
+    MaybeStart();
+  }
+
+  void MaybeStart() {
+    std::vector<int> servers, workers;
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (!members_[i].alive) continue;
+      (members_[i].role == net::Role::kServer ? servers : workers).push_back(static_cast<int>(i));
+    }
+    if (static_cast<int>(servers.size()) > config_.num_servers || static_cast<int>(workers.size()) > config_.num_workers) {
+      const int extra = servers.size() > static_cast<std::size_t>(config_.num_servers) ? servers.back() : workers.back();
+      Member& m = members_[static_cast<std::size_t>(extra)];
+      m.alive = false;
+      return Refuse(m.conn, "the cluster already has " + std::to_string(config_.num_servers) + " servers and " +
+                                std::to_string(config_.num_workers) + " workers (DMLC_NUM_SERVER, DMLC_NUM_WORKER)");
+    }
+    if (static_cast<int>(servers.size()) < config_.num_servers || static_cast<int>(workers.size()) < config_.num_workers) {
+      return;
+    }
+    // Servers that asked for a rank keep it; the others fill the free slots in arrival order.
+    for (int idx : servers) {
+      const int want = members_[static_cast<std::size_t>(idx)].rank;
+      if (want >= 0 && want < config_.num_servers && servers_[static_cast<std::size_t>(want)] < 0) {
+        servers_[static_cast<std::size_t>(want)] = idx;
+      } else {
+        members_[static_cast<std::size_t>(idx)].rank = -1;
+      }
+    }
+    for (int idx : servers) {
+      if (members_[static_cast<std::size_t>(idx)].rank >= 0) continue;
+      const auto free = std::find(servers_.begin(), servers_.end(), -1);
+      members_[static_cast<std::size_t>(idx)].rank = static_cast<int>(free - servers_.begin());
+      *free = idx;
+    }
+    for (std::size_t r = 0; r < workers.size(); ++r) {
+      workers_[r] = workers[r];
+      members_[static_cast<std::size_t>(workers[r])].rank = static_cast<int>(r);
+    }
+    started_ = true;
+    // Servers first: a worker connects to them as soon as it has its own start.
+    for (const net::Role role : {net::Role::kServer, net::Role::kWorker}) {
+      for (const Member& m : members_) {
+        if (m.alive && m.role == role) Send(m.conn, StartCommand(m.rank));
+      }
+    }
+  }
+
+  void OnBarrier(Member& node, const net::Barrier& b) {
+    if (node.role != net::Role::kWorker || b.group != net::kWorkerGroup) {
+      return Send(node.conn, net::ErrorMsg{b.request_id, "only barriers of the worker group are supported", -1,
+                                           net::Role::kScheduler});
+    }
+    if (!broken_.empty()) return Send(node.conn, net::ErrorMsg{b.request_id, broken_, dead_rank_, net::Role::kWorker});
+    barrier_.emplace_back(node.conn, b.request_id);
+    CheckBarrier();
+  }
+
+  void CheckBarrier() {
+    if (barrier_.empty() || static_cast<int>(barrier_.size()) < ActiveWorkers()) return;
+    for (const auto& [conn, id] : barrier_) Send(conn, net::Ack{id, std::nullopt});
+    barrier_.clear();
+  }
+
+  void OnCommand(Member& node, const net::Command& c) {
+    if (c.name == "leave" && node.role == net::Role::kWorker) {
+      node.left = true;
+      Send(node.conn, net::Ack{c.request_id, std::nullopt});
+      CheckBarrier();
+      return CheckEnd();
+    }
+    Send(node.conn, net::ErrorMsg{c.request_id, "the scheduler has no command '" + c.name + "'", -1,
+                                  net::Role::kScheduler});
+  }
+
+  void Broadcast(net::Role role, const net::Message& m) {
+    const net::SharedBytes bytes = net::EncodeShared(m);
+    for (const Member& x : members_) {
+      if (x.alive && x.role == role) self_->send(x.conn, net::send_atom::value, bytes);
+    }
+  }
+
+  void OnClosed(const caf::actor& conn, const std::string& why) {
+    refused_.erase(conn);
+    Member* node = Find(conn);
+    if (node == nullptr || !node->alive) return;
+    if (node->left || (stopping_ && node->role == net::Role::kServer)) {
+      node->alive = false;
+      return CheckEnd();
+    }
+    Death(*node, why);
+  }
+
+  void Death(Member& node, const std::string& why) {
+    node.alive = false;
+    self_->send(node.conn, net::close_atom::value);
+    if (!started_) return;  // it never was a member: the cluster waits for another node
+    const std::string what = Name(node) + " died: " + why;
+    std::fprintf(stderr, "troupe scheduler: %s\n", what.c_str());
+    died_ = true;
+    if (node.role == net::Role::kWorker) {
+      broken_ = what;
+      dead_rank_ = node.rank;
+      for (const auto& [conn, id] : barrier_) Send(conn, net::ErrorMsg{id, broken_, dead_rank_, net::Role::kWorker});
+      barrier_.clear();
+    }
+    const net::Command notice{0, "node_dead", {{"role", RoleName(node.role)}, {"rank", std::to_string(node.rank)},
+                                               {"message", what}}};
+    Broadcast(net::Role::kServer, notice);
+    Broadcast(net::Role::kWorker, notice);
+    CheckEnd();
+  }
+
+  // Every worker has left or died: stop the servers; the scheduler ends when they are gone.
+  void CheckEnd() {
+    if (!started_) return;
+    for (int idx : workers_) {
+      const Member& w = members_[static_cast<std::size_t>(idx)];
+      if (w.alive && !w.left) return;
+    }
+    if (!stopping_) {
+      stopping_ = true;
+      Broadcast(net::Role::kServer, net::Command{0, "stop", {}});
+    }
+    for (const Member& m : members_) {
+      if (m.alive && m.role == net::Role::kServer) return;
+    }
+    Finish(died_ ? 1 : 0, died_ ? "a node of the cluster died (see above)" : "");
+  }
+
+  void OnTick() {
+    if (finished_) return;
+    const auto now = Clock::now();
+    const auto timeout = std::chrono::milliseconds(config_.heartbeat_timeout_ms);
+    const net::SharedBytes beat = net::EncodeShared(net::Heartbeat{-1, ++beats_});
+    for (Member& m : members_) {
+      if (!m.alive) continue;
+      if (now - m.last_seen > timeout) {
+        Death(m, "no heartbeat for " + std::to_string(config_.heartbeat_timeout_ms) + " ms");
+        continue;
+      }
+      self_->send(m.conn, net::send_atom::value, beat);
+    }
+    if (!started_ && now - born_ > std::chrono::milliseconds(config_.connect_timeout_ms)) {
+      int s = 0, w = 0;
+      for (const Member& m : members_) {
+        if (m.alive) ++(m.role == net::Role::kServer ? s : w);
+      }
+      const std::string why = "the cluster did not form within " + std::to_string(config_.connect_timeout_ms) +
+                              " ms: " + std::to_string(s) + " of " + std::to_string(config_.num_servers) +
+                              " servers and " + std::to_string(w) + " of " + std::to_string(config_.num_workers) +
+                              " workers joined";
+      for (const Member& m : members_) {
+        if (m.alive) Send(m.conn, net::ErrorMsg{0, why, -1, net::Role::kScheduler});
+      }
+      return Finish(1, why);
+    }
+    if (!finished_) self_->delayed_send(self_, std::chrono::milliseconds(config_.heartbeat_interval_ms), net::tick_atom::value);
+  }
+
+  void Finish(int status, const std::string& message) {
+    if (finished_) return;
+    finished_ = true;
+    for (const Member& m : members_) {
+      if (m.alive) self_->send(m.conn, net::close_atom::value);
+    }
+    outcome_->Set(status, message);
+    self_->quit();
+  }
+
+  caf::event_based_actor* self_;
+  DistConfig config_;
+  std::shared_ptr<Outcome> outcome_;
+  Clock::time_point born_;
+  std::vector<Member> members_;   // every node that said hello, in arrival order
+  std::vector<int> servers_;      // rank -> index in members_ (-1 before the start)
+  std::vector<int> workers_;
+  std::vector<std::pair<caf::actor, std::uint64_t>> barrier_;  // waiting workers
+  std::set<caf::actor> refused_;  // connections refused (closing)
+  std::string broken_;            // set when a worker died: barriers fail with it
+  int dead_rank_ = -1;
+  bool started_ = false, stopping_ = false, finished_ = false, died_ = false;
+  std::uint64_t beats_ = 0;
+};
+
+}  // namespace
+
+NodeHandle SpawnScheduler(net::NetSystem& net, const DistConfig& config, std::shared_ptr<Outcome> outcome) {
+  caf::actor actor = net.system().spawn([config, outcome](caf::event_based_actor* self) {
+    auto state = std::make_shared<Scheduler>(self, config, outcome);
+    self->attach_functor([state, outcome](const caf::error&) {
+      outcome->Set(1, "the scheduler stopped");  // no-op after an orderly Finish
+    });
+    return state->Make();
+  });
+  net::Listener l;
+  try {
+    l = net::Listen(net.system(), config.root_uri, static_cast<std::uint16_t>(config.root_port), actor, config.max_frame_bytes);
+  } catch (...) {
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    throw;
+  }
+  return NodeHandle{actor, l.port};
+}
+
+}  // namespace troupe::internal

@@ -1,0 +1,505 @@
+// A server of the distributed KVStore (kvstore/dist.h): owns the keys (or parts of big keys) the workers
+// send it, sums a sync round's pushes, runs the optimizer, answers pulls, writes and loads checkpoints.
+// One actor; the connections (to the scheduler, from each worker) are brokers of it (kvstore/net). The
+// values are NDArrays on cpu(0) of the process's engine; the actor waits for each update to finish before
+// it answers, so a reply always carries the updated value.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "actors/error.h"
+#include "kvstore/internal/dist_common.h"
+#include "kvstore/internal/dist_roles.h"
+#include "kvstore/internal/store_checks.h"
+#include "kvstore/net/internal/transport.h"
+#include "ops/ndarray.h"
+#include "ops/optimizer.h"
+
+namespace troupe::internal {
+namespace {
+
+using init_atom = caf::atom_constant<caf::atom("srv_init")>;
+
+struct Waiter {
+  caf::actor conn;
+  std::uint64_t id = 0;
+  bool wants_value = false;
+};
+
+struct Entry {
+  NDArray stored;
+  NDArray merged;
+  std::uint32_t part_index = 0;
+  std::uint32_t part_count = 1;
+  std::set<int> pushed;  // workers whose push is in the current sync round
+  std::vector<Waiter> waiters;
+  std::vector<std::pair<caf::actor, net::TensorMsg>> deferred;  // a worker's next-round pushes
+};
+
+struct WorkerConn {
+  int rank = -1;
+  std::string host;
+};
+
+// What a checkpoint holds (loaded before the actor starts, so that a bad one is an error at start-up).
+struct Checkpoint {
+  std::map<int, Entry> entries;
+  std::vector<std::pair<std::string, std::string>> optimizer_args;  // empty = no optimizer
+  std::unique_ptr<Optimizer> optimizer;                             // with its states loaded
+  std::int64_t updates = 0;
+};
+
+std::string CheckpointBase(const std::string& dir, int rank) {
+  return (std::filesystem::path(dir) / ("server-" + std::to_string(rank))).string();
+}
+
+std::string ShapeText(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s.append(i ? "," : "").append(std::to_string(shape[i]));
+  return s.append(")");
+}
+
+Checkpoint LoadCheckpoint(const DistConfig& config) {
+  Checkpoint ck;
+  if (config.rank < 0 || config.checkpoint_dir.empty()) return ck;
+  const std::string base = CheckpointBase(config.checkpoint_dir, config.rank);
+  if (!std::filesystem::exists(base + ".params")) return ck;  // a first start: nothing to load
+  std::vector<NDArray> arrays;
+  std::vector<std::string> names;
+  const Context cpu = Context::CPU(0);
+  NDArray::Load(base + ".params", &arrays, &names, &cpu);
+  for (std::size_t i = 0; i < arrays.size(); ++i) {
+    int key = 0;
+    unsigned part = 0, parts = 1;
+    if (std::sscanf(names[i].c_str(), "key:%d:%u:%u", &key, &part, &parts) != 3) {
+      throw Error("kvstore server: checkpoint " + base + ".params has an array named '" + names[i] +
+                  "', not key:<key>:<part>:<parts>; is it a server checkpoint?");
+    }
+    Entry& e = ck.entries[key];
+    e.stored = arrays[i];
+    e.merged = NDArray(arrays[i].shape(), cpu, arrays[i].dtype());
+    e.part_index = part;
+    e.part_count = parts;
+  }
+  std::ifstream meta(base + ".meta");
+  std::string line;
+  while (std::getline(meta, line)) {
+    const auto tab = line.find('\t');
+    if (tab == std::string::npos) continue;
+    const std::string k = line.substr(0, tab), v = line.substr(tab + 1);
+    if (k == "updates") {
+      ck.updates = std::stoll(v);
+    } else if (k.rfind("opt.", 0) == 0) {
+      ck.optimizer_args.emplace_back(k.substr(4), v);
+    }
+  }
+  if (!ck.optimizer_args.empty()) {
+    ck.optimizer = Optimizer::Create(OptimizerFromArgs(ck.optimizer_args));
+    if (std::filesystem::exists(base + ".states")) ck.optimizer->LoadStates(base + ".states");
+  }
+  return ck;
+}
+
+class Server {
+ public:
+  Server(caf::event_based_actor* self, DistConfig config, std::shared_ptr<Outcome> outcome, Checkpoint ck)
+      : self_(self), config_(std::move(config)), outcome_(std::move(outcome)) {
+    entries_ = std::move(ck.entries);
+    updates_ = ck.updates;
+    optimizer_args_ = std::move(ck.optimizer_args);
+    optimizer_ = std::move(ck.optimizer);
+    last_seen_ = Clock::now();
+  }
+
+  caf::behavior Make() {
+    return {
+        [this](init_atom, const caf::actor& scheduler, std::uint16_t port) {
+          scheduler_ = scheduler;
+          port_ = port;
+          Send(scheduler_, net::Hello{net::Role::kServer, config_.rank, net::kProtocolVersion, config_.token,
+                                      config_.host, port_});
+          self_->send(self_, net::tick_atom::value);
+        },
+        [this](net::recv_atom, const caf::actor& conn, const net::Message& m) { OnFrame(conn, m); },
+        [this](net::closed_atom, const caf::actor& conn, const std::string& why) { OnClosed(conn, why); },
+        [this](net::tick_atom) { OnTick(); },
+    };
+  }
+
+ private:
+  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, net::EncodeShared(m)); }
+  void Fail(const caf::actor& conn, std::uint64_t id, const std::string& why, int dead_rank = -1) {
+    Send(conn, net::ErrorMsg{id, why, dead_rank, net::Role::kWorker});
+  }
+  std::string Me() const { return "server " + std::to_string(rank_); }
+
+  int ActiveWorkers() const {
+    return num_workers_ - static_cast<int>(left_.size()) - static_cast<int>(dead_.size());
+  }
+
+  void OnFrame(const caf::actor& conn, const net::Message& m) {
+    if (conn == scheduler_) {
+      last_seen_ = Clock::now();
+      if (const auto* c = std::get_if<net::Command>(&m)) return OnSchedulerCommand(*c);
+      if (const auto* e = std::get_if<net::ErrorMsg>(&m)) return Finish(1, "the scheduler refused this server: " + e->message);
+      return;  // heartbeats
+    }
+    if (rank_ < 0) {
+      early_.emplace_back(conn, m);  // before the scheduler's start: keep it until then
+      return;
+    }
+    auto it = workers_.find(conn);
+    if (it == workers_.end()) {
+      const auto* hello = std::get_if<net::Hello>(&m);
+      std::string why = hello == nullptr ? "the first frame of a connection must be a hello" : CheckHello(*hello, config_.token);
+      if (why.empty() && (hello->role != net::Role::kWorker || hello->rank < 0)) {
+        why = "only workers with a rank from the scheduler connect to a server";
+      }
+      if (!why.empty()) {
+        std::fprintf(stderr, "troupe %s: refused a connection: %s\n", Me().c_str(), why.c_str());
+        Fail(conn, 0, "refused by " + Me() + ": " + why);
+        self_->send(conn, net::close_atom::value);
+        return;
+      }
+      workers_[conn] = WorkerConn{hello->rank, hello->host};
+      Send(conn, net::Hello{net::Role::kServer, rank_, net::kProtocolVersion, config_.token, config_.host, port_});
+      return;
+    }
+    const WorkerConn& w = it->second;
+    if (const auto* t = std::get_if<net::TensorMsg>(&m)) return OnTensor(conn, w, *t);
+    if (const auto* c = std::get_if<net::Command>(&m)) return OnWorkerCommand(conn, w, *c);
+    if (std::holds_alternative<net::Heartbeat>(m)) return;
+    Fail(conn, 0, Me() + " does not take this kind of frame");
+  }
+
+  void OnSchedulerCommand(const net::Command& c) {
+    try {
+      if (c.name == "start") {
+        rank_ = IntArg(c, "rank");
+        num_workers_ = IntArg(c, "num_workers");
+        if (config_.rank >= 0 && config_.rank != rank_) {
+          return Finish(1, "asked for rank " + std::to_string(config_.rank) + " but the scheduler gave " +
+                               std::to_string(rank_));
+        }
+        std::printf("troupe server %d: started (listening on %s:%u)\n", rank_, config_.host.c_str(), port_);
+        std::fflush(stdout);
+        auto early = std::move(early_);
+        early_.clear();
+        for (const auto& [conn, m] : early) OnFrame(conn, m);
+        return;
+      }
+      if (c.name == "node_dead") {
+        if (Arg(c, "role") == "worker") WorkerDied(IntArg(c, "rank"), Arg(c, "message"));
+        return;
+      }
+      if (c.name == "stop") return Finish(0, "");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe %s: bad command from the scheduler: %s\n", Me().c_str(), e.what());
+    }
+  }
+
+  void OnWorkerCommand(const caf::actor& conn, const WorkerConn& w, const net::Command& c) {
+    try {
+      if (c.name == "mode") {
+        const bool sync = Arg(c, "sync") == "1";
+        if (mode_set_ && sync != sync_) {
+          return Fail(conn, c.request_id, "worker " + std::to_string(w.rank) + " asked for " +
+                                              (sync ? "dist_sync" : "dist_async") + " but other workers use " +
+                                              (sync_ ? "dist_sync" : "dist_async") + "; create every worker's store with the same type");
+        }
+        sync_ = sync;
+        mode_set_ = true;
+      } else if (c.name == "set_optimizer") {
+        std::vector<std::pair<std::string, std::string>> args = c.args;
+        optimizer_ = Optimizer::Create(OptimizerFromArgs(args));
+        optimizer_args_ = std::move(args);
+      } else if (c.name == "checkpoint") {
+        const std::string dir = Arg(c, "dir", config_.checkpoint_dir);
+        if (dir.empty()) {
+          return Fail(conn, c.request_id, Me() + " has no checkpoint directory: pass one to Checkpoint() or set "
+                                                 "TROUPE_KVSTORE_CHECKPOINT_DIR on the servers");
+        }
+        WriteCheckpoint(dir);
+      } else if (c.name == "leave") {
+        left_.insert(w.rank);
+        Send(conn, net::Ack{c.request_id, std::nullopt});
+        for (auto& [key, e] : entries_) MaybeComplete(key, e);
+        return;
+      } else {
+        return Fail(conn, c.request_id, Me() + " has no command '" + c.name + "'");
+      }
+      Send(conn, net::Ack{c.request_id, std::nullopt});
+    } catch (const std::exception& e) {
+      Fail(conn, c.request_id, Me() + ": " + c.name + " failed: " + e.what());
+    }
+  }
+
+  void OnTensor(const caf::actor& conn, const WorkerConn& w, const net::TensorMsg& t) {
+    const std::string key_text = "key " + std::to_string(t.key);
+    if (t.op == net::TensorOp::kInit) {
+      auto it = entries_.find(t.key);
+      if (it != entries_.end()) {
+        // Already there: a second Init, or a restarted server that loaded its checkpoint. Keep the value.
+        if (it->second.stored.shape().ToVector() != t.value.shape || it->second.stored.dtype() != t.value.dtype) {
+          return Fail(conn, t.request_id, Me() + ": " + key_text + " is already initialised with shape " +
+                                              ShapeText(it->second.stored.shape().ToVector()) + ", not " +
+                                              ShapeText(t.value.shape));
+        }
+        return Send(conn, net::Ack{t.request_id, std::nullopt});
+      }
+      Entry& e = entries_[t.key];
+      const TShape shape(t.value.shape);
+      e.stored = NDArray(shape, Context::CPU(0), t.value.dtype);
+      e.merged = NDArray(shape, Context::CPU(0), t.value.dtype);
+      e.stored.WaitToWrite();
+      std::memcpy(e.stored.data().dptr, t.value.data.bytes.data(), t.value.data.size());
+      e.part_index = t.part_index;
+      e.part_count = t.part_count;
+      return Send(conn, net::Ack{t.request_id, std::nullopt});
+    }
+    auto it = entries_.find(t.key);
+    if (it == entries_.end()) {
+      return Fail(conn, t.request_id, Me() + ": " + key_text + " has not been initialised; call Init first");
+    }
+    Entry& e = it->second;
+    if (t.op != net::TensorOp::kPull) {
+      const DType want = t.compressed ? DType::kFloat32 : t.value.dtype;
+      if (e.stored.shape().ToVector() != t.value.shape || e.stored.dtype() != want) {
+        return Fail(conn, t.request_id, Me() + ": " + key_text + " holds " + DTypeName(e.stored.dtype()) +
+                                            ShapeText(e.stored.shape().ToVector()) + " but the push has " +
+                                            DTypeName(want) + ShapeText(t.value.shape));
+      }
+    }
+    if (t.op == net::TensorOp::kPull) {
+      if (sync_ && e.pushed.count(w.rank) != 0) {
+        e.waiters.push_back({conn, t.request_id, true});  // its own push is in this round: answer after it
+      } else {
+        ReplyValue(conn, t.request_id, e);
+      }
+      return;
+    }
+    if (!sync_) {
+      try {
+        Accumulate(e, t, true);
+        Update(t.key, e);
+      } catch (const std::exception& ex) {
+        return Fail(conn, t.request_id, Me() + ": the update of " + key_text + " failed: " + ex.what());
+      }
+      if (t.op == net::TensorOp::kPushPull) return ReplyValue(conn, t.request_id, e);
+      return Send(conn, net::Ack{t.request_id, std::nullopt});
+    }
+    if (!broken_.empty()) return Fail(conn, t.request_id, broken_, dead_rank_);
+    if (e.pushed.count(w.rank) != 0) {
+      e.deferred.emplace_back(conn, t);  // this worker is a round ahead: keep its push for the next round
+      return;
+    }
+    Accumulate(e, t, e.pushed.empty());
+    e.pushed.insert(w.rank);
+    e.waiters.push_back({conn, t.request_id, t.op == net::TensorOp::kPushPull});
+    MaybeComplete(t.key, e);
+  }
+
+  // merged = payload (first push of a round) or merged += payload.
+  void Accumulate(Entry& e, const net::TensorMsg& t, bool first) {
+    e.merged.WaitToWrite();
+    const TBlob out = e.merged.data();
+    const std::int64_t n = out.shape.Size();
+    if (t.compressed) {
+      float* dst = static_cast<float*>(out.dptr);
+      const auto* in = reinterpret_cast<const std::uint8_t*>(t.value.data.bytes.data());
+      if (first) return Dequantize2BitCpu(in, dst, n, t.compression_threshold);
+      scratch_.resize(static_cast<std::size_t>(n));
+      Dequantize2BitCpu(in, scratch_.data(), n, t.compression_threshold);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] += scratch_[static_cast<std::size_t>(i)];
+      return;
+    }
+    if (first) {
+      std::memcpy(out.dptr, t.value.data.bytes.data(), t.value.data.size());
+      return;
+    }
+    const TBlob in(const_cast<std::byte*>(t.value.data.bytes.data()), out.shape, out.dtype, out.ctx);
+    SumOnHost({out, in}, out);
+  }
+
+  // stored = optimizer(merged) or merged; waits for it (the reply must carry the new value).
+  void Update(int key, Entry& e) {
+    if (optimizer_ != nullptr) {
+      optimizer_->Update(key, e.stored, e.merged);
+    } else {
+      std::swap(e.stored, e.merged);
+    }
+    e.stored.WaitToRead();
+    ++updates_;
+    if (config_.checkpoint_every > 0 && updates_ % config_.checkpoint_every == 0 && !config_.checkpoint_dir.empty()) {
+      try {
+        WriteCheckpoint(config_.checkpoint_dir);
+      } catch (const std::exception& ex) {
+        std::fprintf(stderr, "troupe %s: periodic checkpoint failed: %s\n", Me().c_str(), ex.what());
+      }
+    }
+  }
+
+  void MaybeComplete(int key, Entry& e) {
+    if (e.pushed.empty() || static_cast<int>(e.pushed.size()) < ActiveWorkers()) return;
+    std::vector<Waiter> waiters = std::move(e.waiters);
+    e.waiters.clear();
+    e.pushed.clear();
+    std::string error;
+    try {
+      Update(key, e);
+    } catch (const std::exception& ex) {
+      error = Me() + ": the update of key " + std::to_string(key) + " failed: " + ex.what();
+    }
+    for (const Waiter& w : waiters) {
+      if (!error.empty()) {
+        Fail(w.conn, w.id, error);
+      } else if (w.wants_value) {
+        ReplyValue(w.conn, w.id, e);
+      } else {
+        Send(w.conn, net::Ack{w.id, std::nullopt});
+      }
+    }
+    // Pushes that arrived a round early start the next round.
+    auto deferred = std::move(e.deferred);
+    e.deferred.clear();
+    for (auto& [conn, t] : deferred) {
+      auto it = workers_.find(conn);
+      if (it != workers_.end()) OnTensor(conn, it->second, t);
+    }
+  }
+
+  void ReplyValue(const caf::actor& conn, std::uint64_t id, const Entry& e) {
+    const TBlob b = e.stored.data();  // up to date: every update was waited for
+    net::TensorPayload v{e.stored.dtype(), e.stored.shape().ToVector(),
+                         net::Blob::View({static_cast<const std::byte*>(b.dptr), e.stored.Bytes()})};
+    Send(conn, net::Ack{id, std::move(v)});
+  }
+
+  void WorkerDied(int rank, const std::string& what) {
+    if (rank < 0 || dead_.count(rank) != 0 || left_.count(rank) != 0) return;
+    dead_.insert(rank);
+    broken_ = what.empty() ? "worker " + std::to_string(rank) + " died" : what;
+    dead_rank_ = rank;
+    for (auto& [key, e] : entries_) {
+      for (const Waiter& w : e.waiters) Fail(w.conn, w.id, broken_, rank);
+      for (const auto& [conn, t] : e.deferred) Fail(conn, t.request_id, broken_, rank);
+      e.waiters.clear();
+      e.deferred.clear();
+      e.pushed.clear();
+    }
+  }
+
+  void OnClosed(const caf::actor& conn, const std::string& why) {
+    if (conn == scheduler_) {
+      if (!finished_) Finish(1, "lost the scheduler: " + why);
+      return;
+    }
+    auto it = workers_.find(conn);
+    if (it == workers_.end()) return;
+    const WorkerConn w = it->second;
+    workers_.erase(it);
+    // A worker that closes without leaving died (the scheduler will say so too; the first notice counts).
+    if (left_.count(w.rank) == 0) WorkerDied(w.rank, NodeName(net::Role::kWorker, w.rank, w.host) + " died: " + why);
+  }
+
+  void OnTick() {
+    if (finished_) return;
+    if (Clock::now() - last_seen_ > std::chrono::milliseconds(config_.heartbeat_timeout_ms)) {
+      return Finish(1, "the scheduler sent nothing for " + std::to_string(config_.heartbeat_timeout_ms) + " ms");
+    }
+    Send(scheduler_, net::Heartbeat{rank_, ++beats_});
+    self_->delayed_send(self_, std::chrono::milliseconds(config_.heartbeat_interval_ms), net::tick_atom::value);
+  }
+
+  void WriteCheckpoint(const std::string& dir) {
+    std::filesystem::create_directories(dir);
+    const std::string base = CheckpointBase(dir, rank_);
+    std::vector<NDArray> arrays;
+    std::vector<std::string> names;
+    for (const auto& [key, e] : entries_) {
+      arrays.push_back(e.stored);
+      names.push_back("key:" + std::to_string(key) + ":" + std::to_string(e.part_index) + ":" +
+                      std::to_string(e.part_count));
+    }
+    // Each file is written aside and renamed into place; the values go last, so a checkpoint whose values
+    // file exists has its metadata too.
+    {
+      std::ofstream meta(base + ".meta.tmp", std::ios::trunc);
+      meta << "updates\t" << updates_ << "\n";
+      for (const auto& [k, v] : optimizer_args_) meta << "opt." << k << "\t" << v << "\n";
+      if (!meta) throw Error("cannot write " + base + ".meta.tmp");
+    }
+    if (optimizer_ != nullptr) {
+      optimizer_->SaveStates(base + ".states.tmp");
+      std::filesystem::rename(base + ".states.tmp", base + ".states");
+    }
+    std::filesystem::rename(base + ".meta.tmp", base + ".meta");
+    NDArray::Save(base + ".params.tmp", arrays, names);
+    std::filesystem::rename(base + ".params.tmp", base + ".params");
+  }
+
+  void Finish(int status, const std::string& message) {
+    if (finished_) return;
+    finished_ = true;
+    if (!message.empty()) std::fprintf(stderr, "troupe %s: %s\n", Me().c_str(), message.c_str());
+    for (const auto& [conn, w] : workers_) self_->send(conn, net::close_atom::value);
+    if (scheduler_) self_->send(scheduler_, net::close_atom::value);
+    outcome_->Set(status, message);
+    self_->quit();
+  }
+
+  caf::event_based_actor* self_;
+  DistConfig config_;
+  std::shared_ptr<Outcome> outcome_;
+  caf::actor scheduler_;
+  std::uint16_t port_ = 0;
+  int rank_ = -1;
+  int num_workers_ = 1;
+  bool sync_ = true;
+  bool mode_set_ = false;
+  std::map<caf::actor, WorkerConn> workers_;
+  std::vector<std::pair<caf::actor, net::Message>> early_;  // worker frames that came before the start
+  std::set<int> left_, dead_;
+  std::string broken_;
+  int dead_rank_ = -1;
+  std::map<int, Entry> entries_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<std::pair<std::string, std::string>> optimizer_args_;
+  std::int64_t updates_ = 0;
+  std::vector<float> scratch_;
+  Clock::time_point last_seen_;
+  std::uint64_t beats_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+NodeHandle SpawnServer(net::NetSystem& net, const DistConfig& config, std::shared_ptr<Outcome> outcome) {
+  auto ck = std::make_shared<Checkpoint>(LoadCheckpoint(config));
+  caf::actor actor = net.system().spawn([config, outcome, ck](caf::event_based_actor* self) {
+    auto state = std::make_shared<Server>(self, config, outcome, std::move(*ck));
+    self->attach_functor([state, outcome](const caf::error&) { outcome->Set(1, "the server stopped"); });
+    return state->Make();
+  });
+  try {
+    const net::Listener l = net::Listen(net.system(), config.host, 0, actor, config.max_frame_bytes);
+    caf::actor scheduler = net::Connect(net.system(), config.root_uri, static_cast<std::uint16_t>(config.root_port),
+                                        actor, config.max_frame_bytes, config.connect_timeout_ms);
+    caf::anon_send(actor, init_atom::value, scheduler, l.port);
+    return NodeHandle{actor, l.port};
+  } catch (...) {
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    throw;
+  }
+}
+
+}  // namespace troupe::internal

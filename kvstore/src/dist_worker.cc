@@ -1,0 +1,800 @@
+// A worker of the distributed KVStore (kvstore/dist.h): the KVStore the training loop drives, and the actor
+// that owns its connections (to the scheduler and to every server) and its requests in flight.
+//
+// A Push, Pull or PushPull of a key is one engine function per key (after the local reduction and the
+// compression, which are engine functions of their own). It encodes one frame per part of the key, hands
+// them to the worker actor and completes when every part was answered; an answer's value is copied into
+// the output there. The functions of a key are ordered by a variable of the key: a push writes it and a
+// pull reads it, so a pull starts after the push was answered — after the sync round's update.
+//
+// Failures (a dead node, a server's error) complete the function with the error, which poisons what it
+// writes (the outputs and the key's variable; ops/ndarray.h): the caller sees it at WaitToRead. The next
+// call on that key first drains the key's variable, so the key works again once the cluster does.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "actors/error.h"
+#include "kvstore/dist.h"
+#include "kvstore/gradient_compression.h"
+#include "kvstore/internal/dist_common.h"
+#include "kvstore/internal/store_checks.h"
+#include "kvstore/net/internal/transport.h"
+
+namespace troupe {
+namespace internal {
+namespace {
+
+// The answer to one request: an error message, or success with an optional value.
+struct Reply {
+  std::string error;
+  std::optional<net::TensorPayload> value;
+};
+using ReplyFn = std::function<void(Reply)>;
+
+struct StartInfo {
+  std::string error;
+  int rank = -1;
+  int num_workers = 0;
+  int num_servers = 0;
+};
+using StartFn = std::function<void(StartInfo)>;
+
+}  // namespace
+}  // namespace internal
+}  // namespace troupe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::internal::ReplyFn)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::internal::StartFn)
+
+namespace troupe {
+namespace internal {
+namespace {
+
+using start_atom = caf::atom_constant<caf::atom("wk_start")>;
+using request_atom = caf::atom_constant<caf::atom("wk_req")>;
+using leave_atom = caf::atom_constant<caf::atom("wk_leave")>;
+
+constexpr int kScheduler = -1;  // request target: the scheduler; 0.. are server ranks
+
+// The worker's actor: connections, handshake, requests in flight, heartbeats, failures.
+class WorkerActor {
+ public:
+  WorkerActor(caf::event_based_actor* self, DistConfig config, bool sync)
+      : self_(self), config_(std::move(config)), sync_(sync) {}
+
+  caf::behavior Make() {
+    return {
+        [this](start_atom, const caf::actor& scheduler, const StartFn& done) {
+          scheduler_ = scheduler;
+          start_fn_ = done;
+          last_seen_ = Clock::now();
+          Send(scheduler_, net::Hello{net::Role::kWorker, -1, net::kProtocolVersion, config_.token, config_.host, 0});
+          self_->send(self_, net::tick_atom::value);
+        },
+        [this](request_atom, int target, std::uint64_t id, const net::SharedBytes& frame, const ReplyFn& fn) {
+          Request(target, id, frame, fn);
+        },
+        [this](leave_atom) { leaving_ = true; },
+        [this](net::recv_atom, const caf::actor& conn, const net::Message& m) { OnFrame(conn, m); },
+        [this](net::closed_atom, const caf::actor& conn, const std::string& why) { OnClosed(conn, why); },
+        [this](net::tick_atom) { OnTick(); },
+    };
+  }
+
+ private:
+  struct ServerLink {
+    caf::actor conn;
+    std::string address;
+    bool up = false;          // handshake done and not dead
+    std::string down_reason;  // why it is down (empty before the first handshake)
+  };
+  struct Pending {
+    int target = kScheduler;
+    ReplyFn fn;
+  };
+  struct Queued {  // a request for a server that is down, waiting for it to come back
+    int target;
+    std::uint64_t id;
+    net::SharedBytes frame;
+    ReplyFn fn;
+    Clock::time_point deadline;
+  };
+
+  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, net::EncodeShared(m)); }
+
+  std::string ServerName(int r) const {
+    const std::string& a = servers_[static_cast<std::size_t>(r)].address;
+    return NodeName(net::Role::kServer, r, a.substr(0, a.rfind(':')));
+  }
+
+  void Request(int target, std::uint64_t id, const net::SharedBytes& frame, const ReplyFn& fn) {
+    if (!failed_.empty()) return fn(Reply{failed_, std::nullopt});
+    if (target == kScheduler) {
+      pending_[id] = Pending{target, fn};
+      self_->send(scheduler_, net::send_atom::value, frame);
+      return;
+    }
+    if (target < 0 || target >= static_cast<int>(servers_.size())) {
+      return fn(Reply{"kvstore worker: no server " + std::to_string(target), std::nullopt});
+    }
+    ServerLink& s = servers_[static_cast<std::size_t>(target)];
+    if (!s.up) {
+      queued_.push_back(Queued{target, id, frame, fn,
+                               Clock::now() + std::chrono::milliseconds(config_.heartbeat_timeout_ms)});
+      return;
+    }
+    pending_[id] = Pending{target, fn};
+    self_->send(s.conn, net::send_atom::value, frame);
+  }
+
+  int TargetOf(const caf::actor& conn) const {
+    if (conn == scheduler_) return kScheduler;
+    for (std::size_t r = 0; r < servers_.size(); ++r) {
+      if (servers_[r].conn == conn) return static_cast<int>(r);
+    }
+    return -2;
+  }
+
+  void OnFrame(const caf::actor& conn, const net::Message& m) {
+    const int target = TargetOf(conn);
+    if (target == -2) return;  // a connection already replaced
+    if (target == kScheduler) last_seen_ = Clock::now();
+    if (const auto* a = std::get_if<net::Ack>(&m)) return Answer(a->request_id, Reply{{}, a->value});
+    if (const auto* e = std::get_if<net::ErrorMsg>(&m)) {
+      if (e->request_id != 0) return Answer(e->request_id, Reply{e->message, std::nullopt});
+      // Not about one request: a refusal (the connection closes next) or the cluster failed to form.
+      if (target == kScheduler) return Fail(e->message);
+      return ServerDown(target, e->message);
+    }
+    if (const auto* h = std::get_if<net::Hello>(&m)) {
+      if (target < 0) return;
+      if (std::string why = CheckHello(*h, config_.token); !why.empty()) return ServerDown(target, "refused: " + why);
+      // The server knows this worker now; tell it the mode, and the link is up once it agreed.
+      const std::uint64_t id = ++internal_ids_ | (std::uint64_t{1} << 63);
+      pending_[id] = Pending{target, [this, target](Reply r) {
+                               if (!r.error.empty()) return ServerDown(target, r.error);
+                               ServerUp(target);
+                             }};
+      Send(conn, net::Command{id, "mode", {{"sync", sync_ ? "1" : "0"}}});
+      return;
+    }
+    if (const auto* c = std::get_if<net::Command>(&m); c != nullptr && target == kScheduler) {
+      try {
+        OnSchedulerCommand(*c);
+      } catch (const std::exception& ex) {
+        Fail(std::string("kvstore worker: bad command from the scheduler: ") + ex.what());
+      }
+    }
+  }
+
+  void OnSchedulerCommand(const net::Command& c) {
+    if (c.name == "start") {
+      rank_ = IntArg(c, "rank");
+      num_workers_ = IntArg(c, "num_workers");
+      const int n = IntArg(c, "num_servers");
+      servers_.assign(static_cast<std::size_t>(n), ServerLink{});
+      for (int r = 0; r < n; ++r) {
+        servers_[static_cast<std::size_t>(r)].address = Arg(c, "server." + std::to_string(r));
+        Connect(r);
+      }
+      return;
+    }
+    if (c.name == "node_dead" && Arg(c, "role") == "server") return ServerDown(IntArg(c, "rank"), Arg(c, "message"));
+    if (c.name == "server_up") {
+      const int r = IntArg(c, "rank");
+      if (r < 0 || r >= static_cast<int>(servers_.size())) return;
+      // Requests still on the old connection went to the dead process: fail them before reconnecting.
+      if (servers_[static_cast<std::size_t>(r)].conn) ServerDown(r, ServerName(r) + " was replaced");
+      servers_[static_cast<std::size_t>(r)].address = Arg(c, "address");
+      Connect(r);
+    }
+  }
+
+  void Connect(int r) {
+    ServerLink& s = servers_[static_cast<std::size_t>(r)];
+    try {
+      const auto [host, port] = net::SplitHostPort(s.address);
+      s.conn = net::Connect(self_->system(), host, port, caf::actor_cast<caf::actor>(self_), config_.max_frame_bytes,
+                            config_.connect_timeout_ms);
+      Send(s.conn, net::Hello{net::Role::kWorker, rank_, net::kProtocolVersion, config_.token, config_.host, 0});
+    } catch (const std::exception& e) {
+      ServerDown(r, e.what());
+    }
+  }
+
+  void ServerUp(int r) {
+    ServerLink& s = servers_[static_cast<std::size_t>(r)];
+    s.up = true;
+    s.down_reason.clear();
+    auto queued = std::move(queued_);
+    queued_.clear();
+    for (Queued& q : queued) Request(q.target, q.id, q.frame, q.fn);
+    if (start_fn_ && std::all_of(servers_.begin(), servers_.end(), [](const ServerLink& x) { return x.up; })) {
+      auto fn = std::move(start_fn_);
+      start_fn_ = nullptr;
+      fn(StartInfo{{}, rank_, num_workers_, static_cast<int>(servers_.size())});
+    }
+  }
+
+  void ServerDown(int r, const std::string& why) {
+    if (r < 0 || r >= static_cast<int>(servers_.size())) return;
+    ServerLink& s = servers_[static_cast<std::size_t>(r)];
+    if (s.conn) self_->send(s.conn, net::close_atom::value);
+    s.conn = nullptr;
+    s.up = false;
+    s.down_reason = why;
+    if (start_fn_) return Fail("cannot reach " + ServerName(r) + ": " + why);
+    // Requests in flight are lost with the server: fail them now.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.target == r) {
+        auto fn = std::move(it->second.fn);
+        it = pending_.erase(it);
+        fn(Reply{why, std::nullopt});
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void Answer(std::uint64_t id, Reply reply) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;
+    auto fn = std::move(it->second.fn);
+    pending_.erase(it);
+    fn(std::move(reply));
+  }
+
+  // The cluster is unusable for this worker (the scheduler died or refused it): fail everything.
+  void Fail(const std::string& why) {
+    if (failed_.empty()) failed_ = why;
+    if (start_fn_) {
+      auto fn = std::move(start_fn_);
+      start_fn_ = nullptr;
+      fn(StartInfo{why, -1, 0, 0});
+    }
+    auto pending = std::move(pending_);
+    pending_.clear();
+    for (auto& [id, p] : pending) p.fn(Reply{why, std::nullopt});
+    auto queued = std::move(queued_);
+    queued_.clear();
+    for (Queued& q : queued) q.fn(Reply{why, std::nullopt});
+  }
+
+  void OnClosed(const caf::actor& conn, const std::string& why) {
+    // While leaving, peers close as the cluster ends (a server may stop before it read this worker's
+    // leave): the requests still waiting on that connection are answered with the error, so the leave
+    // does not wait for them.
+    const int target = TargetOf(conn);
+    if (target == kScheduler) return Fail("lost the scheduler: " + why);
+    if (target >= 0) ServerDown(target, ServerName(target) + " died: " + why);
+  }
+
+  void OnTick() {
+    const auto now = Clock::now();
+    if (failed_.empty() && !leaving_ && now - last_seen_ > std::chrono::milliseconds(config_.heartbeat_timeout_ms)) {
+      Fail("the scheduler sent nothing for " + std::to_string(config_.heartbeat_timeout_ms) + " ms");
+    }
+    if (failed_.empty() && scheduler_) Send(scheduler_, net::Heartbeat{rank_, ++beats_});
+    for (auto it = queued_.begin(); it != queued_.end();) {
+      if (now >= it->deadline) {
+        auto fn = std::move(it->fn);
+        const int r = it->target;
+        it = queued_.erase(it);
+        fn(Reply{ServerName(r) + " is down and did not come back within " +
+                     std::to_string(config_.heartbeat_timeout_ms) + " ms: " +
+                     servers_[static_cast<std::size_t>(r)].down_reason,
+                 std::nullopt});
+      } else {
+        ++it;
+      }
+    }
+    if (failed_.empty()) {
+      self_->delayed_send(self_, std::chrono::milliseconds(std::max(1, config_.heartbeat_interval_ms)),
+                          net::tick_atom::value);
+    }
+  }
+
+  caf::event_based_actor* self_;
+  DistConfig config_;
+  bool sync_;
+  caf::actor scheduler_;
+  StartFn start_fn_;
+  int rank_ = -1;
+  int num_workers_ = 0;
+  std::vector<ServerLink> servers_;
+  std::unordered_map<std::uint64_t, Pending> pending_;
+  std::vector<Queued> queued_;
+  std::string failed_;
+  bool leaving_ = false;
+  Clock::time_point last_seen_;
+  std::uint64_t beats_ = 0;
+  std::uint64_t internal_ids_ = 0;
+};
+
+// One part of a key: the server holding it and its elements [begin, end) of the flattened array.
+struct Part {
+  int server = 0;
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+
+// The completion of one engine function waiting for several parts' answers.
+struct Gather {
+  std::atomic<int> left{0};
+  std::mutex mu;
+  std::string error;
+  CallbackOnComplete done;
+  void* target = nullptr;  // where answered values go (null: answers carry no value)
+  std::size_t elem = 0;    // bytes per element of the target
+  std::atomic<bool>* key_failed = nullptr;
+
+  void Complete(const std::vector<Part>& parts, std::size_t p, Reply r) {
+    if (r.error.empty() && target != nullptr) {
+      const Part& part = parts[p];
+      const std::size_t bytes = static_cast<std::size_t>(part.end - part.begin) * elem;
+      if (!r.value || r.value->data.size() != bytes) {
+        r.error = "kvstore worker: a server answered with " + std::to_string(r.value ? r.value->data.size() : 0) +
+                  " bytes for a part of " + std::to_string(bytes) + " bytes";
+      } else {
+        std::memcpy(static_cast<std::byte*>(target) + static_cast<std::size_t>(part.begin) * elem,
+                    r.value->data.bytes.data(), bytes);
+      }
+    }
+    if (!r.error.empty()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (error.empty()) error = r.error;
+    }
+    if (left.fetch_sub(1) == 1) {
+      if (error.empty()) return done();
+      if (key_failed != nullptr) key_failed->store(true);
+      done(std::make_exception_ptr(Error(error)));
+    }
+  }
+};
+
+class KVStoreDist final : public KVStore {
+ public:
+  KVStoreDist(const std::string& type, const DistConfig& config)
+      : KVStore(type), config_(config), net_(net::NetSystem::Acquire()) {
+    config_.Validate();
+    const bool sync = type != "dist_async";
+    actor_ = net_->system().spawn([config = config_, sync](caf::event_based_actor* self) {
+      auto state = std::make_shared<WorkerActor>(self, config, sync);
+      self->attach_functor([state](const caf::error&) {});
+      return state->Make();
+    });
+    try {
+      caf::actor scheduler = net::Connect(net_->system(), config_.root_uri, static_cast<std::uint16_t>(config_.root_port),
+                                          actor_, config_.max_frame_bytes, config_.connect_timeout_ms);
+      auto promise = std::make_shared<std::promise<StartInfo>>();
+      auto future = promise->get_future();
+      caf::anon_send(actor_, start_atom::value, scheduler, StartFn([promise](StartInfo i) { promise->set_value(i); }));
+      if (future.wait_for(std::chrono::milliseconds(config_.connect_timeout_ms)) != std::future_status::ready) {
+        throw Error("kvstore worker: the cluster at " + config_.root_uri + ":" + std::to_string(config_.root_port) +
+                    " did not form within " + std::to_string(config_.connect_timeout_ms) +
+                    " ms (are the scheduler, DMLC_NUM_SERVER servers and DMLC_NUM_WORKER workers running?)");
+      }
+      const StartInfo info = future.get();
+      if (!info.error.empty()) throw Error("kvstore worker: cannot join the cluster: " + info.error);
+      rank_ = info.rank;
+      num_workers_ = info.num_workers;
+      num_servers_ = info.num_servers;
+      server_bytes_.assign(static_cast<std::size_t>(num_servers_), 0);
+    } catch (...) {
+      Shutdown(false);
+      throw;
+    }
+  }
+
+  ~KVStoreDist() override { Shutdown(true); }
+
+  using KVStore::Init;
+  using KVStore::Pull;
+  using KVStore::Push;
+  using KVStore::PushPull;
+
+  int rank() const override { return rank_; }
+  int num_workers() const override { return num_workers_; }
+
+  void Init(const std::vector<int>& keys, const std::vector<NDArray>& values) override {
+    NoteIntKeys("Init");
+    CheckInitArgs(keys, values, [this](int k) { return StoredOf(k); }, [this](int k) { return KeyName(k); });
+    std::vector<std::future<Reply>> replies;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const NDArray& v = values[i];
+      auto key = std::make_unique<Key>();
+      key->proto = NDArray(v.shape(), Context::CPU(0), v.dtype(), v.engine());
+      key->order = NDArray(TShape{1}, Context::CPU(0), DType::kFloat32, v.engine());
+      key->parts = Place(v.Size(), v.Bytes());
+      if (rank_ == 0) {
+        // Worker 0's values initialise the servers (MXNet); the others only learn the key's layout.
+        const NDArray host = v.ctx().is_gpu() ? v.CopyTo(Context::CPU(0)) : v;
+        host.WaitToRead();
+        const TBlob b = host.data();
+        for (std::size_t p = 0; p < key->parts.size(); ++p) {
+          const std::uint64_t id = NextId();
+          replies.push_back(Call(key->parts[p].server, id, TensorFrame(net::TensorOp::kInit, keys[i], *key, p, b, id)));
+        }
+      }
+      keys_[keys[i]] = std::move(key);
+    }
+    for (auto& f : replies) {
+      const Reply r = f.get();
+      if (!r.error.empty()) throw Error("KVStore::Init: " + r.error);
+    }
+    Barrier();
+  }
+
+  void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority) override {
+    NoteIntKeys("Push");
+    const KeyGroups groups = Check("Push", keys, values, "value");
+    for (const auto& [key, idx] : groups) {
+      Key& k = Prepare(key);
+      Send(net::TensorOp::kPush, key, k, Source(key, k, values, idx, priority), {}, priority);
+    }
+  }
+
+  void Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) override {
+    NoteIntKeys("Pull");
+    const KeyGroups groups = Check("Pull", keys, outs, "output");
+    for (const auto& [key, idx] : groups) {
+      Key& k = Prepare(key);
+      Send(net::TensorOp::kPull, key, k, {}, Outputs(k, outs, idx), priority);
+    }
+  }
+
+  void PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
+                int priority) override {
+    NoteIntKeys("PushPull");
+    const KeyGroups groups = Check("PushPull", keys, values, "value");
+    const KeyGroups out_groups = Check("PushPull", keys, outs, "output");
+    for (const auto& [key, idx] : groups) {
+      Key& k = Prepare(key);
+      Send(net::TensorOp::kPushPull, key, k, Source(key, k, values, idx, priority), Outputs(k, outs, out_groups.at(key)),
+           priority);
+    }
+  }
+
+  void SetUpdater(Updater) override {
+    throw Error("KVStore::SetUpdater: a '" + type_ +
+                "' store updates on its servers, and no code crosses the wire; use SetOptimizer with a "
+                "declarative OptimizerConfig");
+  }
+
+  void SetOptimizer(const OptimizerConfig& config) override {
+    std::unique_ptr<Optimizer> opt = Optimizer::Create(config);  // a bad config fails here, before sending
+    if (rank_ == 0) AllServers(net::Command{0, "set_optimizer", OptimizerArgs(config)}, "SetOptimizer");
+    optimizer_ = std::move(opt);
+    Barrier();
+  }
+
+  void Barrier() override {
+    const std::uint64_t id = NextId();
+    const Reply r = Call(kScheduler, id, net::EncodeShared(net::Barrier{id, net::kWorkerGroup})).get();
+    if (!r.error.empty()) throw Error("KVStore::Barrier: " + r.error);
+  }
+
+  void Checkpoint(const std::string& dir) override {
+    net::Command c{0, "checkpoint", {}};
+    if (!dir.empty()) c.args.emplace_back("dir", dir);
+    WaitKeys();
+    AllServers(c, "Checkpoint");
+  }
+
+ private:
+  struct Key {
+    NDArray proto;  // cpu(0), the key's shape and dtype: the argument checks, the reduction and pull target
+    NDArray order;  // its variable orders the key's pushes before its pulls
+    std::vector<Part> parts;
+    std::atomic<bool> failed{false};  // a function of the key failed: drain `order` before the next one
+    std::vector<NDArray> residuals, compressed;  // per part, with compression on
+    std::vector<NDArray> staging;                // host copies of device values
+  };
+
+  std::uint64_t NextId() { return next_id_.fetch_add(1) + 1; }
+
+  const NDArray* StoredOf(int key) const {
+    auto it = keys_.find(key);
+    return it == keys_.end() ? nullptr : &it->second->proto;
+  }
+  KeyGroups Check(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& arrays,
+                  const char* what) const {
+    return CheckArrays(op, keys, arrays, what, [this](int k) { return StoredOf(k); },
+                       [this](int k) { return KeyName(k); });
+  }
+
+  // Small keys go to the server with the fewest bytes so far; big ones are split across all servers, at
+  // multiples of 16 elements (whole words of 2-bit codes).
+  std::vector<Part> Place(std::int64_t n, std::size_t bytes) {
+    std::vector<Part> parts;
+    if (n >= config_.bigarray_bound && num_servers_ > 1) {
+      for (int s = 0; s < num_servers_; ++s) {
+        const auto edge = [&](int i) { return i == num_servers_ ? n : std::min(n, (n * i / num_servers_) / 16 * 16); };
+        const Part p{s, edge(s), edge(s + 1)};
+        if (p.end <= p.begin) continue;
+        server_bytes_[static_cast<std::size_t>(s)] += static_cast<std::size_t>(p.end - p.begin) * (bytes / static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
+        parts.push_back(p);
+      }
+      return parts;
+    }
+    const auto least = std::min_element(server_bytes_.begin(), server_bytes_.end());
+    *least += bytes;
+    parts.push_back(Part{static_cast<int>(least - server_bytes_.begin()), 0, n});
+    return parts;
+  }
+
+  // The key's entry, with a failure of its previous function drained (that error reached the arrays the
+  // failed function wrote; the key itself starts clean).
+  Key& Prepare(int key) {
+    Key& k = *keys_.at(key);
+    if (k.failed.exchange(false)) {
+      try {
+        k.order.WaitToWrite();
+      } catch (const std::exception&) {
+      }
+    }
+    return k;
+  }
+
+  void WaitKeys() {
+    for (auto& [key, k] : keys_) {
+      try {
+        k->order.WaitToWrite();
+        k->proto.WaitToWrite();
+      } catch (const std::exception&) {
+      }
+    }
+  }
+
+  // What a push sends: the value itself (one host value), or the host sum of the values; then, with
+  // compression on, the 2-bit codes of each part.
+  struct Src {
+    NDArray array;                      // the bytes sent (uncompressed)
+    std::vector<NDArray> compressed;    // per part, when compressing
+    float threshold = 0.f;
+  };
+  Src Source(int key, Key& k, const std::vector<NDArray>& values, const std::vector<std::size_t>& idx, int priority) {
+    Src src;
+    const bool host0 = !values[idx[0]].ctx().is_gpu();
+    if (idx.size() == 1 && host0) {
+      src.array = values[idx[0]];
+    } else {
+      // Local reduction first (dist_device_sync and several devices): on the host, into proto.
+      std::vector<NDArray> reads;
+      if (k.staging.size() < idx.size()) k.staging.resize(idx.size());
+      for (std::size_t j = 0; j < idx.size(); ++j) {
+        const NDArray& v = values[idx[j]];
+        if (v.ctx().is_gpu()) {
+          if (k.staging[j].is_none()) k.staging[j] = NDArray(v.shape(), Context::CPU(0), v.dtype(), v.engine());
+          CopyFromTo(v, k.staging[j], priority);
+          reads.push_back(k.staging[j]);
+        } else {
+          reads.push_back(v);
+        }
+      }
+      std::vector<TBlob> blobs;
+      std::vector<VarHandle> vars;
+      for (const NDArray& r : reads) {
+        blobs.push_back(r.data());
+        vars.push_back(r.var());
+      }
+      const TBlob out = k.proto.data();
+      k.proto.engine()->PushSync([blobs, out](RunContext) { SumOnHost(blobs, out); }, Context::CPU(0), vars,
+                                 {k.proto.var()}, FnProperty::kNormal, priority, "kvstore_dist_reduce");
+      src.array = k.proto;
+    }
+    if (!compression_.empty()) {
+      if (src.array.dtype() != DType::kFloat32) {
+        throw Error("KVStore::Push: gradient compression takes float32 values; key " + KeyName(key) +
+                    " is " + DTypeName(src.array.dtype()));
+      }
+      if (gc_ == nullptr || gc_config_ != compression_) {
+        gc_ = std::make_unique<GradientCompression>(compression_);
+        gc_config_ = compression_;
+      }
+      const NDArray flat = src.array.Reshape(TShape{src.array.Size()});
+      if (k.residuals.empty()) {
+        for (const Part& p : k.parts) {
+          const std::int64_t len = p.end - p.begin;
+          k.residuals.push_back(NDArray::Zeros(TShape{len}, Context::CPU(0), DType::kFloat32, k.proto.engine()));
+          k.compressed.emplace_back(TShape{GradientCompression::CompressedSize(len)}, Context::CPU(0),
+                                    DType::kFloat32, k.proto.engine());
+        }
+      }
+      for (std::size_t p = 0; p < k.parts.size(); ++p) {
+        gc_->Quantize(flat.Slice(k.parts[p].begin, k.parts[p].end), k.residuals[p], k.compressed[p], priority);
+      }
+      src.compressed = k.compressed;
+      src.threshold = gc_->threshold();
+    }
+    return src;
+  }
+
+  // Where a pull lands: the first host output (the others are copied from it), or proto.
+  struct Outs {
+    NDArray target;
+    std::vector<NDArray> copies;
+    bool present = false;
+  };
+  Outs Outputs(Key& k, const std::vector<NDArray>& outs, const std::vector<std::size_t>& idx) {
+    Outs o;
+    o.present = true;
+    for (std::size_t j : idx) {
+      if (o.target.is_none() && !outs[j].ctx().is_gpu()) {
+        o.target = outs[j];
+      } else {
+        o.copies.push_back(outs[j]);
+      }
+    }
+    if (o.target.is_none()) o.target = k.proto;
+    return o;
+  }
+
+  // One part's frame: the part of `b` (or the compressed codes) for init/push/pushPull, the request for
+  // a pull.
+  net::SharedBytes TensorFrame(net::TensorOp op, int key, const Key& k, std::size_t p, const TBlob& b,
+                               std::uint64_t id, const TBlob* codes = nullptr, float threshold = 0.f,
+                               int priority = 0) {
+    const Part& part = k.parts[p];
+    net::TensorMsg t;
+    t.op = op;
+    t.request_id = id;
+    t.key = key;
+    t.part_index = static_cast<std::uint32_t>(p);
+    t.part_count = static_cast<std::uint32_t>(k.parts.size());
+    t.priority = priority;
+    t.value.dtype = k.proto.dtype();
+    t.value.shape = k.parts.size() == 1 ? k.proto.shape().ToVector() : std::vector<std::int64_t>{part.end - part.begin};
+    if (op != net::TensorOp::kPull) {
+      if (codes != nullptr) {
+        t.compressed = true;
+        t.compression_threshold = threshold;
+        t.value.data = net::Blob::View({static_cast<const std::byte*>(codes->dptr),
+                                        static_cast<std::size_t>(GradientCompression::CompressedSize(part.end - part.begin)) * 4});
+      } else {
+        const std::size_t elem = DTypeSize(k.proto.dtype());
+        t.value.data = net::Blob::View({static_cast<const std::byte*>(b.dptr) + static_cast<std::size_t>(part.begin) * elem,
+                                        static_cast<std::size_t>(part.end - part.begin) * elem});
+      }
+    }
+    return net::EncodeShared(t);
+  }
+
+  // One engine function: send every part of a push, pull or pushPull and complete when all are answered.
+  void Send(net::TensorOp op, int key, Key& k, const Src& src, const Outs& outs, int priority) {
+    std::vector<VarHandle> reads, writes{k.order.var()};
+    if (op == net::TensorOp::kPull) {
+      reads = {k.order.var()};
+      writes = {outs.target.var()};
+    }
+    TBlob data;
+    std::vector<TBlob> codes;
+    if (!src.array.is_none()) {
+      if (src.compressed.empty()) {
+        data = src.array.data();
+        reads.push_back(src.array.var());
+      } else {
+        for (const NDArray& c : src.compressed) {
+          codes.push_back(c.data());
+          reads.push_back(c.var());
+        }
+      }
+    }
+    TBlob target;
+    if (outs.present) {
+      target = outs.target.data();
+      if (op != net::TensorOp::kPull) writes.push_back(outs.target.var());
+    }
+    // A variable both read and written is declared written only.
+    reads.erase(std::remove_if(reads.begin(), reads.end(),
+                               [&](VarHandle v) { return std::find(writes.begin(), writes.end(), v) != writes.end(); }),
+                reads.end());
+    const float threshold = src.threshold;
+    Key* kp = &k;
+    auto fn = [this, op, key, kp, data, codes, target, threshold, priority, has_target = outs.present](
+                  RunContext, CallbackOnComplete done) {
+      auto gather = std::make_shared<Gather>();
+      gather->left = static_cast<int>(kp->parts.size());
+      gather->done = done;
+      gather->key_failed = &kp->failed;
+      if (has_target) {
+        gather->target = target.dptr;
+        gather->elem = DTypeSize(kp->proto.dtype());
+      }
+      for (std::size_t p = 0; p < kp->parts.size(); ++p) {
+        net::SharedBytes frame;
+        const std::uint64_t id = NextId();
+        try {
+          frame = TensorFrame(op, key, *kp, p, data, id, codes.empty() ? nullptr : &codes[p], threshold, priority);
+        } catch (const std::exception& e) {
+          gather->Complete(kp->parts, p, Reply{e.what(), std::nullopt});
+          continue;
+        }
+        caf::anon_send(actor_, request_atom::value, kp->parts[p].server, id, frame,
+                       ReplyFn([gather, kp, p](Reply r) { gather->Complete(kp->parts, p, std::move(r)); }));
+      }
+    };
+    k.proto.engine()->PushAsync(std::move(fn), Context::CPU(0), reads, writes, FnProperty::kNormal, priority,
+                                op == net::TensorOp::kPull ? "kvstore_dist_pull" : "kvstore_dist_push");
+    for (const NDArray& c : outs.copies) CopyFromTo(outs.target, c, priority);
+  }
+
+  // Sends one request and returns its answer's future (answered on a node's death too).
+  std::future<Reply> Call(int target, std::uint64_t id, net::SharedBytes frame) {
+    auto promise = std::make_shared<std::promise<Reply>>();
+    auto future = promise->get_future();
+    caf::anon_send(actor_, request_atom::value, target, id, std::move(frame),
+                   ReplyFn([promise](Reply r) { promise->set_value(std::move(r)); }));
+    return future;
+  }
+
+  void AllServers(net::Command c, const char* op) {
+    std::vector<std::future<Reply>> replies;
+    for (int s = 0; s < num_servers_; ++s) {
+      c.request_id = NextId();
+      replies.push_back(Call(s, c.request_id, net::EncodeShared(c)));
+    }
+    std::string error;
+    for (auto& f : replies) {
+      const Reply r = f.get();
+      if (!r.error.empty() && error.empty()) error = r.error;
+    }
+    if (!error.empty()) throw Error(std::string("KVStore::") + op + ": " + error);
+  }
+
+  // Leaves the cluster after the pending functions finished (orderly), then stops the actor.
+  void Shutdown(bool leave) {
+    if (leave) {
+      WaitKeys();
+      caf::anon_send(actor_, leave_atom::value);  // from now on, closing connections are expected
+      try {
+        std::vector<std::future<Reply>> replies;
+        for (int s = kScheduler; s < num_servers_; ++s) {
+          const std::uint64_t id = NextId();
+          replies.push_back(Call(s, id, net::EncodeShared(net::Command{id, "leave", {}})));
+        }
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.heartbeat_timeout_ms);
+        for (auto& f : replies) f.wait_until(deadline);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "troupe kvstore worker %d: leaving the cluster: %s\n", rank_, e.what());
+      }
+    }
+    caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+    actor_ = nullptr;
+  }
+
+  DistConfig config_;
+  std::shared_ptr<net::NetSystem> net_;
+  caf::actor actor_;
+  int rank_ = -1;
+  int num_workers_ = 0;
+  int num_servers_ = 0;
+  std::vector<std::size_t> server_bytes_;
+  std::map<int, std::unique_ptr<Key>> keys_;
+  std::atomic<std::uint64_t> next_id_{0};
+  std::unique_ptr<GradientCompression> gc_;
+  Kwargs gc_config_;
+};
+
+}  // namespace
+}  // namespace internal
+
+std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const DistConfig& config) {
+  if (type != "dist_sync" && type != "dist_async" && type != "dist_device_sync") {
+    throw Error("CreateDistKVStore: unknown type '" + type + "'; known: dist_sync, dist_async, dist_device_sync");
+  }
+  return std::make_unique<internal::KVStoreDist>(type, config);
+}
+
+}  // namespace troupe

@@ -1,0 +1,226 @@
+// The distributed KVStore with the whole cluster in this process (issue 8): a scheduler, 2 servers and 2
+// workers on loopback, each worker driven by its own thread. Runs the semantic scenarios of
+// dist_scenarios.h, then the security cases: a wrong token, hostile bytes on a server's and the
+// scheduler's port while a well-behaved worker keeps working.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "actors/error.h"
+#include "kvstore/dist.h"
+#include "kvstore/net/internal/frame_codec.h"
+#include "tests/kvstore/dist_scenarios.h"
+
+namespace troupe {
+namespace {
+
+DistConfig BaseConfig() {
+  DistConfig c;
+  c.num_servers = 2;
+  c.num_workers = 2;
+  c.token = "in-process-test-token";
+  c.heartbeat_interval_ms = 200;
+  c.heartbeat_timeout_ms = 5000;
+  c.connect_timeout_ms = 30000;
+  c.bigarray_bound = 1000;
+  return c;
+}
+
+// Starts the scheduler and the servers, runs `body` on every worker in its own thread, then checks that
+// every node ended in order (status 0).
+void RunCluster(const std::string& type, const std::function<void(KVStore&)>& body, DistConfig config = BaseConfig()) {
+  auto scheduler = DistNode::StartScheduler(config);
+  config.root_port = scheduler->port();
+  std::vector<std::unique_ptr<DistNode>> servers;
+  for (int s = 0; s < config.num_servers; ++s) servers.push_back(DistNode::StartServer(config));
+  std::vector<std::string> errors(static_cast<std::size_t>(config.num_workers));
+  std::vector<std::thread> workers;
+  for (int w = 0; w < config.num_workers; ++w) {
+    workers.emplace_back([&, w] {
+      try {
+        auto kv = CreateDistKVStore(type, config);
+        body(*kv);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(w)] = e.what();
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(scheduler->Wait(), 0) << scheduler->message();
+  for (auto& s : servers) EXPECT_EQ(s->Wait(), 0) << s->message();
+}
+
+class DistScenario : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DistScenario, PassesInOneProcess) {
+  const std::string name = GetParam();
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe_dist_test_" + std::to_string(::getpid()) + "_" + name);
+  const auto& fn = dist_test::Scenarios().at(name);
+  RunCluster(dist_test::ScenarioType(name), [&](KVStore& kv) { fn(kv, dir.string()); });
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DistScenario,
+                         ::testing::Values("sync_rounds", "sync_optimizer", "async_sgd", "barrier", "big_array",
+                                           "compression", "string_keys", "uneven_batches"));
+
+TEST(DistKVStore, DeviceSyncSumsTheWorkersDevicesFirst) {
+  RunCluster("dist_device_sync", [](KVStore& kv) {
+    const TShape shape{6};
+    kv.Init({0}, {dist_test::Filled(shape, 0.f)});
+    const int r = kv.rank();
+    NDArray a = NDArray::Full(shape, 1.f + r, Context::CPU(0)), b = NDArray::Full(shape, 2.f, Context::CPU(1));
+    NDArray o0(shape, Context::CPU(0)), o1(shape, Context::CPU(1));
+    kv.PushPull({0, 0}, {a, b}, {o0, o1});
+    // worker 0: 1 + 2, worker 1: 2 + 2 -> 7 everywhere.
+    dist_test::ExpectValues("cpu(0) output", o0.ToVector<float>(), std::vector<float>(6, 7.f));
+    dist_test::ExpectValues("cpu(1) output", o1.ToVector<float>(), std::vector<float>(6, 7.f));
+  });
+}
+
+TEST(DistKVStore, ErrorsAreClearAndTheStoreStaysUsable) {
+  RunCluster("dist_sync", [](KVStore& kv) {
+    kv.Init({0}, {dist_test::Filled(TShape{2}, 1.f)});
+    EXPECT_THROW(kv.Push({1}, {dist_test::Filled(TShape{2}, 1.f)}), Error);         // not initialised
+    EXPECT_THROW(kv.Push({0}, {dist_test::Filled(TShape{3}, 1.f)}), Error);         // wrong shape
+    EXPECT_THROW(kv.SetUpdater([](int, const NDArray&, NDArray*) {}), Error);       // code cannot travel
+    EXPECT_THROW(kv.SetOptimizer(OptimizerConfig("no_such_optimizer")), Error);     // refused before sending
+    NDArray out(TShape{2}, Context::CPU(0));
+    kv.PushPull({0}, {dist_test::Filled(TShape{2}, 2.f)}, {out});
+    dist_test::ExpectValues("after the errors", out.ToVector<float>(), {4.f, 4.f});
+  });
+}
+
+TEST(DistKVStore, UnknownTypeAndBadConfigAreErrors) {
+  EXPECT_THROW(CreateDistKVStore("dist_nothing", BaseConfig()), Error);
+  DistConfig c = BaseConfig();
+  c.num_workers = 0;
+  EXPECT_THROW(c.Validate(), Error);
+  c = BaseConfig();
+  c.heartbeat_timeout_ms = c.heartbeat_interval_ms;
+  EXPECT_THROW(c.Validate(), Error);
+}
+
+TEST(DistKVStore, WrongTokenIsRefused) {
+  DistConfig config = BaseConfig();
+  config.num_servers = 1;
+  config.num_workers = 1;
+  auto scheduler = DistNode::StartScheduler(config);
+  config.root_port = scheduler->port();
+  auto server = DistNode::StartServer(config);
+  DistConfig intruder = config;
+  intruder.token = "not-the-token";
+  try {
+    CreateDistKVStore("dist_sync", intruder);
+    ADD_FAILURE() << "a worker with the wrong token joined";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("wrong cluster token"), std::string::npos) << e.what();
+  }
+  {
+    auto kv = CreateDistKVStore("dist_sync", config);  // the right token still joins
+    kv->Init({0}, {dist_test::Filled(TShape{2}, 3.f)});
+    NDArray out(TShape{2}, Context::CPU(0));
+    kv->Pull({0}, {out});
+    dist_test::ExpectValues("token test", out.ToVector<float>(), {3.f, 3.f});
+  }
+  EXPECT_EQ(scheduler->Wait(), 0);
+  EXPECT_EQ(server->Wait(), 0);
+}
+
+// A hello frame as a worker of rank 0 would send it, with `token`.
+std::vector<std::byte> HelloFrame(const std::string& token) {
+  return net::EncodeFrame(net::Hello{net::Role::kWorker, 0, net::kProtocolVersion, token, "127.0.0.1", 0});
+}
+
+// A raw TCP client (the hostile one).
+int ConnectRaw(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void SendRaw(int fd, const std::vector<std::byte>& bytes) {
+  std::size_t off = 0;
+  while (off < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the peer closed on us: that is the point
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+// Waits for the peer to close the connection (read returns 0 or an error): it refused the bytes.
+bool PeerCloses(int fd) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return true;
+  }
+}
+
+TEST(DistKVStore, HostileClientsLeaveTheServerServing) {
+  DistConfig config = BaseConfig();
+  config.num_servers = 1;
+  config.num_workers = 1;
+  config.max_frame_bytes = 1 << 20;
+  auto scheduler = DistNode::StartScheduler(config);
+  config.root_port = scheduler->port();
+  auto server = DistNode::StartServer(config);
+  auto kv = CreateDistKVStore("dist_sync", config);
+  kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
+  std::mt19937 rng(20261123);
+  std::printf("hostile-client seed 20261123\n");
+  NDArray out(TShape{4}, Context::CPU(0));
+  float want = 0.f;
+  for (int port : {server->port(), scheduler->port()}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      const int fd = ConnectRaw(port);
+      ASSERT_GE(fd, 0);
+      std::vector<std::byte> bytes;
+      if (kind == 0) {  // random bytes
+        bytes.resize(4096);
+        for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
+      } else if (kind == 1) {  // a length prefix over the limit
+        const std::uint64_t n = std::uint64_t{1} << 40;
+        bytes.resize(8);
+        std::memcpy(bytes.data(), &n, 8);
+      } else if (kind == 2) {  // a well-formed hello with a wrong token
+        bytes = HelloFrame("wrong-token");
+      } else {  // a truncated frame, then the client goes away
+        bytes = HelloFrame("in-process-test-token");
+        bytes.resize(bytes.size() / 2);
+        SendRaw(fd, bytes);
+        ::close(fd);
+        continue;
+      }
+      SendRaw(fd, bytes);
+      EXPECT_TRUE(PeerCloses(fd)) << "port " << port << " kind " << kind;
+      ::close(fd);
+      // The worker is still served.
+      kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+      want = 1.f;  // dist_sync without optimizer: the one worker's push replaces the value
+      dist_test::ExpectValues("served after a hostile client", out.ToVector<float>(), std::vector<float>(4, want));
+    }
+  }
+  kv.reset();
+  EXPECT_EQ(scheduler->Wait(), 0);
+  EXPECT_EQ(server->Wait(), 0);
+}
+
+}  // namespace
+}  // namespace troupe
