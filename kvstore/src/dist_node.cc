@@ -141,6 +141,8 @@ int RunDistRoleFromEnv() {
       std::fflush(stdout);
     } else if (std::string(role) == "server") {
       node = DistNode::StartServer(config);
+      std::printf("troupe server: listening on %s:%d\n", config.host.c_str(), node->port());
+      std::fflush(stdout);
     } else {
       std::fprintf(stderr, "troupe: DMLC_ROLE='%s' is not a role; use scheduler, server or worker\n", role);
       return 1;

@@ -233,8 +233,8 @@ class Scheduler {
     if (!started_) return;  // it never was a member: the cluster waits for another node
     const std::string what = Name(node) + " died: " + why;
     std::fprintf(stderr, "troupe scheduler: %s\n", what.c_str());
-    died_ = true;
     if (node.role == net::Role::kWorker) {
+      died_ = true;
       broken_ = what;
       dead_rank_ = node.rank;
       for (const auto& [conn, id] : barrier_) Send(conn, net::ErrorMsg{id, broken_, dead_rank_, net::Role::kWorker});
@@ -256,6 +256,10 @@ class Scheduler {
     }
     if (!stopping_) {
       stopping_ = true;
+      // A server that died and never came back lost its keys: the run did not end in order.
+      for (int idx : servers_) {
+        if (!members_[static_cast<std::size_t>(idx)].alive) died_ = true;
+      }
       Broadcast(net::Role::kServer, net::Command{0, "stop", {}});
     }
     for (const Member& m : members_) {

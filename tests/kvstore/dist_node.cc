@@ -1,0 +1,168 @@
+// One node of the multi-process tests of the distributed KVStore (kvstore_dist_process_test.cc).
+//
+// With DMLC_ROLE=scheduler or server it runs that role (RunDistRoleFromEnv, as `troupe scheduler|server`
+// does). With DMLC_ROLE=worker it joins the cluster of the DMLC_* environment and runs the worker program
+// named by argv[1]: a semantic scenario of dist_scenarios.h, or one of the failure programs below. It
+// prints READY lines the test waits for, reads GO lines from stdin where the test must act first, and
+// exits 0 when every check held (1 otherwise, with the reason on stderr).
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "actors/error.h"
+#include "kvstore/dist.h"
+#include "tests/kvstore/dist_scenarios.h"
+
+namespace troupe {
+namespace {
+
+void Say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// Blocks until the test writes a line (or closes stdin).
+void AwaitGo() {
+  std::string line;
+  std::getline(std::cin, line);
+}
+
+std::unique_ptr<KVStore> Join(const std::string& type) { return CreateDistKVStore(type, DistConfig::FromEnv()); }
+
+// The victim of the kill tests: one round, READY, then waits to be killed (or stopped).
+int RoundThenBlock() {
+  auto kv = Join("dist_sync");
+  kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
+  NDArray out(TShape{4}, Context::CPU(0));
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+  out.WaitToRead();
+  Say("READY");
+  AwaitGo();
+  std::_Exit(0);  // not reached when killed; never leave in order (the test is about dying)
+}
+
+// The survivor: one round, READY, then a round the victim never joins: its pull must fail, naming the
+// dead worker, instead of hanging.
+int RoundThenExpectDeath() {
+  auto kv = Join("dist_sync");
+  kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
+  NDArray out(TShape{4}, Context::CPU(0));
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+  dist_test::ExpectValues("round 1", out.ToVector<float>(), std::vector<float>(4, 2.f));
+  const std::string victim = "worker " + std::to_string(1 - kv->rank());
+  Say("READY");
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+  try {
+    out.WaitToRead();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    Say("FAILED AS PROMISED: " + what);
+    if (what.find(victim) == std::string::npos || what.find("died") == std::string::npos) {
+      std::fprintf(stderr, "the error does not name %s as dead: %s\n", victim.c_str(), what.c_str());
+      return 1;
+    }
+    // The store stays usable for a clean exit: a barrier now fails the same way, at once.
+    try {
+      kv->Barrier();
+      std::fprintf(stderr, "a barrier with a dead worker succeeded\n");
+      return 1;
+    } catch (const Error& b) {
+      Say(std::string("BARRIER FAILED TOO: ") + b.what());
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "round 2 completed although worker %d died\n", 1 - kv->rank());
+  return 1;
+}
+
+// Server restart: sgd with momentum on the servers, two rounds, a checkpoint, READY; the test kills a
+// server and starts it again from the checkpoint, then says GO; two more rounds must continue exactly.
+int TrainAcrossServerRestart() {
+  auto kv = Join("dist_sync");
+  const TShape shape{5000};  // over the test's bound of 1000: split over both servers
+  kv->Init({0, 1}, {dist_test::Filled(shape, 1.f), dist_test::Filled(TShape{3}, 1.f)});
+  kv->SetOptimizer(OptimizerConfig("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}}));
+  const float grad = 1.f + static_cast<float>(kv->rank());  // the sum of both workers' gradients is 3
+  NDArray out(shape, Context::CPU(0)), out1(TShape{3}, Context::CPU(0));
+  float w = 1.f, mom = 0.f;
+  auto round = [&](int r) {
+    kv->PushPull({0, 1}, {dist_test::Filled(shape, grad), dist_test::Filled(TShape{3}, grad)}, {out, out1});
+    mom = 0.9f * mom - 0.1f * 3.f;
+    w += mom;
+    dist_test::ExpectValues("round " + std::to_string(r) + " key 0", out.ToVector<float>(),
+                            std::vector<float>(5000, w));
+    dist_test::ExpectValues("round " + std::to_string(r) + " key 1", out1.ToVector<float>(), std::vector<float>(3, w));
+  };
+  round(1);
+  round(2);
+  kv->Barrier();
+  if (kv->rank() == 0) kv->Checkpoint();
+  kv->Barrier();
+  Say("READY");
+  AwaitGo();
+  round(3);
+  round(4);
+  Say("DONE");
+  return 0;
+}
+
+// A well-behaved worker while the test attacks the nodes' ports: READY, wait for GO, then rounds.
+int ServeWhileAttacked() {
+  auto kv = Join("dist_sync");
+  kv->Init({0}, {dist_test::Filled(TShape{64}, 0.f)});
+  Say("READY");
+  AwaitGo();
+  NDArray out(TShape{64}, Context::CPU(0));
+  for (int r = 1; r <= 3; ++r) {
+    kv->PushPull({0}, {dist_test::Filled(TShape{64}, static_cast<float>(r))}, {out});
+    dist_test::ExpectValues("round " + std::to_string(r), out.ToVector<float>(), std::vector<float>(64, static_cast<float>(r)));
+  }
+  return 0;
+}
+
+// A worker with the wrong token: joining must fail with the refusal.
+int ExpectRefused() {
+  try {
+    Join("dist_sync");
+  } catch (const Error& e) {
+    Say(std::string("REFUSED: ") + e.what());
+    return std::string(e.what()).find("wrong cluster token") != std::string::npos ? 0 : 1;
+  }
+  std::fprintf(stderr, "a worker with the wrong token joined\n");
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  if (const int status = RunDistRoleFromEnv(); status >= 0) return status;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: DMLC_ROLE=worker dist_node <scenario>\n");
+    return 2;
+  }
+  const std::string name = argv[1];
+  try {
+    if (name == "round_then_block") return RoundThenBlock();
+    if (name == "round_then_expect_death") return RoundThenExpectDeath();
+    if (name == "train_across_server_restart") return TrainAcrossServerRestart();
+    if (name == "serve_while_attacked") return ServeWhileAttacked();
+    if (name == "expect_refused") return ExpectRefused();
+    const auto& all = dist_test::Scenarios();
+    auto it = all.find(name);
+    if (it == all.end()) {
+      std::fprintf(stderr, "dist_node: unknown scenario '%s'\n", name.c_str());
+      return 2;
+    }
+    const char* dir = std::getenv("TROUPE_TEST_DIR");
+    auto kv = Join(dist_test::ScenarioType(name));
+    it->second(*kv, dir != nullptr ? dir : "");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dist_node %s: %s\n", name.c_str(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+}  // namespace troupe
+
+int main(int argc, char** argv) { return troupe::Main(argc, argv); }
