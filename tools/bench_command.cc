@@ -188,6 +188,28 @@ constexpr const char* kKVStoreExamples =
     "  troupe bench kvstore-local --workloads mlp --batch-size 256 --json mlp.json\n"
     "      only the MLP on 2 devices against 1, at batch 256";
 
+constexpr const char* kKVStoreDistDescription =
+    "The distributed KVStore across processes on loopback against raw TCP between two processes, measured in "
+    "the same run. A scheduler, 1 server and 2 workers run as separate processes (copies of this executable). "
+    "Each worker runs dist_sync rounds over a model of --model-mib MiB in keys of --key-mib MiB (float32): a "
+    "round is PushPull of every key, ended when every pulled key has arrived; round 0 is a warm-up, then "
+    "--repeat timed rounds; then --latency-calls PushPull calls of a 16-float key, each waited for. Figures: "
+    "throughput = bytes through the server per second (2 workers x model x 2 / the slower worker's median "
+    "round time), per-worker throughput, and the small key's median latency. Anchors, against a child "
+    "process over TCP with TCP_NODELAY: the one-way stream throughput (256 MiB in key-sized writes), the echo "
+    "of the model in key-sized chunks, and the round trip of a 64-byte message. Ratios: throughput / stream "
+    "(target >= 0.7), latency / round trip (target <= 3); reported, not enforced. Checks: every pulled key "
+    "equals the sum of both workers' gradients of its round, the echoes equal what was sent, every process "
+    "exits 0. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed, 1 when one "
+    "failed (the JSON says which), 2 on bad usage.";
+
+constexpr const char* kKVStoreDistExamples =
+    "Examples:\n"
+    "  troupe bench kvstore-dist --json dist.json\n"
+    "      64 MiB in 4 MiB keys, 10 rounds, 2000 latency calls (about half a minute on 2 cores)\n"
+    "  troupe bench kvstore-dist --quick --json /tmp/smoke.json\n"
+    "      a 4 MiB model, 2 rounds: checks that the processes, anchors and checks work";
+
 // A number as a person writes it: 0.2, not 0.200000.
 std::string FormatNumber(double v) {
   std::ostringstream os;
@@ -209,6 +231,7 @@ BenchCommand::BenchCommand(CLI::App* root) {
       "  troupe bench ops --json ops.json\n"
       "  troupe bench io --json io.json\n"
       "  troupe bench kvstore-local --json kvstore.json\n"
+      "  troupe bench kvstore-dist --json dist.json\n"
       "  troupe bench ops --help\n");
 
   // --- engine ---------------------------------------------------------------------------------------
@@ -463,6 +486,34 @@ BenchCommand::BenchCommand(CLI::App* root) {
       ->capture_default_str();
   kvstore->allow_extras(false);
   workloads_.push_back({"kvstore-local", kvstore, [this] { return bench::RunKVStoreBench(kvstore_options_); }});
+
+  // --- kvstore-dist ---------------------------------------------------------------------------------
+  bench::KVStoreDistBenchOptions& kd = kvstore_dist_options_;
+  CLI::App* dist = app_->add_subcommand(
+      "kvstore-dist", "Distributed KVStore (scheduler, server, 2 workers as processes) against raw TCP");
+  dist->footer(std::string(kKVStoreDistDescription) + "\n\n" + kKVStoreDistExamples + "\n");
+  dist->add_option("--json", kd.json_path, "Write the results to FILE (pretty-printed JSON)")->type_name("FILE");
+  dist->add_flag("--quick", kd.quick, "A 4 MiB model, 2 rounds, 200 latency calls: a smoke run for CTest");
+  dist->add_option("--repeat", kd.repeat,
+                   "Timed rounds (and anchor runs); default " + std::to_string(bench::kDistDefaultRepeat) +
+                       ", 2 with --quick")
+      ->check(CLI::Range(1, 10000))
+      ->type_name("R");
+  dist->add_option("--model-mib", kd.model_mib, "Model size in MiB (default 64, 4 with --quick)")
+      ->check(CLI::Range(0.001, 4096.0))
+      ->type_name("MIB");
+  dist->add_option("--key-mib", kd.key_mib, "Size of one key in MiB")
+      ->check(CLI::Range(0.0001, 256.0))
+      ->type_name("MIB")
+      ->capture_default_str();
+  dist->add_option("--latency-calls", kd.latency_calls, "Small-key PushPull calls timed (default 2000, 200 with --quick)")
+      ->check(CLI::Range(1, 10000000))
+      ->type_name("N");
+  // The roles of the processes the benchmark starts itself (not for users; hidden from --help).
+  dist->add_option("--role", kd.role, "")->check(CLI::IsMember({"worker", "tcp-peer"}))->group("");
+  dist->add_option("--peer-port", kd.peer_port, "")->group("");
+  dist->allow_extras(false);
+  workloads_.push_back({"kvstore-dist", dist, [this] { return bench::RunKVStoreDistBench(kvstore_dist_options_); }});
 
   // Set after the workloads were added (subcommands inherit it when created): an unknown workload name
   // is collected here and reported by Run() with the list of known ones.

@@ -2,7 +2,7 @@
 //
 // Each workload is a subcommand backed by a library in bench/<workload>/ (today: `engine`, from
 // bench/engine/, `ndarray`, from bench/ndarray/, `ops`, from bench/ops/, `io`, from bench/io/, `train`,
-// from bench/train/, and `kvstore-local`, from bench/kvstore/). To add one: link its library into the
+// from bench/train/, `kvstore-local` and `kvstore-dist`, from bench/kvstore/). To add one: link its library into the
 // `troupe` target (tools/CMakeLists.txt), then add a Workload entry in BenchCommand's constructor with its
 // options, description and examples.
 //
@@ -16,6 +16,7 @@
 #include "bench/engine/engine_bench.h"
 #include "bench/io/io_bench.h"
 #include "bench/kvstore/kvstore_bench.h"
+#include "bench/kvstore/kvstore_dist_bench.h"
 #include "bench/ndarray/ndarray_bench.h"
 #include "bench/ops/ops_bench.h"
 #include "bench/train/train_bench.h"
@@ -55,6 +56,7 @@ class BenchCommand {
   bench::IoBenchOptions io_options_;
   bench::TrainBenchOptions train_options_;
   bench::KVStoreBenchOptions kvstore_options_;
+  bench::KVStoreDistBenchOptions kvstore_dist_options_;
 };
 
 }  // namespace troupe::tools

@@ -1,6 +1,7 @@
 // The `troupe` command: one executable, one subcommand per job (DESIGN.md §2 "tools/").
 //
-// Today: `troupe bench <workload>` (tools/bench_command.h) and `troupe im2rec` (tools/im2rec_command.h).
+// Today: `troupe bench <workload>` (tools/bench_command.h), `troupe im2rec` (tools/im2rec_command.h) and
+// `troupe scheduler|server` (tools/dist_command.h; with no command and DMLC_ROLE set, the role runs).
 // Later issues add launch, the scheduler/server roles, shell and train as further subcommands, each in
 // its own tools/<name>_command.{h,cc}.
 //
@@ -12,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/dist.h"
 #include "tools/bench_command.h"
+#include "tools/dist_command.h"
 #include "tools/im2rec_command.h"
 
 #ifndef TROUPE_VERSION
@@ -22,11 +25,16 @@
 namespace {
 
 constexpr int kExitUsage = 2;
-constexpr const char* kCommands = "bench, im2rec";
+constexpr const char* kCommands = "bench, im2rec, scheduler, server";
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // MXNet's rule: a process started with DMLC_ROLE=scheduler or server (and no command) runs that role of
+  // the distributed KVStore (kvstore/dist.h) until its cluster ends.
+  if (argc == 1) {
+    if (const int status = troupe::RunDistRoleFromEnv(); status >= 0) return status;
+  }
   CLI::App app{"troupe: an actor-model runtime for machine learning (the successor of Apache MXNet's engine)",
                "troupe"};
   app.footer(
@@ -36,11 +44,14 @@ int main(int argc, char** argv) {
       "  troupe --version\n"
       "  troupe bench engine --json engine.json\n"
       "  troupe im2rec train.lst images/ train\n"
+      "  troupe scheduler --port 9091 --num-servers 1 --num-workers 2\n"
+      "  troupe server --root 127.0.0.1:9091\n"
       "  troupe bench --help\n");
   app.set_version_flag("--version", std::string("troupe ") + TROUPE_VERSION);
 
   troupe::tools::BenchCommand bench(&app);
   troupe::tools::Im2RecCommand im2rec(&app);
+  troupe::tools::DistCommand dist(&app);
   // After the subcommands were added (they inherit it when created): an unknown command is collected and
   // reported below with the list of known ones, instead of CLI11's generic message.
   app.allow_extras();
@@ -55,6 +66,7 @@ int main(int argc, char** argv) {
   try {
     if (bench.chosen()) return bench.Run();
     if (im2rec.chosen()) return im2rec.Run();
+    if (dist.chosen()) return dist.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     return 1;

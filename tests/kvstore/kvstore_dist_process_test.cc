@@ -7,14 +7,11 @@
 //   - a wrong token is refused, and hostile bytes on the server's and the scheduler's ports leave a
 //     well-behaved worker served.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,9 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/child_process.h"
 #include "kvstore/net/internal/frame_codec.h"
-
-extern char** environ;
 
 namespace troupe {
 namespace {
@@ -40,92 +36,33 @@ constexpr int kHeartbeatIntervalMs = 300;
 constexpr int kHeartbeatTimeoutMs = 3000;
 constexpr int kLineTimeoutMs = 60000;  // a line the test waits for; a failure, not a hang, when it never comes
 
-// A child process with a pipe on its stdout and (optionally) one on its stdin.
+// A dist_node process (bench/common/child_process.h) whose failures to answer are test failures.
 class Proc {
  public:
-  Proc(const std::string& name, const std::vector<std::string>& args, const Env& env) : name_(name) {
-    int out[2], in[2];
-    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
-    EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string kv = *e;
-      const std::string key = kv.substr(0, kv.find('='));
-      if (env.count(key) == 0) env_strings.push_back(kv);
-    }
-    for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-    std::vector<char*> argv, envp;
-    std::vector<std::string> all_args{TROUPE_DIST_NODE};
-    all_args.insert(all_args.end(), args.begin(), args.end());
-    for (auto& a : all_args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::dup2(in[0], 0);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    ::close(in[0]);
-    out_ = out[0];
-    in_ = in[1];
-    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
-  }
-  ~Proc() {
-    if (pid_ > 0 && status_ < -1) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    for (int fd : {out_, in_, pidfd_}) {
-      if (fd >= 0) ::close(fd);
-    }
-  }
+  Proc(const std::string& name, const std::vector<std::string>& args, const Env& env)
+      : p_(name, WithProgram(args), env) {}
 
-  // The next stdout line starting with `prefix` (earlier lines are skipped), or "" after the timeout.
+  // The next stdout line starting with `prefix`, or "" (and a test failure) when none came in time.
   std::string WaitLine(const std::string& prefix, int timeout_ms = kLineTimeoutMs) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    for (;;) {
-      for (auto nl = buf_.find('\n'); nl != std::string::npos; nl = buf_.find('\n')) {
-        const std::string line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        if (line.rfind(prefix, 0) == 0) return line;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) break;
-      pollfd p{out_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left)) <= 0) break;
-      char chunk[4096];
-      const ssize_t n = ::read(out_, chunk, sizeof chunk);
-      if (n <= 0) break;
-      buf_.append(chunk, static_cast<std::size_t>(n));
+    auto line = p_.ReadLine(prefix, timeout_ms);
+    if (!line) {
+      ADD_FAILURE() << p_.name() << " did not print a line starting with '" << prefix << "'";
+      return "";
     }
-    ADD_FAILURE() << name_ << " did not print a line starting with '" << prefix << "'";
-    return "";
+    return *line;
   }
-
-  void Write(const std::string& s) { EXPECT_EQ(::write(in_, s.data(), s.size()), static_cast<ssize_t>(s.size())); }
-  void Signal(int sig) { ::kill(pid_, sig); }
-
+  void Write(const std::string& s) { EXPECT_TRUE(p_.Write(s)) << p_.name(); }
+  void Signal(int sig) { p_.Signal(sig); }
   // The exit status (128 + signal when killed), or -1 after the timeout.
-  int Wait(int timeout_ms = kLineTimeoutMs) {
-    if (status_ >= 0) return status_;
-    pollfd p{pidfd_, POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return -1;
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return status_;
-  }
+  int Wait(int timeout_ms = kLineTimeoutMs) { return p_.Wait(timeout_ms); }
 
  private:
-  std::string name_;
-  pid_t pid_ = -1;
-  int out_ = -1, in_ = -1, pidfd_ = -1;
-  int status_ = -2;  // -2 running
-  std::string buf_;
+  static std::vector<std::string> WithProgram(const std::vector<std::string>& args) {
+    std::vector<std::string> all{TROUPE_DIST_NODE};
+    all.insert(all.end(), args.begin(), args.end());
+    return all;
+  }
+  bench::ChildProcess p_;
 };
 
 int PortOf(const std::string& line) { return std::stoi(line.substr(line.rfind(':') + 1)); }

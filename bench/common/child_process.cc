@@ -1,0 +1,106 @@
+// A child process with piped stdin/stdout: see bench/common/child_process.h.
+#include "bench/common/child_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace troupe::bench {
+
+ChildProcess::ChildProcess(std::string name, const std::vector<std::string>& argv,
+                           const std::map<std::string, std::string>& env)
+    : name_(std::move(name)) {
+  int out[2], in[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (env.count(kv.substr(0, kv.find('='))) == 0) env_strings.push_back(kv);
+  }
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<std::string> args = argv;
+  std::vector<char*> argp, envp;
+  for (auto& a : args) argp.push_back(a.data());
+  argp.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(in[0], 0);
+    ::execve(argp[0], argp.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(in[0]);
+  out_ = out[0];
+  in_ = in[1];
+  pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && status_ < 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  for (int fd : {out_, in_, pidfd_}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+std::optional<std::string> ChildProcess::ReadLine(const std::string& prefix, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    for (auto nl = buf_.find('\n'); nl != std::string::npos; nl = buf_.find('\n')) {
+      std::string line = buf_.substr(0, nl);
+      buf_.erase(0, nl + 1);
+      if (line.rfind(prefix, 0) == 0) return line;
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return std::nullopt;
+    pollfd p{out_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::min<long long>(left, INT_MAX))) <= 0) return std::nullopt;
+    char chunk[4096];
+    const ssize_t n = ::read(out_, chunk, sizeof chunk);
+    if (n <= 0) return std::nullopt;
+    buf_.append(chunk, static_cast<std::size_t>(n));
+  }
+}
+
+bool ChildProcess::Write(const std::string& text) {
+  return ::write(in_, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+}
+
+void ChildProcess::Signal(int sig) {
+  if (status_ < 0) ::kill(pid_, sig);
+}
+
+int ChildProcess::Wait(int timeout_ms) {
+  if (status_ >= 0) return status_;
+  pollfd p{pidfd_, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) <= 0) return -1;
+  int st = 0;
+  ::waitpid(pid_, &st, 0);
+  status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return status_;
+}
+
+std::string SelfExe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+}  // namespace troupe::bench

@@ -1,0 +1,45 @@
+// A child process for the multi-process benchmarks and tests (kvstore-dist; tests/kvstore's dist process
+// test): started with fork/exec, its stdout on a pipe read line by line, its stdin on a pipe, and an exit
+// status that can be waited for with a timeout (a pidfd, so no polling). The destructor kills (SIGKILL)
+// and reaps a child still running, so nothing outlives its owner.
+//
+// Thread-safety: none; one thread uses an object.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace troupe::bench {
+
+class ChildProcess {
+ public:
+  // Runs argv[0] (a path) with argv; the environment is this process's with `env` set on top.
+  ChildProcess(std::string name, const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  const std::string& name() const { return name_; }
+  // The next stdout line starting with `prefix` (earlier lines are skipped), or nullopt when none came
+  // within timeout_ms or stdout ended.
+  std::optional<std::string> ReadLine(const std::string& prefix, int timeout_ms);
+  // Writes to the child's stdin; false when it could not be written.
+  bool Write(const std::string& text);
+  void Signal(int sig);
+  // The exit status (128 + signal when killed by one), or -1 while it still runs after timeout_ms.
+  int Wait(int timeout_ms);
+
+ private:
+  std::string name_;
+  int pid_ = -1;
+  int out_ = -1, in_ = -1, pidfd_ = -1;
+  int status_ = -1;  // -1 running
+  std::string buf_;
+};
+
+// The path of the running executable (/proc/self/exe), to start copies of it in other roles.
+std::string SelfExe();
+
+}  // namespace troupe::bench

@@ -1,0 +1,402 @@
+// `troupe bench kvstore-dist`: see kvstore_dist_bench.h.
+#include "bench/kvstore/kvstore_dist_bench.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "actors/config.h"
+#include "bench/common/bench_util.h"
+#include "bench/common/child_process.h"
+#include "bench/common/measure.h"
+#include "kvstore/kvstore.h"
+#include "ops/ndarray.h"
+
+#ifndef TROUPE_VERSION
+#define TROUPE_VERSION "unknown"
+#endif
+
+namespace troupe::bench {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = kMiB * 1024.0;
+constexpr std::int64_t kSmallKeyElems = 16;
+constexpr int kChildTimeoutMs = 600000;
+
+struct Resolved {
+  int repeat;
+  double model_mib;
+  double key_mib;
+  int latency_calls;
+  int num_keys;
+  std::int64_t key_elems;
+};
+
+Resolved Resolve(const KVStoreDistBenchOptions& o) {
+  Resolved r;
+  r.repeat = o.repeat > 0 ? o.repeat : (o.quick ? 2 : kDistDefaultRepeat);
+  r.model_mib = o.model_mib > 0 ? o.model_mib : (o.quick ? 4.0 : 64.0);
+  r.key_mib = o.key_mib > 0 ? std::min(o.key_mib, r.model_mib) : 4.0;
+  r.latency_calls = o.latency_calls > 0 ? o.latency_calls : (o.quick ? 200 : 2000);
+  r.num_keys = std::max(1, static_cast<int>(std::lround(r.model_mib / r.key_mib)));
+  r.key_elems = static_cast<std::int64_t>(r.key_mib * kMiB / 4.0);
+  return r;
+}
+
+// --- raw TCP -----------------------------------------------------------------------------------------
+
+void NoDelay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+bool SendAll(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+bool RecvAll(int fd, void* data, std::size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+// The peer's protocol: a header {op, n}; op 1 = read n bytes then answer one byte, op 2 = read n bytes and
+// send them back, op 0 = quit.
+struct Header {
+  std::uint64_t op;
+  std::uint64_t n;
+};
+
+int RunTcpPeer(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    std::fprintf(stderr, "troupe bench kvstore-dist (tcp peer): cannot connect to port %d\n", port);
+    return 1;
+  }
+  NoDelay(fd);
+  std::vector<char> buf;
+  for (;;) {
+    Header h{};
+    if (!RecvAll(fd, &h, sizeof h)) return 1;
+    if (h.op == 0) break;
+    buf.resize(h.n);
+    if (!RecvAll(fd, buf.data(), h.n)) return 1;
+    if (h.op == 1) {
+      const char ack = 1;
+      if (!SendAll(fd, &ack, 1)) return 1;
+    } else if (!SendAll(fd, buf.data(), h.n)) {
+      return 1;
+    }
+  }
+  ::close(fd);
+  return 0;
+}
+
+struct TcpAnchor {
+  std::vector<double> stream_gibs, echo_gibs, rtt_us;
+  std::vector<std::string> failures;
+};
+
+// Measures the anchors against a child process (this executable in the tcp-peer role).
+void MeasureTcp(const Resolved& r, const KVStoreDistBenchOptions& o, TcpAnchor* out) {
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0 ||
+      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    out->failures.push_back("raw TCP anchor: cannot listen on 127.0.0.1");
+    ::close(lfd);
+    return;
+  }
+  const int port = ntohs(addr.sin_port);
+  ChildProcess peer("tcp peer", {SelfExe(), "bench", "kvstore-dist", "--role", "tcp-peer", "--peer-port", std::to_string(port)}, {});
+  const int fd = ::accept(lfd, nullptr, nullptr);
+  ::close(lfd);
+  if (fd < 0) {
+    out->failures.push_back("raw TCP anchor: the peer did not connect");
+    return;
+  }
+  NoDelay(fd);
+  const std::size_t chunk = static_cast<std::size_t>(r.key_elems) * 4;
+  std::vector<char> send_buf(chunk), recv_buf(chunk);
+  for (std::size_t i = 0; i < chunk; ++i) send_buf[i] = static_cast<char>(i * 131 + 7);
+  bool ok = true;
+  // stream: 256 MiB one way (the model size with --quick), one warm-up.
+  const std::size_t stream_bytes = o.quick ? static_cast<std::size_t>(r.model_mib * kMiB) : std::size_t{256} << 20;
+  for (int rep = 0; rep <= r.repeat && ok; ++rep) {
+    const auto t0 = Clock::now();
+    const Header h{1, stream_bytes};
+    ok = SendAll(fd, &h, sizeof h);
+    for (std::size_t sent = 0; ok && sent < stream_bytes; sent += chunk) {
+      ok = SendAll(fd, send_buf.data(), std::min(chunk, stream_bytes - sent));
+    }
+    char ack = 0;
+    ok = ok && RecvAll(fd, &ack, 1) && ack == 1;
+    if (rep > 0) out->stream_gibs.push_back(static_cast<double>(stream_bytes) / kGiB / Seconds(t0, Clock::now()));
+  }
+  // echo: the model in chunks, each sent and received back.
+  for (int rep = 0; rep <= r.repeat && ok; ++rep) {
+    const auto t0 = Clock::now();
+    for (int k = 0; ok && k < r.num_keys; ++k) {
+      send_buf[0] = static_cast<char>(k);
+      const Header h{2, chunk};
+      ok = SendAll(fd, &h, sizeof h) && SendAll(fd, send_buf.data(), chunk) && RecvAll(fd, recv_buf.data(), chunk);
+      if (ok && (recv_buf[0] != send_buf[0] || recv_buf[chunk - 1] != send_buf[chunk - 1])) {
+        out->failures.push_back("raw TCP anchor: the echo differs from what was sent");
+        ok = false;
+      }
+    }
+    const double bytes = 2.0 * static_cast<double>(chunk) * r.num_keys;
+    if (rep > 0 && ok) out->echo_gibs.push_back(bytes / kGiB / Seconds(t0, Clock::now()));
+  }
+  // rtt: 64-byte messages.
+  for (int i = 0; ok && i < r.latency_calls + 10; ++i) {
+    const auto t0 = Clock::now();
+    const Header h{2, 64};
+    ok = SendAll(fd, &h, sizeof h) && SendAll(fd, send_buf.data(), 64) && RecvAll(fd, recv_buf.data(), 64);
+    if (i >= 10) out->rtt_us.push_back(Seconds(t0, Clock::now()) * 1e6);
+  }
+  if (!ok && out->failures.empty()) out->failures.push_back("raw TCP anchor: the connection to the peer failed");
+  const Header quit{0, 0};
+  SendAll(fd, &quit, sizeof quit);
+  ::close(fd);
+  if (const int status = peer.Wait(kChildTimeoutMs); status != 0) {
+    out->failures.push_back("raw TCP anchor: the peer exited " + std::to_string(status));
+  }
+}
+
+// --- the worker role ---------------------------------------------------------------------------------
+
+int RunWorker(const Resolved& r) {
+  Json result;
+  std::vector<std::string> failures;
+  try {
+    auto kv = KVStore::Create("dist_sync");
+    const int rank = kv->rank();
+    const TShape shape{r.key_elems};
+    std::vector<int> keys;
+    std::vector<NDArray> zeros, grads, outs;
+    for (int k = 0; k < r.num_keys; ++k) {
+      keys.push_back(k);
+      zeros.push_back(NDArray::Zeros(shape, Context::CPU(0)));
+      grads.emplace_back(shape, Context::CPU(0));
+      outs.emplace_back(shape, Context::CPU(0));
+    }
+    kv->Init(keys, zeros);
+    std::vector<double> rounds;
+    for (int round = 0; round <= r.repeat; ++round) {
+      const double g = (rank + 1.0) * (round + 1.0);
+      for (NDArray& a : grads) a = g;
+      for (const NDArray& a : grads) a.WaitToRead();
+      const auto t0 = Clock::now();
+      for (int k = 0; k < r.num_keys; ++k) kv->PushPull({k}, {grads[static_cast<std::size_t>(k)]}, {outs[static_cast<std::size_t>(k)]}, -k);
+      for (const NDArray& a : outs) a.WaitToRead();
+      const double s = Seconds(t0, Clock::now());
+      if (round > 0) rounds.push_back(s);  // round 0 is the warm-up
+      // The sum of both workers' gradients: (1 + 2) x (round + 1).
+      const float want = static_cast<float>(3.0 * (round + 1.0));
+      for (int k = 0; k < r.num_keys; ++k) {
+        const NDArray& o = outs[static_cast<std::size_t>(k)];
+        const TBlob b = o.data();
+        const float* p = static_cast<const float*>(b.dptr);
+        const bool whole = round == r.repeat && (k == 0 || k == r.num_keys - 1);
+        const std::int64_t step = whole ? 1 : r.key_elems - 1;
+        for (std::int64_t i = 0; i < r.key_elems; i += std::max<std::int64_t>(step, 1)) {
+          if (p[i] != want) {
+            failures.push_back("round " + std::to_string(round) + " key " + std::to_string(k) + " element " +
+                               std::to_string(i) + " is " + std::to_string(p[i]) + ", expected " + std::to_string(want));
+            break;
+          }
+        }
+      }
+    }
+    const int small = r.num_keys;
+    kv->Init({small}, {NDArray::Zeros(TShape{kSmallKeyElems}, Context::CPU(0))});
+    NDArray sg = NDArray::Full(TShape{kSmallKeyElems}, rank + 1.0, Context::CPU(0)), so(TShape{kSmallKeyElems}, Context::CPU(0));
+    std::vector<double> lat;
+    for (int i = 0; i < r.latency_calls + 10; ++i) {
+      const auto t0 = Clock::now();
+      kv->PushPull({small}, {sg}, {so});
+      so.WaitToRead();
+      if (i >= 10) lat.push_back(Seconds(t0, Clock::now()) * 1e6);
+      if (i == 0 || i + 1 == r.latency_calls + 10) {
+        const std::vector<float> v = so.ToVector<float>();
+        if (v.front() != 3.f || v.back() != 3.f) failures.push_back("small key: pulled " + std::to_string(v.front()) + ", expected 3");
+      }
+    }
+    result = {{"rank", rank}, {"round_seconds", rounds}, {"latency_us_median", MedianOf(lat)},
+              {"latency_us_p90", [&] { std::sort(lat.begin(), lat.end()); return lat[lat.size() * 9 / 10]; }()}};
+  } catch (const std::exception& e) {
+    failures.push_back(std::string("worker: ") + e.what());
+  }
+  result["failures"] = failures;
+  std::printf("RESULT %s\n", result.dump().c_str());
+  std::fflush(stdout);
+  return failures.empty() ? 0 : 1;
+}
+
+// --- the coordinator ---------------------------------------------------------------------------------
+
+std::string RandomToken() {
+  std::random_device rd;
+  char buf[33];
+  for (int i = 0; i < 32; ++i) buf[i] = "0123456789abcdef"[rd() & 15];
+  buf[32] = '\0';
+  return buf;
+}
+
+int RunCoordinator(const KVStoreDistBenchOptions& o) {
+  const Resolved r = Resolve(o);
+  const std::string started = UtcNow();
+  std::vector<std::string> failures;
+  std::fprintf(stderr, "troupe bench kvstore-dist: raw TCP anchors (%d runs)...\n", r.repeat);
+  TcpAnchor tcp;
+  MeasureTcp(r, o, &tcp);
+
+  std::fprintf(stderr, "troupe bench kvstore-dist: cluster of 1 scheduler, 1 server, 2 workers; %d keys x %g MiB, %d rounds...\n",
+               r.num_keys, r.key_mib, r.repeat);
+  std::map<std::string, std::string> env{{"DMLC_PS_ROOT_URI", "127.0.0.1"}, {"DMLC_NUM_SERVER", "1"},
+                                         {"DMLC_NUM_WORKER", "2"}, {"TROUPE_CLUSTER_TOKEN", RandomToken()}};
+  std::vector<Json> workers;
+  int scheduler_status = -1, server_status = -1;
+  {
+    auto e = env;
+    e["DMLC_ROLE"] = "scheduler";
+    e["DMLC_PS_ROOT_PORT"] = "0";
+    ChildProcess scheduler("scheduler", {SelfExe()}, e);
+    const auto line = scheduler.ReadLine("troupe scheduler: listening on", kChildTimeoutMs);
+    if (!line) {
+      failures.push_back("the scheduler did not start");
+    } else {
+      env["DMLC_PS_ROOT_PORT"] = line->substr(line->rfind(':') + 1);
+      e = env;
+      e["DMLC_ROLE"] = "server";
+      ChildProcess server("server", {SelfExe()}, e);
+      e = env;
+      e["DMLC_ROLE"] = "worker";
+      std::vector<std::unique_ptr<ChildProcess>> ws;
+      for (int w = 0; w < 2; ++w) {
+        ws.push_back(std::make_unique<ChildProcess>(
+            "worker", std::vector<std::string>{SelfExe(), "bench", "kvstore-dist", "--role", "worker", "--repeat",
+                                               std::to_string(r.repeat), "--model-mib", Fmt("%g", r.model_mib),
+                                               "--key-mib", Fmt("%g", r.key_mib), "--latency-calls",
+                                               std::to_string(r.latency_calls)},
+            e));
+      }
+      for (auto& w : ws) {
+        const auto res = w->ReadLine("RESULT ", kChildTimeoutMs);
+        if (!res) {
+          failures.push_back("a worker printed no result");
+          continue;
+        }
+        workers.push_back(Json::parse(res->substr(7)));
+        for (const auto& f : workers.back()["failures"]) failures.push_back(f.get<std::string>());
+        if (const int st = w->Wait(kChildTimeoutMs); st != 0) failures.push_back("a worker exited " + std::to_string(st));
+      }
+      server_status = server.Wait(kChildTimeoutMs);
+    }
+    scheduler_status = scheduler.Wait(kChildTimeoutMs);
+  }
+  if (scheduler_status != 0) failures.push_back("the scheduler exited " + std::to_string(scheduler_status));
+  if (server_status != 0) failures.push_back("the server exited " + std::to_string(server_status));
+  for (const std::string& f : tcp.failures) failures.push_back(f);
+
+  // The slower worker sets the pace of a sync round.
+  double round_s = 0, latency_us = 0;
+  for (const Json& w : workers) {
+    if (!w.contains("round_seconds")) continue;
+    round_s = std::max(round_s, MedianOf(w["round_seconds"].get<std::vector<double>>()));
+    latency_us = std::max(latency_us, w["latency_us_median"].get<double>());
+  }
+  const double model_bytes = static_cast<double>(r.num_keys) * static_cast<double>(r.key_elems) * 4.0;
+  const double through = round_s > 0 ? 2.0 * 2.0 * model_bytes / kGiB / round_s : 0;
+  const double per_worker = through / 2.0;
+  const double stream = MedianOf(tcp.stream_gibs), echo = MedianOf(tcp.echo_gibs), rtt = MedianOf(tcp.rtt_us);
+  const double ratio_tp = stream > 0 ? through / stream : 0;
+  const double ratio_lat = rtt > 0 ? latency_us / rtt : 0;
+
+  Json root;
+  root["benchmark"] = "kvstore-dist";
+  root["troupe_version"] = TROUPE_VERSION;
+  root["started"] = started;
+  root["finished"] = UtcNow();
+  root["machine"] = {{"cores", AvailableCores()}, {"cpu", CpuModel()}};
+  root["config"] = {{"quick", o.quick}, {"repeat", r.repeat}, {"model_mib", r.model_mib}, {"key_mib", r.key_mib},
+                    {"keys", r.num_keys}, {"latency_calls", r.latency_calls}, {"servers", 1}, {"workers", 2},
+                    {"type", "dist_sync"}};
+  root["kvstore"] = {{"round_seconds_median", round_s},
+                     {"throughput_gibs", through},
+                     {"per_worker_gibs", per_worker},
+                     {"small_key_latency_us_median", latency_us},
+                     {"workers", workers}};
+  root["raw_tcp"] = {{"stream_gibs_median", stream}, {"stream_gibs", tcp.stream_gibs},
+                     {"echo_gibs_median", echo}, {"echo_gibs", tcp.echo_gibs}, {"rtt_us_median", rtt}};
+  root["ratios"] = {{"throughput_vs_raw_stream", ratio_tp},
+                    {"per_worker_vs_raw_stream", stream > 0 ? per_worker / stream : 0},
+                    {"throughput_vs_raw_echo", echo > 0 ? through / echo : 0},
+                    {"latency_vs_raw_rtt", ratio_lat}};
+  root["targets"] = {{"throughput_vs_raw_stream", ">= 0.7"}, {"latency_vs_raw_rtt", "<= 3"}};
+  root["notes"] = {
+      "throughput = bytes through the server per second: 2 workers x model x 2 (push and pull) / the slower "
+      "worker's median round time; per_worker = half of it",
+      "raw stream = one-way TCP throughput between this process and a child (TCP_NODELAY), 256 MiB in key-sized "
+      "writes; raw echo = the model sent and received back in key-sized chunks; rtt = a 64-byte echo",
+      "latency = one PushPull of a 16-float key waited for, in dist_sync (both workers in lock step)"};
+  root["failures"] = failures;
+  root["ok"] = failures.empty();
+
+  std::printf("kvstore-dist: %d keys x %g MiB, 1 server, 2 workers (%d cores)\n", r.num_keys, r.key_mib, AvailableCores());
+  std::printf("  push+pull through the server  %8.3f GiB/s  (per worker %.3f)\n", through, per_worker);
+  std::printf("  raw TCP stream                %8.3f GiB/s   ratio %.2f (target >= 0.7)\n", stream, ratio_tp);
+  std::printf("  raw TCP echo                  %8.3f GiB/s   ratio %.2f\n", echo, echo > 0 ? through / echo : 0);
+  std::printf("  small-key PushPull latency    %8.1f us\n", latency_us);
+  std::printf("  raw TCP round trip            %8.1f us      ratio %.2f (target <= 3)\n", rtt, ratio_lat);
+  for (const std::string& f : failures) std::printf("  FAILED: %s\n", f.c_str());
+  const bool written = WriteJsonFile(o.json_path, root, "troupe bench kvstore-dist");
+  return failures.empty() && written ? 0 : 1;
+}
+
+}  // namespace
+
+int RunKVStoreDistBench(const KVStoreDistBenchOptions& options) {
+  if (options.role == "worker") return RunWorker(Resolve(options));
+  if (options.role == "tcp-peer") return RunTcpPeer(options.peer_port);
+  if (options.json_path.empty()) {
+    std::fprintf(stderr, "troupe bench kvstore-dist: --json FILE is required\n");
+    return 2;
+  }
+  return RunCoordinator(options);
+}
+
+}  // namespace troupe::bench
