@@ -51,7 +51,7 @@ class Scheduler {
     return nullptr;
   }
   std::string Name(const Member& m) const { return NodeName(m.role, m.rank, m.host); }
-  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, net::EncodeShared(m)); }
+  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, m); }
   void Refuse(const caf::actor& conn, const std::string& why) {
     std::fprintf(stderr, "troupe scheduler: refused a node: %s\n", why.c_str());
     refused_.insert(conn);

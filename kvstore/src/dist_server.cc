@@ -38,6 +38,11 @@ struct Waiter {
 struct Entry {
   NDArray stored;
   NDArray merged;
+  // Replies view `stored` until their broker has encoded them; each holds a copy of this pointer. Before
+  // the server writes an array a reply may still view (use_count > 1), it takes fresh memory instead
+  // (copy-on-write), so a reply always carries the value it was made with. In a sync round every reply
+  // is encoded long before the next round's pushes arrive, so the copy is rare.
+  std::shared_ptr<const NDArray> stored_hold, merged_hold;
   std::uint32_t part_index = 0;
   std::uint32_t part_count = 1;
   std::set<int> pushed;  // workers whose push is in the current sync round
@@ -136,7 +141,8 @@ class Server {
   }
 
  private:
-  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, net::EncodeShared(m)); }
+  // Encoded by the connection's broker (a value reply views `stored`: see Entry::stored_hold).
+  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, m); }
   void Fail(const caf::actor& conn, std::uint64_t id, const std::string& why, int dead_rank = -1) {
     Send(conn, net::ErrorMsg{id, why, dead_rank, net::Role::kWorker});
   }
@@ -309,8 +315,10 @@ class Server {
   }
 
   // merged = payload (first push of a round) or merged += payload.
+  // Nothing else touches `merged` here: the last update that read it was waited for (Update), and a reply
+  // still viewing it (it was `stored` before a swap) makes it fresh memory.
   void Accumulate(Entry& e, const net::TensorMsg& t, bool first) {
-    e.merged.WaitToWrite();
+    if (first) Unshare(&e.merged, &e.merged_hold, false);
     const TBlob out = e.merged.data();
     const std::int64_t n = out.shape.Size();
     if (t.compressed) {
@@ -330,14 +338,18 @@ class Server {
     SumOnHost({out, in}, out);
   }
 
-  // stored = optimizer(merged) or merged; waits for it (the reply must carry the new value).
+  // stored = optimizer(merged) or merged; waits for the optimizer (the reply must carry the new value). The
+  // server's arrays are touched by this actor only, apart from the optimizer's engine functions, so without
+  // an optimizer nothing is pending and no wait is needed.
   void Update(int key, Entry& e) {
     if (optimizer_ != nullptr) {
+      Unshare(&e.stored, &e.stored_hold, true);  // updated in place
       optimizer_->Update(key, e.stored, e.merged);
+      e.stored.WaitToRead();
     } else {
       std::swap(e.stored, e.merged);
+      std::swap(e.stored_hold, e.merged_hold);
     }
-    e.stored.WaitToRead();
     ++updates_;
     if (config_.checkpoint_every > 0 && updates_ % config_.checkpoint_every == 0 && !config_.checkpoint_dir.empty()) {
       try {
@@ -377,11 +389,23 @@ class Server {
     }
   }
 
-  void ReplyValue(const caf::actor& conn, std::uint64_t id, const Entry& e) {
+  void ReplyValue(const caf::actor& conn, std::uint64_t id, Entry& e) {
     const TBlob b = e.stored.data();  // up to date: every update was waited for
+    if (e.stored_hold == nullptr) e.stored_hold = std::make_shared<const NDArray>(e.stored);
     net::TensorPayload v{e.stored.dtype(), e.stored.shape().ToVector(),
-                         net::Blob::View({static_cast<const std::byte*>(b.dptr), e.stored.Bytes()})};
+                         net::Blob{{static_cast<const std::byte*>(b.dptr), e.stored.Bytes()}, e.stored_hold}};
     Send(conn, net::Ack{id, std::move(v)});
+  }
+
+  // Before writing *a: when a reply still views its memory, *a gets fresh memory (with its values when
+  // `keep`); the hold is dropped either way (the next reply makes a new one).
+  static void Unshare(NDArray* a, std::shared_ptr<const NDArray>* hold, bool keep) {
+    if (*hold != nullptr && hold->use_count() > 1) {
+      NDArray fresh(a->shape(), Context::CPU(0), a->dtype());
+      if (keep) std::memcpy(fresh.data().dptr, a->data().dptr, a->Bytes());
+      *a = fresh;
+    }
+    hold->reset();
   }
 
   void WorkerDied(int rank, const std::string& what) {

@@ -82,7 +82,7 @@ class WorkerActor {
           Send(scheduler_, net::Hello{net::Role::kWorker, -1, net::kProtocolVersion, config_.token, config_.host, 0});
           self_->send(self_, net::tick_atom::value);
         },
-        [this](request_atom, int target, std::uint64_t id, const net::SharedBytes& frame, const ReplyFn& fn) {
+        [this](request_atom, int target, std::uint64_t id, const net::Message& frame, const ReplyFn& fn) {
           Request(target, id, frame, fn);
         },
         [this](leave_atom) { leaving_ = true; },
@@ -106,19 +106,20 @@ class WorkerActor {
   struct Queued {  // a request for a server that is down, waiting for it to come back
     int target;
     std::uint64_t id;
-    net::SharedBytes frame;
+    net::Message frame;
     ReplyFn fn;
     Clock::time_point deadline;
   };
 
-  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, net::EncodeShared(m)); }
+  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, m); }
 
   std::string ServerName(int r) const {
     const std::string& a = servers_[static_cast<std::size_t>(r)].address;
     return NodeName(net::Role::kServer, r, a.substr(0, a.rfind(':')));
   }
 
-  void Request(int target, std::uint64_t id, const net::SharedBytes& frame, const ReplyFn& fn) {
+  // `frame` was checked by the caller (ValidateMessage) and is encoded by the connection's broker.
+  void Request(int target, std::uint64_t id, const net::Message& frame, const ReplyFn& fn) {
     if (!failed_.empty()) return fn(Reply{failed_, std::nullopt});
     if (target == kScheduler) {
       pending_[id] = Pending{target, fn};
@@ -419,12 +420,12 @@ class KVStoreDist final : public KVStore {
       key->parts = Place(v.Size(), v.Bytes());
       if (rank_ == 0) {
         // Worker 0's values initialise the servers (MXNet); the others only learn the key's layout.
-        const NDArray host = v.ctx().is_gpu() ? v.CopyTo(Context::CPU(0)) : v;
-        host.WaitToRead();
-        const TBlob b = host.data();
+        auto host = std::make_shared<NDArray>(v.ctx().is_gpu() ? v.CopyTo(Context::CPU(0)) : v);
+        host->WaitToRead();
+        const TBlob b = host->data();
         for (std::size_t p = 0; p < key->parts.size(); ++p) {
           const std::uint64_t id = NextId();
-          replies.push_back(Call(key->parts[p].server, id, TensorFrame(net::TensorOp::kInit, keys[i], *key, p, b, id)));
+          replies.push_back(Call(key->parts[p].server, id, TensorFrame(net::TensorOp::kInit, keys[i], *key, p, b, id, host)));
         }
       }
       keys_[keys[i]] = std::move(key);
@@ -481,7 +482,7 @@ class KVStoreDist final : public KVStore {
 
   void Barrier() override {
     const std::uint64_t id = NextId();
-    const Reply r = Call(kScheduler, id, net::EncodeShared(net::Barrier{id, net::kWorkerGroup})).get();
+    const Reply r = Call(kScheduler, id, net::Barrier{id, net::kWorkerGroup}).get();
     if (!r.error.empty()) throw Error("KVStore::Barrier: " + r.error);
   }
 
@@ -643,9 +644,10 @@ class KVStoreDist final : public KVStore {
 
   // One part's frame: the part of `b` (or the compressed codes) for init/push/pushPull, the request for
   // a pull.
-  net::SharedBytes TensorFrame(net::TensorOp op, int key, const Key& k, std::size_t p, const TBlob& b,
-                               std::uint64_t id, const TBlob* codes = nullptr, float threshold = 0.f,
-                               int priority = 0) {
+  // The message views the bytes of `b` (or `codes`); `owner` keeps them alive until the broker encoded it.
+  net::Message TensorFrame(net::TensorOp op, int key, const Key& k, std::size_t p, const TBlob& b, std::uint64_t id,
+                           const std::shared_ptr<const void>& owner, const TBlob* codes = nullptr,
+                           float threshold = 0.f, int priority = 0) {
     const Part& part = k.parts[p];
     net::TensorMsg t;
     t.op = op;
@@ -660,15 +662,18 @@ class KVStoreDist final : public KVStore {
       if (codes != nullptr) {
         t.compressed = true;
         t.compression_threshold = threshold;
-        t.value.data = net::Blob::View({static_cast<const std::byte*>(codes->dptr),
-                                        static_cast<std::size_t>(GradientCompression::CompressedSize(part.end - part.begin)) * 4});
+        t.value.data = net::Blob{{static_cast<const std::byte*>(codes->dptr),
+                                  static_cast<std::size_t>(GradientCompression::CompressedSize(part.end - part.begin)) * 4},
+                                 owner};
       } else {
         const std::size_t elem = DTypeSize(k.proto.dtype());
-        t.value.data = net::Blob::View({static_cast<const std::byte*>(b.dptr) + static_cast<std::size_t>(part.begin) * elem,
-                                        static_cast<std::size_t>(part.end - part.begin) * elem});
+        t.value.data = net::Blob{{static_cast<const std::byte*>(b.dptr) + static_cast<std::size_t>(part.begin) * elem,
+                                  static_cast<std::size_t>(part.end - part.begin) * elem},
+                                 owner};
       }
     }
-    return net::EncodeShared(t);
+    net::ValidateMessage(t);
+    return t;
   }
 
   // One engine function: send every part of a push, pull or pushPull and complete when all are answered.
@@ -680,14 +685,18 @@ class KVStoreDist final : public KVStore {
     }
     TBlob data;
     std::vector<TBlob> codes;
+    // The arrays whose bytes the frames view, kept alive until every frame was encoded.
+    auto held = std::make_shared<std::vector<NDArray>>();
     if (!src.array.is_none()) {
       if (src.compressed.empty()) {
         data = src.array.data();
         reads.push_back(src.array.var());
+        held->push_back(src.array);
       } else {
         for (const NDArray& c : src.compressed) {
           codes.push_back(c.data());
           reads.push_back(c.var());
+          held->push_back(c);
         }
       }
     }
@@ -702,7 +711,7 @@ class KVStoreDist final : public KVStore {
                 reads.end());
     const float threshold = src.threshold;
     Key* kp = &k;
-    auto fn = [this, op, key, kp, data, codes, target, threshold, priority, has_target = outs.present](
+    auto fn = [this, op, key, kp, data, codes, held, target, threshold, priority, has_target = outs.present](
                   RunContext, CallbackOnComplete done) {
       auto gather = std::make_shared<Gather>();
       gather->left = static_cast<int>(kp->parts.size());
@@ -713,10 +722,11 @@ class KVStoreDist final : public KVStore {
         gather->elem = DTypeSize(kp->proto.dtype());
       }
       for (std::size_t p = 0; p < kp->parts.size(); ++p) {
-        net::SharedBytes frame;
+        net::Message frame;
         const std::uint64_t id = NextId();
         try {
-          frame = TensorFrame(op, key, *kp, p, data, id, codes.empty() ? nullptr : &codes[p], threshold, priority);
+          frame = TensorFrame(op, key, *kp, p, data, id, held, codes.empty() ? nullptr : &codes[p], threshold,
+                              priority);
         } catch (const std::exception& e) {
           gather->Complete(kp->parts, p, Reply{e.what(), std::nullopt});
           continue;
@@ -731,7 +741,7 @@ class KVStoreDist final : public KVStore {
   }
 
   // Sends one request and returns its answer's future (answered on a node's death too).
-  std::future<Reply> Call(int target, std::uint64_t id, net::SharedBytes frame) {
+  std::future<Reply> Call(int target, std::uint64_t id, net::Message frame) {
     auto promise = std::make_shared<std::promise<Reply>>();
     auto future = promise->get_future();
     caf::anon_send(actor_, request_atom::value, target, id, std::move(frame),
@@ -743,7 +753,7 @@ class KVStoreDist final : public KVStore {
     std::vector<std::future<Reply>> replies;
     for (int s = 0; s < num_servers_; ++s) {
       c.request_id = NextId();
-      replies.push_back(Call(s, c.request_id, net::EncodeShared(c)));
+      replies.push_back(Call(s, c.request_id, c));
     }
     std::string error;
     for (auto& f : replies) {
@@ -762,7 +772,7 @@ class KVStoreDist final : public KVStore {
         std::vector<std::future<Reply>> replies;
         for (int s = kScheduler; s < num_servers_; ++s) {
           const std::uint64_t id = NextId();
-          replies.push_back(Call(s, id, net::EncodeShared(net::Command{id, "leave", {}})));
+          replies.push_back(Call(s, id, net::Command{id, "leave", {}}));
         }
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.heartbeat_timeout_ms);
         for (auto& f : replies) f.wait_until(deadline);

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -152,6 +153,16 @@ struct EncodeOptions {
 };
 std::vector<std::byte> EncodeFrame(const Message& message, const EncodeOptions& options);
 
+// The same bytes, handed to `sink` piece by piece (the prefix, the segment table, each segment) instead of
+// one buffer: a tensor's bytes go from the caller's memory straight to the sink (a connection's write
+// buffer), with no frame-sized copy in between. The tensors' memory must stay valid and unchanged until
+// EncodeFrameTo returns.
+using FrameSink = std::function<void(const std::byte* data, std::size_t size)>;
+// EncodeFrame's checks alone (troupe::Error as EncodeFrame throws it): a sender that hands a message to
+// another thread for encoding checks it first, where its error can still reach the caller.
+void ValidateMessage(const Message& message);
+void EncodeFrameTo(const Message& message, const FrameSink& sink, const EncodeOptions& options = {});
+
 // Splits a byte stream into frames and decodes them.
 //
 // Feed() appends bytes and decodes every frame they complete; the messages wait in a queue for Next().
@@ -175,6 +186,11 @@ class FrameDecoder {
   explicit FrameDecoder(std::size_t max_frame_bytes = kDefaultMaxFrameBytes);
 
   void Feed(const std::byte* data, std::size_t size);
+  // When the prefix of a frame is in and none of its body: the body's size N (else 0). A caller that reads
+  // the body into a buffer of its own (a connection reading exactly N bytes) hands it over with AdoptBody,
+  // and the decoded message keeps that buffer alive instead of copying it.
+  std::size_t awaiting_body() const;
+  void AdoptBody(std::shared_ptr<std::vector<char>> body);
   // The next decoded message, or nullopt when none is complete.
   std::optional<Message> Next();
   // Throws troupe::Error if the stream ended inside a frame (prefix or body).
@@ -188,12 +204,14 @@ class FrameDecoder {
  private:
   void Fail(const std::string& why);
   void StartBody();
+  void AllocateBody();
   void FinishBody();
 
   std::size_t max_frame_bytes_;
   std::byte prefix_[8] = {};
   std::size_t prefix_filled_ = 0;
-  std::shared_ptr<std::uint64_t[]> body_;  // 8-byte aligned words of the current frame
+  std::byte* body_ = nullptr;              // 8-byte aligned bytes of the current frame (null until needed)
+  std::shared_ptr<const void> body_owner_;  // keeps body_ alive (words allocated here, or an adopted buffer)
   std::size_t body_size_ = 0;              // N of the current frame, once the prefix is in
   std::size_t body_filled_ = 0;
   std::uint64_t frames_ = 0;  // frames decoded, for error messages

@@ -8,8 +8,15 @@
 //                                                 ended inside a frame or a frame was refused (the
 //                                                 broker logs the reason to stderr and closes the socket).
 // and takes from it
-//   (send_atom, SharedBytes)  write one encoded frame (EncodeShared),
+//   (send_atom, net::Message) encode the message straight into the connection's write buffer (tensor
+//                             bytes copied once, from the sender's memory, which must stay valid and
+//                             unchanged until the broker has handled the message: hold it through the
+//                             Blob's owner, or until the answer arrives),
+//   (send_atom, SharedBytes)  write one frame encoded beforehand (EncodeShared; e.g. one for many peers),
 //   (close_atom)              flush what is queued, close, quit.
+// Reading: the broker reads each frame's 8-byte prefix, then exactly its body. A body of 64 KiB or more is
+// read into a buffer of its own (from a pool of the connection) that the decoded message then owns: no
+// copy between the socket and the consumer (DESIGN.md §4).
 // A broker quits (closing its socket) when its owner terminates, so nothing outlives a node.
 //
 // Thread-safety: Listen/Connect may be called from any thread; everything else is actor messages.

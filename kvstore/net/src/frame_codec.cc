@@ -348,7 +348,10 @@ bool operator==(const Blob& a, const Blob& b) {
 
 std::vector<std::byte> EncodeFrame(const Message& message) { return EncodeFrame(message, EncodeOptions{}); }
 
-std::vector<std::byte> EncodeFrame(const Message& message, const EncodeOptions& options) {
+namespace {
+
+// Fills `builder` with `message` (the tensor bytes referenced, not copied, where they are word-aligned).
+void BuildFrame(const Message& message, const EncodeOptions& options, capnp::MessageBuilder& builder) {
   if (options.check) {
     try {
       CheckMessage(message);
@@ -356,92 +359,129 @@ std::vector<std::byte> EncodeFrame(const Message& message, const EncodeOptions& 
       throw Error(std::string("EncodeFrame: ") + e.what());
     }
   }
-  std::vector<std::byte> out;
-  try {
-    capnp::MallocMessageBuilder builder(static_cast<unsigned>(std::min<std::size_t>(EstimateWords(message), 1u << 28)),
-                                        capnp::AllocationStrategy::FIXED_SIZE);
-    auto frame = builder.initRoot<wire::Frame>();
-    frame.setVersion(options.version);
-    auto orphanage = builder.getOrphanage();
-    std::visit(Overloaded{
-                   [&](const Hello& h) {
-                     auto out = frame.initHello();
-                     out.setRole(static_cast<wire::Role>(h.role));
-                     out.setRank(h.rank);
-                     out.setProtocolVersion(h.protocol_version);
-                     out.setClusterToken(TextOf(h.cluster_token));
-                     out.setHost(TextOf(h.host));
-                     out.setPort(h.port);
-                   },
-                   [&](const TensorMsg& m) {
-                     switch (m.op) {
-                       case TensorOp::kInit:
-                         SetTensorRequest(frame.initInit(), m, orphanage);
-                         break;
-                       case TensorOp::kPush:
-                         SetTensorRequest(frame.initPush(), m, orphanage);
-                         break;
-                       case TensorOp::kPull:
-                         SetTensorRequest(frame.initPull(), m, orphanage);
-                         break;
-                       case TensorOp::kPushPull:
-                         SetTensorRequest(frame.initPushPull(), m, orphanage);
-                         break;
-                     }
-                   },
-                   [&](const Barrier& b) {
-                     auto out = frame.initBarrier();
-                     out.setRequestId(b.request_id);
-                     out.setGroup(b.group);
-                   },
-                   [&](const Heartbeat& h) {
-                     auto out = frame.initHeartbeat();
-                     out.setSenderRank(h.sender_rank);
-                     out.setSequence(h.sequence);
-                   },
-                   [&](const Command& c) {
-                     auto out = frame.initCommand();
-                     out.setRequestId(c.request_id);
-                     out.setName(TextOf(c.name));
-                     auto args = out.initArgs(static_cast<unsigned>(c.args.size()));
-                     for (unsigned i = 0; i < c.args.size(); ++i) {
-                       args[i].setKey(TextOf(c.args[i].first));
-                       args[i].setValue(TextOf(c.args[i].second));
-                     }
-                   },
-                   [&](const Ack& a) {
-                     auto out = frame.initAck();
-                     out.setRequestId(a.request_id);
-                     if (a.value) {
-                       SetTensor(out.initValue(), *a.value, orphanage);
-                     } else {
-                       out.setDone();
-                     }
-                   },
-                   [&](const ErrorMsg& e) {
-                     auto out = frame.initError();
-                     out.setRequestId(e.request_id);
-                     out.setMessage(TextOf(e.message));
-                     out.setDeadNodeRank(e.dead_node_rank);
-                     out.setDeadNodeRole(static_cast<wire::Role>(e.dead_node_role));
-                   },
-               },
-               message);
+  auto frame = builder.initRoot<wire::Frame>();
+  frame.setVersion(options.version);
+  auto orphanage = builder.getOrphanage();
+  std::visit(Overloaded{
+                 [&](const Hello& h) {
+                   auto out = frame.initHello();
+                   out.setRole(static_cast<wire::Role>(h.role));
+                   out.setRank(h.rank);
+                   out.setProtocolVersion(h.protocol_version);
+                   out.setClusterToken(TextOf(h.cluster_token));
+                   out.setHost(TextOf(h.host));
+                   out.setPort(h.port);
+                 },
+                 [&](const TensorMsg& m) {
+                   switch (m.op) {
+                     case TensorOp::kInit:
+                       SetTensorRequest(frame.initInit(), m, orphanage);
+                       break;
+                     case TensorOp::kPush:
+                       SetTensorRequest(frame.initPush(), m, orphanage);
+                       break;
+                     case TensorOp::kPull:
+                       SetTensorRequest(frame.initPull(), m, orphanage);
+                       break;
+                     case TensorOp::kPushPull:
+                       SetTensorRequest(frame.initPushPull(), m, orphanage);
+                       break;
+                   }
+                 },
+                 [&](const Barrier& b) {
+                   auto out = frame.initBarrier();
+                   out.setRequestId(b.request_id);
+                   out.setGroup(b.group);
+                 },
+                 [&](const Heartbeat& h) {
+                   auto out = frame.initHeartbeat();
+                   out.setSenderRank(h.sender_rank);
+                   out.setSequence(h.sequence);
+                 },
+                 [&](const Command& c) {
+                   auto out = frame.initCommand();
+                   out.setRequestId(c.request_id);
+                   out.setName(TextOf(c.name));
+                   auto args = out.initArgs(static_cast<unsigned>(c.args.size()));
+                   for (unsigned i = 0; i < c.args.size(); ++i) {
+                     args[i].setKey(TextOf(c.args[i].first));
+                     args[i].setValue(TextOf(c.args[i].second));
+                   }
+                 },
+                 [&](const Ack& a) {
+                   auto out = frame.initAck();
+                   out.setRequestId(a.request_id);
+                   if (a.value) {
+                     SetTensor(out.initValue(), *a.value, orphanage);
+                   } else {
+                     out.setDone();
+                   }
+                 },
+                 [&](const ErrorMsg& e) {
+                   auto out = frame.initError();
+                   out.setRequestId(e.request_id);
+                   out.setMessage(TextOf(e.message));
+                   out.setDeadNodeRank(e.dead_node_rank);
+                   out.setDeadNodeRole(static_cast<wire::Role>(e.dead_node_role));
+                 },
+             },
+             message);
+}
 
+unsigned FirstSegmentWords(const Message& message) {
+  return static_cast<unsigned>(std::min<std::size_t>(EstimateWords(message), 1u << 28));
+}
+
+// Writes every piece of the message to a callback (kvstore/net/internal/frame_codec.h, EncodeFrameTo).
+class SinkStream final : public kj::OutputStream {
+ public:
+  SinkStream(const FrameSink& sink, std::size_t* written) : sink_(sink), written_(written) {}
+  void write(const void* buffer, size_t size) override {
+    *written_ += size;
+    sink_(static_cast<const std::byte*>(buffer), size);
+  }
+
+ private:
+  const FrameSink& sink_;
+  std::size_t* written_;
+};
+
+}  // namespace
+
+std::vector<std::byte> EncodeFrame(const Message& message, const EncodeOptions& options) {
+  std::vector<std::byte> out;
+  out.reserve(kPrefixBytes + 8 * FirstSegmentWords(message));
+  EncodeFrameTo(message, [&out](const std::byte* p, std::size_t n) { out.insert(out.end(), p, p + n); }, options);
+  return out;
+}
+
+void ValidateMessage(const Message& message) {
+  try {
+    CheckMessage(message);
+  } catch (const Error& e) {
+    throw Error(std::string("EncodeFrame: ") + e.what());
+  }
+}
+
+void EncodeFrameTo(const Message& message, const FrameSink& sink, const EncodeOptions& options) {
+  try {
+    capnp::MallocMessageBuilder builder(FirstSegmentWords(message), capnp::AllocationStrategy::FIXED_SIZE);
+    BuildFrame(message, options, builder);
     const std::size_t body = capnp::computeSerializedSizeInWords(builder) * sizeof(capnp::word);
-    out.resize(kPrefixBytes + body);
-    for (std::size_t i = 0; i < kPrefixBytes; ++i) out[i] = static_cast<std::byte>((body >> (8 * i)) & 0xff);
-    kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data() + kPrefixBytes), body));
+    std::byte prefix[kPrefixBytes];
+    for (std::size_t i = 0; i < kPrefixBytes; ++i) prefix[i] = static_cast<std::byte>((body >> (8 * i)) & 0xff);
+    sink(prefix, kPrefixBytes);
+    std::size_t written = 0;
+    SinkStream stream(sink, &written);
     capnp::writeMessage(stream, builder);
-    if (stream.getArray().size() != body) {
-      throw Error("EncodeFrame: Cap'n Proto wrote " + std::to_string(stream.getArray().size()) + " bytes, expected " +
+    if (written != body) {
+      throw Error("EncodeFrame: Cap'n Proto wrote " + std::to_string(written) + " bytes, expected " +
                   std::to_string(body) + " (a bug in the codec)");
     }
   } catch (const kj::Exception& e) {
     // Reachable only with options.check off (e.g. a blob over Cap'n Proto's limit).
     throw Error("EncodeFrame: Cap'n Proto refused the message: " + std::string(e.getDescription().cStr()));
   }
-  return out;
 }
 
 FrameDecoder::FrameDecoder(std::size_t max_frame_bytes) : max_frame_bytes_(max_frame_bytes) {
@@ -453,7 +493,8 @@ FrameDecoder::FrameDecoder(std::size_t max_frame_bytes) : max_frame_bytes_(max_f
 void FrameDecoder::Fail(const std::string& why) {
   error_ = "kvstore/net: frame " + std::to_string(frames_) + ": " + why;
   prefix_filled_ = 0;
-  body_.reset();
+  body_ = nullptr;
+  body_owner_.reset();
   body_size_ = 0;
   body_filled_ = 0;
   throw Error(error_);
@@ -470,25 +511,52 @@ void FrameDecoder::StartBody() {
     Fail("length prefix " + std::to_string(n) + " exceeds the frame limit of " + std::to_string(max_frame_bytes_) +
          " bytes (a corrupt stream, or raise the limit)");
   }
-  try {
-    // Not initialised: pages are touched only as bytes arrive.
-    body_ = std::make_shared_for_overwrite<std::uint64_t[]>(n / sizeof(std::uint64_t));
-  } catch (const std::bad_alloc&) {
-    Fail("cannot allocate " + std::to_string(n) + " bytes for the frame");
-  }
+  // The body's memory is allocated when its first byte arrives (Feed), or adopted whole (AdoptBody).
   body_size_ = n;
   body_filled_ = 0;
 }
 
+void FrameDecoder::AllocateBody() {
+  try {
+    // Not initialised: pages are touched only as bytes arrive.
+    auto words = std::make_shared_for_overwrite<std::uint64_t[]>(body_size_ / sizeof(std::uint64_t));
+    body_ = reinterpret_cast<std::byte*>(words.get());
+    body_owner_ = std::move(words);
+  } catch (const std::bad_alloc&) {
+    Fail("cannot allocate " + std::to_string(body_size_) + " bytes for the frame");
+  }
+}
+
+std::size_t FrameDecoder::awaiting_body() const {
+  return prefix_filled_ == kPrefixBytes && body_filled_ == 0 ? body_size_ : 0;
+}
+
+void FrameDecoder::AdoptBody(std::shared_ptr<std::vector<char>> body) {
+  if (failed()) throw Error(error_ + " (the stream is unusable after that; close the connection)");
+  if (body == nullptr || awaiting_body() == 0 || body->size() != body_size_) {
+    throw Error("FrameDecoder::AdoptBody: the decoder awaits a body of " + std::to_string(awaiting_body()) +
+                " bytes, not " + std::to_string(body == nullptr ? 0 : body->size()) + " (a bug in the caller)");
+  }
+  if (reinterpret_cast<std::uintptr_t>(body->data()) % sizeof(capnp::word) != 0) {
+    // Cap'n Proto reads words: an unaligned buffer is copied (operator new's memory never is).
+    Feed(reinterpret_cast<const std::byte*>(body->data()), body->size());
+    return;
+  }
+  body_ = reinterpret_cast<std::byte*>(body->data());
+  body_owner_ = std::move(body);
+  body_filled_ = body_size_;
+  FinishBody();
+}
+
 void FrameDecoder::FinishBody() {
   const std::size_t words = body_size_ / sizeof(capnp::word);
-  kj::ArrayPtr<const capnp::word> array(reinterpret_cast<const capnp::word*>(body_.get()), words);
+  kj::ArrayPtr<const capnp::word> array(reinterpret_cast<const capnp::word*>(body_), words);
   capnp::ReaderOptions options;
   // Every word of a well-formed frame is read about once; twice that (plus slack for the root and small
   // lists) bounds a hostile message's amplification to a small multiple of its size.
   options.traversalLimitInWords = 2 * words + 64;
   options.nestingLimit = 16;  // Frame -> request -> tensor -> list: 4 levels are enough
-  std::shared_ptr<const void> owner = body_;
+  std::shared_ptr<const void> owner = body_owner_;
   std::optional<Message> message;
   try {
     capnp::FlatArrayMessageReader reader(array, options);
@@ -507,7 +575,8 @@ void FrameDecoder::FinishBody() {
   ready_.push_back(std::move(*message));
   ++frames_;
   prefix_filled_ = 0;
-  body_.reset();
+  body_ = nullptr;
+  body_owner_.reset();
   body_size_ = 0;
   body_filled_ = 0;
 }
@@ -524,8 +593,9 @@ void FrameDecoder::Feed(const std::byte* data, std::size_t size) {
       if (prefix_filled_ == kPrefixBytes) StartBody();
       continue;
     }
+    if (body_ == nullptr) AllocateBody();
     const std::size_t take = std::min(body_size_ - body_filled_, size);
-    std::memcpy(reinterpret_cast<std::byte*>(body_.get()) + body_filled_, data, take);
+    std::memcpy(body_ + body_filled_, data, take);
     body_filled_ += take;
     data += take;
     size -= take;

@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <future>
+#include <map>
 #include <mutex>
 
 #include "actors/error.h"
@@ -12,21 +14,69 @@
 namespace troupe::net {
 namespace {
 
-// Bytes asked of the socket per read: large enough that a 4 MiB tensor arrives in a few reads.
-constexpr std::size_t kReadChunk = std::size_t{1} << 20;
+// Bodies at least this big are read into a buffer of their own and adopted by the decoder (no copy).
+constexpr std::size_t kAdoptBytes = std::size_t{64} << 10;
+constexpr std::size_t kPrefixBytes = 8;
+// Buffers kept per size by a connection's pool (a few frames in flight).
+constexpr std::size_t kPoolPerSize = 4;
+
+// Reusable body buffers of one connection. A buffer handed out returns here when the decoded message that
+// owns it is released (on whatever thread consumes it), so steady traffic allocates (and faults in) no
+// new pages.
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  // A buffer of exactly n bytes (recycled, or new).
+  std::unique_ptr<std::vector<char>> Take(std::size_t n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(n);
+      if (it != free_.end() && !it->second.empty()) {
+        auto v = std::move(it->second.back());
+        it->second.pop_back();
+        return v;
+      }
+    }
+    return std::make_unique<std::vector<char>>(n);
+  }
+  // Shares `v`; when the last owner lets go, it comes back to this pool.
+  std::shared_ptr<std::vector<char>> Share(std::unique_ptr<std::vector<char>> v) {
+    auto self = shared_from_this();
+    return std::shared_ptr<std::vector<char>>(v.release(), [self](std::vector<char>* p) { self->Give(p); });
+  }
+
+ private:
+  void Give(std::vector<char>* p) {
+    std::unique_ptr<std::vector<char>> v(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& list = free_[v->size()];
+    if (list.size() < kPoolPerSize) list.push_back(std::move(v));
+  }
+
+  std::mutex mu_;
+  std::map<std::size_t, std::vector<std::unique_ptr<std::vector<char>>>> free_;
+};
 
 struct ConnState {
-  explicit ConnState(std::size_t max_frame_bytes) : decoder(max_frame_bytes) {}
+  explicit ConnState(std::size_t max_frame_bytes)
+      : decoder(max_frame_bytes), pool(std::make_shared<BufferPool>()) {}
   FrameDecoder decoder;
+  std::shared_ptr<BufferPool> pool;
   std::string peer;
   bool done = false;
+  bool in_body = false;   // the next read is a body (else a prefix)
+  bool adopting = false;  // that body is read into a pool buffer
 };
 
 caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle hdl, caf::actor owner,
                                std::size_t max_frame_bytes) {
   auto st = std::make_shared<ConnState>(max_frame_bytes);
   st->peer = self->remote_addr(hdl) + ":" + std::to_string(self->remote_port(hdl));
-  self->configure_read(hdl, caf::io::receive_policy::at_most(kReadChunk));
+  // Small frames (barriers, small keys, acks) go out at once: a request/response protocol gains nothing
+  // from Nagle's coalescing. The handle of a default-multiplexer connection is its socket.
+  if (auto r = caf::io::network::tcp_nodelay(static_cast<caf::io::network::native_socket>(hdl.id()), true); !r) {
+    std::fprintf(stderr, "troupe kvstore: cannot set TCP_NODELAY on the connection from %s\n", st->peer.c_str());
+  }
+  self->configure_read(hdl, caf::io::receive_policy::exactly(kPrefixBytes));
   self->monitor(owner);
   // The owner is gone: nobody reads this connection any more.
   self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
@@ -38,12 +88,35 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     self->close(hdl);
     self->quit();
   };
+  auto write = [self, hdl, st](const std::byte* p, std::size_t n) { self->write(hdl, n, p); };
   return {
-      [self, owner, st, finish](caf::io::new_data_msg& msg) {
+      [self, hdl, owner, st, finish](caf::io::new_data_msg& msg) {
         if (st->done) return;
         std::string error;
         try {
-          st->decoder.Feed(reinterpret_cast<const std::byte*>(msg.buf.data()), msg.buf.size());
+          if (!st->in_body) {
+            st->decoder.Feed(reinterpret_cast<const std::byte*>(msg.buf.data()), msg.buf.size());
+            const std::size_t n = st->decoder.awaiting_body();
+            st->in_body = true;
+            st->adopting = n >= kAdoptBytes;
+            // CAF reads the next bytes into msg.buf once this handler returns: for a big body, make that
+            // a pool buffer of exactly the body's size (no resize, no zero-fill, no later copy).
+            if (st->adopting) {
+              auto buf = st->pool->Take(n);
+              msg.buf.swap(*buf);
+            }
+            self->configure_read(hdl, caf::io::receive_policy::exactly(n));
+          } else {
+            if (st->adopting) {
+              auto body = std::make_unique<std::vector<char>>();
+              body->swap(msg.buf);
+              st->decoder.AdoptBody(st->pool->Share(std::move(body)));
+            } else {
+              st->decoder.Feed(reinterpret_cast<const std::byte*>(msg.buf.data()), msg.buf.size());
+            }
+            st->in_body = false;
+            self->configure_read(hdl, caf::io::receive_policy::exactly(kPrefixBytes));
+          }
         } catch (const std::exception& e) {
           error = e.what();
         }
@@ -52,6 +125,16 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
           self->send(owner, recv_atom::value, caf::actor_cast<caf::actor>(self), std::move(*m));
         }
         if (!error.empty()) finish(error, true);
+      },
+      [self, hdl, st, write](send_atom, const Message& m) {
+        if (st->done) return;
+        try {
+          EncodeFrameTo(m, write);
+        } catch (const std::exception& e) {
+          // The sender checked the message (ValidateMessage); reaching this is a bug, reported, not fatal.
+          std::fprintf(stderr, "troupe kvstore: a frame to %s could not be encoded: %s\n", st->peer.c_str(), e.what());
+        }
+        self->flush(hdl);
       },
       [self, hdl, st](send_atom, const SharedBytes& bytes) {
         if (st->done) return;
@@ -115,7 +198,7 @@ SharedBytes EncodeShared(const Message& message) {
 NetSystem::NetSystem() : config_(std::make_unique<caf::actor_system_config>()) {
   config_->load<caf::io::middleman>();
   config_->set("scheduler.max-threads", std::size_t{2});
-  config_->set("scheduler.policy", caf::atom("sharing"));  // no polling naps (actors/src/runtime.cc)
+  config_->set("scheduler.policy", std::getenv("XPOL") ? caf::atom("stealing") : caf::atom("sharing"));  // no polling naps (actors/src/runtime.cc)
   config_->set("logger.verbosity", caf::atom("quiet"));
   system_ = std::make_unique<caf::actor_system>(*config_);
 }
