@@ -140,6 +140,55 @@ TEST(FrameCodecTest, SixtyFourMiBTensorRoundTrips) {
   EXPECT_FALSE(decoder.Next().has_value());
 }
 
+// EncodeFrameTo hands out pieces whose concatenation is EncodeFrame's frame, for every kind of message.
+TEST(FrameCodecTest, EncodeFrameToPiecesMakeTheSameFrame) {
+  for (const Message& m : AllKinds()) {
+    std::vector<std::byte> joined;
+    int pieces = 0;
+    EncodeFrameTo(m, [&](const std::byte* p, std::size_t n) {
+      joined.insert(joined.end(), p, p + n);
+      ++pieces;
+    });
+    EXPECT_EQ(joined, EncodeFrame(m)) << KindOf(m);
+    EXPECT_GE(pieces, 2) << "the prefix comes as a piece of its own";
+  }
+  // ValidateMessage refuses what EncodeFrame refuses.
+  Message bad = TensorMsg{TensorOp::kPush, 1, 0, 0, 1, TensorPayload{DType::kFloat32, {3}, BlobOf(Bytes(8, 1))}, 0,
+                          false, 0.0f};
+  EXPECT_THROW(ValidateMessage(bad), Error);
+  EXPECT_THROW(EncodeFrame(bad), Error);
+}
+
+// A body read by the caller into a buffer of its own (as a connection does) is adopted, not copied: the
+// decoded tensor points into that buffer and keeps it alive.
+TEST(FrameCodecTest, AdoptedBodyIsDecodedWithoutACopy) {
+  const std::vector<std::byte> data = Bytes(1 << 20, 5);
+  const TensorMsg m{TensorOp::kPushPull, 7, 2, 0, 1, TensorPayload{DType::kFloat32, {1 << 18}, Blob::View(data)}, 0,
+                    false, 0.0f};
+  const std::vector<std::byte> frame = EncodeFrame(m);
+  FrameDecoder decoder;
+  EXPECT_EQ(decoder.awaiting_body(), 0u);
+  decoder.Feed(frame.data(), 8);
+  ASSERT_EQ(decoder.awaiting_body(), frame.size() - 8);
+  auto body = std::make_shared<std::vector<char>>(frame.size() - 8);
+  std::memcpy(body->data(), frame.data() + 8, body->size());
+  const char* const begin = body->data();
+  std::weak_ptr<std::vector<char>> watch = body;
+  decoder.AdoptBody(std::move(body));
+  auto decoded = decoder.Next();
+  ASSERT_TRUE(decoded.has_value());
+  const auto& t = std::get<TensorMsg>(*decoded);
+  EXPECT_EQ(t, m);
+  const auto* p = reinterpret_cast<const char*>(t.value.data.bytes.data());
+  EXPECT_TRUE(p >= begin && p < begin + (frame.size() - 8)) << "the tensor views the adopted buffer";
+  EXPECT_FALSE(watch.expired()) << "the decoded message owns the buffer";
+  decoded.reset();
+  EXPECT_TRUE(watch.expired());
+  // A buffer of the wrong size is a caller's bug, reported as an error.
+  decoder.Feed(frame.data(), 8);
+  EXPECT_THROW(decoder.AdoptBody(std::make_shared<std::vector<char>>(16)), Error);
+}
+
 TEST(FrameCodecTest, TensorOverTheBlobLimitIsAClearError) {
   TensorMsg m{TensorOp::kPush,
               1,

@@ -1,6 +1,7 @@
 // The transport of the distributed KVStore: see kvstore/net/internal/transport.h.
 #include "kvstore/net/internal/transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,8 +18,10 @@ namespace {
 // Bodies at least this big are read into a buffer of their own and adopted by the decoder (no copy).
 constexpr std::size_t kAdoptBytes = std::size_t{64} << 10;
 constexpr std::size_t kPrefixBytes = 8;
-// Buffers kept per size by a connection's pool (a few frames in flight).
-constexpr std::size_t kPoolPerSize = 4;
+// What a connection's pool keeps per buffer size: up to this many bytes (a round of a model's keys can
+// be in flight at once), and at least a few buffers.
+constexpr std::size_t kPoolBytesPerSize = std::size_t{96} << 20;
+constexpr std::size_t kPoolMinPerSize = 4;
 
 // Reusable body buffers of one connection. A buffer handed out returns here when the decoded message that
 // owns it is released (on whatever thread consumes it), so steady traffic allocates (and faults in) no
@@ -49,7 +52,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
     std::unique_ptr<std::vector<char>> v(p);
     std::lock_guard<std::mutex> lock(mu_);
     auto& list = free_[v->size()];
-    if (list.size() < kPoolPerSize) list.push_back(std::move(v));
+    if (list.size() < std::max(kPoolMinPerSize, kPoolBytesPerSize / std::max<std::size_t>(v->size(), 1))) {
+      list.push_back(std::move(v));
+    }
   }
 
   std::mutex mu_;
@@ -198,7 +203,7 @@ SharedBytes EncodeShared(const Message& message) {
 NetSystem::NetSystem() : config_(std::make_unique<caf::actor_system_config>()) {
   config_->load<caf::io::middleman>();
   config_->set("scheduler.max-threads", std::size_t{2});
-  config_->set("scheduler.policy", std::getenv("XPOL") ? caf::atom("stealing") : caf::atom("sharing"));  // no polling naps (actors/src/runtime.cc)
+  config_->set("scheduler.policy", caf::atom("sharing"));  // no polling naps (actors/src/runtime.cc)
   config_->set("logger.verbosity", caf::atom("quiet"));
   system_ = std::make_unique<caf::actor_system>(*config_);
 }
