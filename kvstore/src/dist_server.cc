@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct Entry {
   std::uint32_t part_index = 0;
   std::uint32_t part_count = 1;
   std::set<int> pushed;  // workers whose push is in the current sync round
+  // The round's first push, kept as received (its frame buffer) until the second arrives: the two are
+  // then summed into `merged` in one pass instead of a copy and an add.
+  net::Blob first_push;
   std::vector<Waiter> waiters;
   std::vector<std::pair<caf::actor, net::TensorMsg>> deferred;  // a worker's next-round pushes
 };
@@ -308,18 +312,35 @@ class Server {
       e.deferred.emplace_back(conn, t);  // this worker is a round ahead: keep its push for the next round
       return;
     }
-    Accumulate(e, t, e.pushed.empty());
+    Accumulate(e, t, e.pushed.empty(), /*defer_first=*/true);
     e.pushed.insert(w.rank);
     e.waiters.push_back({conn, t.request_id, t.op == net::TensorOp::kPushPull});
     MaybeComplete(t.key, e);
   }
 
-  // merged = payload (first push of a round) or merged += payload.
+  // merged = payload (first push of a round) or merged += payload. With `defer_first`, an uncompressed
+  // first push is only kept (Entry::first_push) and summed with the second.
   // Nothing else touches `merged` here: the last update that read it was waited for (Update), and a reply
   // still viewing it (it was `stored` before a swap) makes it fresh memory.
-  void Accumulate(Entry& e, const net::TensorMsg& t, bool first) {
+  void Accumulate(Entry& e, const net::TensorMsg& t, bool first, bool defer_first = false) {
+    if (first && defer_first && !t.compressed) {
+      e.first_push = t.value.data;
+      return;
+    }
     if (first) Unshare(&e.merged, &e.merged_hold, false);
     const TBlob out = e.merged.data();
+    if (e.first_push.size() != 0) {
+      const net::Blob first_push = std::exchange(e.first_push, {});  // keeps its buffer alive to the end
+      const TBlob kept(const_cast<std::byte*>(first_push.bytes.data()), out.shape, out.dtype, out.ctx);
+      Unshare(&e.merged, &e.merged_hold, false);
+      const TBlob target = e.merged.data();
+      if (!t.compressed) {
+        const TBlob in(const_cast<std::byte*>(t.value.data.bytes.data()), out.shape, out.dtype, out.ctx);
+        return SumOnHost({kept, in}, target);
+      }
+      std::memcpy(target.dptr, kept.dptr, e.merged.Bytes());
+      return Accumulate(e, t, false);
+    }
     const std::int64_t n = out.shape.Size();
     if (t.compressed) {
       float* dst = static_cast<float*>(out.dptr);
@@ -362,6 +383,11 @@ class Server {
 
   void MaybeComplete(int key, Entry& e) {
     if (e.pushed.empty() || static_cast<int>(e.pushed.size()) < ActiveWorkers()) return;
+    if (e.first_push.size() != 0) {  // a round of one push
+      Unshare(&e.merged, &e.merged_hold, false);
+      std::memcpy(e.merged.data().dptr, e.first_push.bytes.data(), e.merged.Bytes());
+      e.first_push = {};
+    }
     std::vector<Waiter> waiters = std::move(e.waiters);
     e.waiters.clear();
     e.pushed.clear();
@@ -419,6 +445,7 @@ class Server {
       e.waiters.clear();
       e.deferred.clear();
       e.pushed.clear();
+      e.first_push = {};
     }
   }
 

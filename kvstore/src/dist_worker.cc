@@ -64,14 +64,98 @@ namespace {
 using start_atom = caf::atom_constant<caf::atom("wk_start")>;
 using request_atom = caf::atom_constant<caf::atom("wk_req")>;
 using leave_atom = caf::atom_constant<caf::atom("wk_leave")>;
+using mode_atom = caf::atom_constant<caf::atom("wk_mode")>;
 
 constexpr int kScheduler = -1;  // request target: the scheduler; 0.. are server ranks
+
+// Answers of at most this many bytes are handled in the connection's broker (FrameHook); bigger ones
+// (a tensor to copy into the output) go to the worker's actor, off the thread that reads the sockets.
+constexpr std::size_t kAnswerInBrokerBytes = std::size_t{64} << 10;
+
+// The requests in flight and which servers are up, shared by the worker's actor (handshakes, failures,
+// the scheduler), the engine functions (which send tensor requests straight to a server's broker when it
+// is up) and the brokers (which answer small replies themselves). Each request is answered exactly once:
+// whoever takes it from the table calls it.
+class Requests {
+ public:
+  explicit Requests(int num_servers = 0) { Resize(num_servers); }
+  void Resize(int num_servers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    links_.assign(static_cast<std::size_t>(num_servers), caf::actor{});
+  }
+  // When server `target` is up: registers the request and returns its connection; else null (nothing
+  // registered: the caller goes through the actor, which queues the request until the server is back).
+  caf::actor RegisterIfUp(int target, std::uint64_t id, const ReplyFn& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (target < 0 || target >= static_cast<int>(links_.size()) || !links_[static_cast<std::size_t>(target)]) {
+      return nullptr;
+    }
+    pending_[id] = {target, fn};
+    return links_[static_cast<std::size_t>(target)];
+  }
+  void Add(int target, std::uint64_t id, const ReplyFn& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_[id] = {target, fn};
+  }
+  // Server r's connection once its handshake is done, or null when it is down.
+  void SetLink(int r, const caf::actor& conn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (r >= 0 && r < static_cast<int>(links_.size())) links_[static_cast<std::size_t>(r)] = conn;
+  }
+  ReplyFn Take(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return nullptr;
+    ReplyFn fn = std::move(it->second.second);
+    pending_.erase(it);
+    return fn;
+  }
+  // Every request to `target` (or to anyone, for kAny).
+  static constexpr int kAny = -1000;
+  std::vector<ReplyFn> TakeTarget(int target) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<ReplyFn> out;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (target == kAny || it->second.first == target) {
+        out.push_back(std::move(it->second.second));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
+  }
+  // The broker's hook: answers an ack or error of a registered request, unless it carries a big tensor.
+  bool AnswerInBroker(net::Message& m) {
+    std::uint64_t id = 0;
+    Reply reply;
+    if (auto* a = std::get_if<net::Ack>(&m)) {
+      if (a->value && a->value->data.size() > kAnswerInBrokerBytes) return false;
+      id = a->request_id;
+      reply.value = std::move(a->value);
+    } else if (auto* e = std::get_if<net::ErrorMsg>(&m)) {
+      if (e->request_id == 0) return false;
+      id = e->request_id;
+      reply.error = std::move(e->message);
+    } else {
+      return false;
+    }
+    ReplyFn fn = Take(id);
+    if (fn) fn(std::move(reply));
+    return true;  // an answer nobody waits for any more (its server was declared down) is dropped
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<caf::actor> links_;  // server rank -> connection, null while down
+  std::unordered_map<std::uint64_t, std::pair<int, ReplyFn>> pending_;
+};
 
 // The worker's actor: connections, handshake, requests in flight, heartbeats, failures.
 class WorkerActor {
  public:
-  WorkerActor(caf::event_based_actor* self, DistConfig config, bool sync)
-      : self_(self), config_(std::move(config)), sync_(sync) {}
+  WorkerActor(caf::event_based_actor* self, DistConfig config, bool sync, std::shared_ptr<Requests> requests)
+      : self_(self), config_(std::move(config)), sync_(sync), requests_(std::move(requests)) {}
 
   caf::behavior Make() {
     return {
@@ -86,6 +170,10 @@ class WorkerActor {
           Request(target, id, frame, fn);
         },
         [this](leave_atom) { leaving_ = true; },
+        [this](mode_atom, int target, const std::string& error) {
+          if (!error.empty()) return ServerDown(target, error);
+          ServerUp(target);
+        },
         [this](net::recv_atom, const caf::actor& conn, const net::Message& m) { OnFrame(conn, m); },
         [this](net::closed_atom, const caf::actor& conn, const std::string& why) { OnClosed(conn, why); },
         [this](net::tick_atom) { OnTick(); },
@@ -98,10 +186,6 @@ class WorkerActor {
     std::string address;
     bool up = false;          // handshake done and not dead
     std::string down_reason;  // why it is down (empty before the first handshake)
-  };
-  struct Pending {
-    int target = kScheduler;
-    ReplyFn fn;
   };
   struct Queued {  // a request for a server that is down, waiting for it to come back
     int target;
@@ -122,7 +206,7 @@ class WorkerActor {
   void Request(int target, std::uint64_t id, const net::Message& frame, const ReplyFn& fn) {
     if (!failed_.empty()) return fn(Reply{failed_, std::nullopt});
     if (target == kScheduler) {
-      pending_[id] = Pending{target, fn};
+      requests_->Add(target, id, fn);
       self_->send(scheduler_, net::send_atom::value, frame);
       return;
     }
@@ -135,7 +219,7 @@ class WorkerActor {
                                Clock::now() + std::chrono::milliseconds(config_.heartbeat_timeout_ms)});
       return;
     }
-    pending_[id] = Pending{target, fn};
+    requests_->Add(target, id, fn);
     self_->send(s.conn, net::send_atom::value, frame);
   }
 
@@ -162,11 +246,10 @@ class WorkerActor {
       if (target < 0) return;
       if (std::string why = CheckHello(*h, config_.token); !why.empty()) return ServerDown(target, "refused: " + why);
       // The server knows this worker now; tell it the mode, and the link is up once it agreed.
+      // Answered through the actor (the broker hook could run it on another thread): forward the reply.
       const std::uint64_t id = ++internal_ids_ | (std::uint64_t{1} << 63);
-      pending_[id] = Pending{target, [this, target](Reply r) {
-                               if (!r.error.empty()) return ServerDown(target, r.error);
-                               ServerUp(target);
-                             }};
+      auto self = caf::actor_cast<caf::actor>(self_);
+      requests_->Add(target, id, [self, target](Reply r) { caf::anon_send(self, mode_atom::value, target, r.error); });
       Send(conn, net::Command{id, "mode", {{"sync", sync_ ? "1" : "0"}}});
       return;
     }
@@ -185,6 +268,7 @@ class WorkerActor {
       num_workers_ = IntArg(c, "num_workers");
       const int n = IntArg(c, "num_servers");
       servers_.assign(static_cast<std::size_t>(n), ServerLink{});
+      requests_->Resize(n);
       for (int r = 0; r < n; ++r) {
         servers_[static_cast<std::size_t>(r)].address = Arg(c, "server." + std::to_string(r));
         Connect(r);
@@ -206,8 +290,10 @@ class WorkerActor {
     ServerLink& s = servers_[static_cast<std::size_t>(r)];
     try {
       const auto [host, port] = net::SplitHostPort(s.address);
+      auto requests = requests_;
       s.conn = net::Connect(self_->system(), host, port, caf::actor_cast<caf::actor>(self_), config_.max_frame_bytes,
-                            config_.connect_timeout_ms);
+                            config_.connect_timeout_ms,
+                            [requests](net::Message& m) { return requests->AnswerInBroker(m); });
       Send(s.conn, net::Hello{net::Role::kWorker, rank_, net::kProtocolVersion, config_.token, config_.host, 0});
     } catch (const std::exception& e) {
       ServerDown(r, e.what());
@@ -218,6 +304,7 @@ class WorkerActor {
     ServerLink& s = servers_[static_cast<std::size_t>(r)];
     s.up = true;
     s.down_reason.clear();
+    requests_->SetLink(r, s.conn);
     auto queued = std::move(queued_);
     queued_.clear();
     for (Queued& q : queued) Request(q.target, q.id, q.frame, q.fn);
@@ -235,25 +322,14 @@ class WorkerActor {
     s.conn = nullptr;
     s.up = false;
     s.down_reason = why;
+    requests_->SetLink(r, nullptr);
     if (start_fn_) return Fail("cannot reach " + ServerName(r) + ": " + why);
     // Requests in flight are lost with the server: fail them now.
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second.target == r) {
-        auto fn = std::move(it->second.fn);
-        it = pending_.erase(it);
-        fn(Reply{why, std::nullopt});
-      } else {
-        ++it;
-      }
-    }
+    for (ReplyFn& fn : requests_->TakeTarget(r)) fn(Reply{why, std::nullopt});
   }
 
   void Answer(std::uint64_t id, Reply reply) {
-    auto it = pending_.find(id);
-    if (it == pending_.end()) return;
-    auto fn = std::move(it->second.fn);
-    pending_.erase(it);
-    fn(std::move(reply));
+    if (ReplyFn fn = requests_->Take(id)) fn(std::move(reply));
   }
 
   // The cluster is unusable for this worker (the scheduler died or refused it): fail everything.
@@ -264,9 +340,8 @@ class WorkerActor {
       start_fn_ = nullptr;
       fn(StartInfo{why, -1, 0, 0});
     }
-    auto pending = std::move(pending_);
-    pending_.clear();
-    for (auto& [id, p] : pending) p.fn(Reply{why, std::nullopt});
+    for (std::size_t r = 0; r < servers_.size(); ++r) requests_->SetLink(static_cast<int>(r), nullptr);
+    for (ReplyFn& fn : requests_->TakeTarget(Requests::kAny)) fn(Reply{why, std::nullopt});
     auto queued = std::move(queued_);
     queued_.clear();
     for (Queued& q : queued) q.fn(Reply{why, std::nullopt});
@@ -314,7 +389,7 @@ class WorkerActor {
   int rank_ = -1;
   int num_workers_ = 0;
   std::vector<ServerLink> servers_;
-  std::unordered_map<std::uint64_t, Pending> pending_;
+  std::shared_ptr<Requests> requests_;
   std::vector<Queued> queued_;
   std::string failed_;
   bool leaving_ = false;
@@ -370,8 +445,8 @@ class KVStoreDist final : public KVStore {
       : KVStore(type), config_(config), net_(net::NetSystem::Acquire()) {
     config_.Validate();
     const bool sync = type != "dist_async";
-    actor_ = net_->system().spawn([config = config_, sync](caf::event_based_actor* self) {
-      auto state = std::make_shared<WorkerActor>(self, config, sync);
+    actor_ = net_->system().spawn([config = config_, sync, requests = requests_](caf::event_based_actor* self) {
+      auto state = std::make_shared<WorkerActor>(self, config, sync, requests);
       self->attach_functor([state](const caf::error&) {});
       return state->Make();
     });
@@ -731,8 +806,14 @@ class KVStoreDist final : public KVStore {
           gather->Complete(kp->parts, p, Reply{e.what(), std::nullopt});
           continue;
         }
-        caf::anon_send(actor_, request_atom::value, kp->parts[p].server, id, frame,
-                       ReplyFn([gather, kp, p](Reply r) { gather->Complete(kp->parts, p, std::move(r)); }));
+        ReplyFn reply([gather, kp, p](Reply r) { gather->Complete(kp->parts, p, std::move(r)); });
+        const int server = kp->parts[p].server;
+        // Straight to the server's broker when it is up (one hop less); else through the actor.
+        if (caf::actor conn = requests_->RegisterIfUp(server, id, reply)) {
+          caf::anon_send(conn, net::send_atom::value, std::move(frame));
+        } else {
+          caf::anon_send(actor_, request_atom::value, server, id, std::move(frame), std::move(reply));
+        }
       }
     };
     k.proto.engine()->PushAsync(std::move(fn), Context::CPU(0), reads, writes, FnProperty::kNormal, priority,
@@ -786,6 +867,7 @@ class KVStoreDist final : public KVStore {
 
   DistConfig config_;
   std::shared_ptr<net::NetSystem> net_;
+  std::shared_ptr<Requests> requests_ = std::make_shared<Requests>();
   caf::actor actor_;
   int rank_ = -1;
   int num_workers_ = 0;

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,11 +75,16 @@ struct Listener {
 Listener Listen(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
                 std::size_t max_frame_bytes);
 
+// Sees every decoded frame in the broker, before the owner; returns true when it consumed the frame (then
+// the owner never gets it). A worker answers its requests here, on the broker's thread, saving a hop
+// through its actor. Must not block.
+using FrameHook = std::function<bool(Message&)>;
+
 // Connects to host:port (blocking) and returns the connection broker, owned by `owner`. A refused
 // connection is retried every 100 ms for up to `retry_ms` (nodes of a cluster start in any order). Throws
 // troupe::Error naming the address on failure.
 caf::actor Connect(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
-                   std::size_t max_frame_bytes, int retry_ms = 0);
+                   std::size_t max_frame_bytes, int retry_ms = 0, FrameHook hook = nullptr);
 
 // "host:port" -> parts; throws troupe::Error for a malformed address.
 std::pair<std::string, std::uint16_t> SplitHostPort(const std::string& address);
@@ -87,3 +93,4 @@ std::pair<std::string, std::uint16_t> SplitHostPort(const std::string& address);
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::net::Message)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::net::SharedBytes)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::net::FrameHook)

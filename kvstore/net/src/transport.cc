@@ -73,7 +73,7 @@ struct ConnState {
 };
 
 caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle hdl, caf::actor owner,
-                               std::size_t max_frame_bytes) {
+                               std::size_t max_frame_bytes, FrameHook hook) {
   auto st = std::make_shared<ConnState>(max_frame_bytes);
   st->peer = self->remote_addr(hdl) + ":" + std::to_string(self->remote_port(hdl));
   // Small frames (barriers, small keys, acks) go out at once: a request/response protocol gains nothing
@@ -95,7 +95,7 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
   };
   auto write = [self, hdl, st](const std::byte* p, std::size_t n) { self->write(hdl, n, p); };
   return {
-      [self, hdl, owner, st, finish](caf::io::new_data_msg& msg) {
+      [self, hdl, owner, st, finish, hook](caf::io::new_data_msg& msg) {
         if (st->done) return;
         std::string error;
         try {
@@ -127,6 +127,7 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
         }
         // Frames decoded before a bad one are delivered: they were well formed.
         while (auto m = st->decoder.Next()) {
+          if (hook && hook(*m)) continue;
           self->send(owner, recv_atom::value, caf::actor_cast<caf::actor>(self), std::move(*m));
         }
         if (!error.empty()) finish(error, true);
@@ -186,7 +187,7 @@ caf::behavior ListenerBroker(caf::io::broker* self, caf::actor owner, std::share
   return {
       [self, owner, max_frame_bytes](const caf::io::new_connection_msg& msg) {
         // The owner learns of the connection from its first frame (the hello).
-        self->fork(ConnectionBroker, msg.handle, owner, max_frame_bytes);
+        self->fork(ConnectionBroker, msg.handle, owner, max_frame_bytes, FrameHook{});
       },
   };
 }
@@ -235,12 +236,12 @@ Listener Listen(caf::actor_system& system, const std::string& host, std::uint16_
 }
 
 caf::actor Connect(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
-                   std::size_t max_frame_bytes, int retry_ms) {
+                   std::size_t max_frame_bytes, int retry_ms, FrameHook hook) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(retry_ms);
-  auto r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes);
+  auto r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes, hook);
   while (!r && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the peer may not listen yet
-    r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes);
+    r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes, hook);
   }
   if (!r) {
     throw Error("kvstore: cannot connect to " + host + ":" + std::to_string(port) + ": " + system.render(r.error()));
