@@ -107,6 +107,33 @@ int TrainAcrossServerRestart() {
   return 0;
 }
 
+// A server dies between rounds and does not come back: the next round's call must fail, naming it, once
+// the wait for its return (the heartbeat timeout) is over — not hang.
+int RoundThenExpectServerDeath() {
+  auto kv = Join("dist_sync");
+  const TShape shape{5000};  // split over both servers
+  kv->Init({0}, {dist_test::Filled(shape, 0.f)});
+  NDArray out(shape, Context::CPU(0));
+  kv->PushPull({0}, {dist_test::Filled(shape, 1.f)}, {out});
+  dist_test::ExpectValues("round 1", out.ToVector<float>(), std::vector<float>(5000, 2.f));
+  Say("READY");
+  AwaitGo();
+  kv->PushPull({0}, {dist_test::Filled(shape, 1.f)}, {out});
+  try {
+    out.WaitToRead();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    Say("FAILED AS PROMISED: " + what);
+    if (what.find("server 1") == std::string::npos || what.find("died") == std::string::npos) {
+      std::fprintf(stderr, "the error does not name server 1 as dead: %s\n", what.c_str());
+      return 1;
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "round 2 completed although server 1 died\n");
+  return 1;
+}
+
 // A well-behaved worker while the test attacks the nodes' ports: READY, wait for GO, then rounds.
 int ServeWhileAttacked() {
   auto kv = Join("dist_sync");
@@ -145,6 +172,7 @@ int Main(int argc, char** argv) {
     if (name == "round_then_expect_death") return RoundThenExpectDeath();
     if (name == "train_across_server_restart") return TrainAcrossServerRestart();
     if (name == "serve_while_attacked") return ServeWhileAttacked();
+    if (name == "round_then_expect_server_death") return RoundThenExpectServerDeath();
     if (name == "expect_refused") return ExpectRefused();
     const auto& all = dist_test::Scenarios();
     auto it = all.find(name);

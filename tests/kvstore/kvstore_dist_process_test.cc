@@ -3,7 +3,8 @@
 //   - the semantic scenarios of dist_scenarios.h, all exit codes 0 (uneven batches included);
 //   - kill -9 of a worker mid-round: the other worker's pull fails naming it, within a bound; a stopped
 //     (SIGSTOP) worker is found by the heartbeats the same way;
-//   - kill -9 of a server, restarted from its checkpoint: training continues with the exact values;
+//   - kill -9 of a server, restarted from its checkpoint: training continues with the exact values; kill -9
+//     of a server that stays dead: the workers' calls fail naming it, within a bound;
 //   - a wrong token is refused, and hostile bytes on the server's and the scheduler's ports leave a
 //     well-behaved worker served.
 #include <arpa/inet.h>
@@ -187,6 +188,29 @@ TEST(DistProcess, KilledServerRestartsFromItsCheckpoint) {
   EXPECT_EQ(c.scheduler->Wait(), 0);  // the server came back: an orderly end
   for (auto& s : c.servers) EXPECT_EQ(s->Wait(), 0);
   std::filesystem::remove_all(dir);
+}
+
+TEST(DistProcess, KilledServerFailsTheWorkersCallsWithoutHanging) {
+  Cluster c(2, 2);
+  auto w0 = c.Worker("round_then_expect_server_death");
+  auto w1 = c.Worker("round_then_expect_server_death");
+  w0->WaitLine("READY");
+  w1->WaitLine("READY");
+  c.servers[1]->Signal(SIGKILL);
+  EXPECT_EQ(c.servers[1]->Wait(), 128 + SIGKILL);
+  const auto go = Clock::now();
+  w0->Write("GO\n");
+  w1->Write("GO\n");
+  // The calls wait up to the heartbeat timeout for the server to come back, then fail; leaving waits as long
+  // for the dead server's answer. Bound: both, plus start-up slack.
+  const int bound_ms = 2 * kHeartbeatTimeoutMs + 3000;
+  EXPECT_EQ(w0->Wait(bound_ms), 0);
+  EXPECT_EQ(w1->Wait(bound_ms), 0);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - go).count();
+  EXPECT_LE(ms, bound_ms);
+  std::printf("server killed: both workers' calls failed and they exited %lld ms after GO\n", static_cast<long long>(ms));
+  EXPECT_EQ(c.scheduler->Wait(), 1);  // a server was lost for good: not an orderly end
+  EXPECT_EQ(c.servers[0]->Wait(), 0);
 }
 
 int ConnectRaw(int port) {
