@@ -486,6 +486,17 @@ class KVStoreDist final : public KVStore {
   void Init(const std::vector<int>& keys, const std::vector<NDArray>& values) override {
     NoteIntKeys("Init");
     CheckInitArgs(keys, values, [this](int k) { return StoredOf(k); }, [this](int k) { return KeyName(k); });
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      // One frame carries at most kMaxTensorBytes of a key: a part per server must fit.
+      const bool split = values[i].Size() >= config_.bigarray_bound && num_servers_ > 1;
+      const std::size_t part = split ? (values[i].Bytes() + num_servers_ - 1) / num_servers_ : values[i].Bytes();
+      if (part > net::kMaxTensorBytes) {
+        throw Error("KVStore::Init: key " + KeyName(keys[i]) + " has " + std::to_string(values[i].Bytes()) +
+                    " bytes, and one server holds at most " + std::to_string(net::kMaxTensorBytes) +
+                    " bytes of a key; run more servers" +
+                    (split ? std::string() : " or lower TROUPE_KVSTORE_BIGARRAY_BOUND so that it is split"));
+      }
+    }
     std::vector<std::future<Reply>> replies;
     for (std::size_t i = 0; i < keys.size(); ++i) {
       const NDArray& v = values[i];
@@ -515,6 +526,7 @@ class KVStoreDist final : public KVStore {
   void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority) override {
     NoteIntKeys("Push");
     const KeyGroups groups = Check("Push", keys, values, "value");
+    CheckCompression("Push", keys, values);
     for (const auto& [key, idx] : groups) {
       Key& k = Prepare(key);
       Send(net::TensorOp::kPush, key, k, Source(key, k, values, idx, priority), {}, priority);
@@ -535,6 +547,7 @@ class KVStoreDist final : public KVStore {
     NoteIntKeys("PushPull");
     const KeyGroups groups = Check("PushPull", keys, values, "value");
     const KeyGroups out_groups = Check("PushPull", keys, outs, "output");
+    CheckCompression("PushPull", keys, values);
     for (const auto& [key, idx] : groups) {
       Key& k = Prepare(key);
       Send(net::TensorOp::kPushPull, key, k, Source(key, k, values, idx, priority), Outputs(k, outs, out_groups.at(key)),
@@ -588,6 +601,17 @@ class KVStoreDist final : public KVStore {
                   const char* what) const {
     return CheckArrays(op, keys, arrays, what, [this](int k) { return StoredOf(k); },
                        [this](int k) { return KeyName(k); });
+  }
+
+  // With compression on, every value must be float32 (checked before anything is pushed).
+  void CheckCompression(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& values) const {
+    if (compression_.empty()) return;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (values[i].dtype() != DType::kFloat32) {
+        throw Error(std::string("KVStore::") + op + ": gradient compression takes float32 values; key " +
+                    KeyName(keys[i]) + " is " + DTypeName(values[i].dtype()));
+      }
+    }
   }
 
   // Small keys go to the server with the fewest bytes so far; big ones are split across all servers, at

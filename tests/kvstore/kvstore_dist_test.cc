@@ -97,6 +97,10 @@ TEST(DistKVStore, ErrorsAreClearAndTheStoreStaysUsable) {
     NDArray out(TShape{2}, Context::CPU(0));
     kv.PushPull({0}, {dist_test::Filled(TShape{2}, 2.f)}, {out});
     dist_test::ExpectValues("after the errors", out.ToVector<float>(), {4.f, 4.f});
+    // 2-bit compression takes float32 only: refused before anything is sent.
+    kv.Init({7}, {NDArray::Zeros(TShape{2}, Context::CPU(0), DType::kFloat64)});
+    kv.SetGradientCompression({{"type", "2bit"}, {"threshold", "0.5"}});
+    EXPECT_THROW(kv.Push({7}, {NDArray::Zeros(TShape{2}, Context::CPU(0), DType::kFloat64)}), Error);
   });
 }
 
