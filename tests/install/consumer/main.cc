@@ -1,6 +1,7 @@
 // Uses the installed headers both ways (<troupe/engine/engine.h> and "engine/engine.h"), the engine and
-// NDArrays.
+// NDArrays; and the distributed KVStore's public header, which must compile without CAF or Cap'n Proto.
 #include <troupe/engine/engine.h>
+#include <troupe/kvstore/dist.h>
 #include <troupe/ops/ndarray.h>
 
 #include <cstdio>
@@ -18,5 +19,14 @@ int main() {
                                             engine.get());
   const std::vector<float> dot = troupe::Dot(a, a * 3).ToVector<float>();
   std::printf("consumer: dot=[%g %g %g %g]\n", dot[0], dot[1], dot[2], dot[3]);
-  return x == 200 && v->version() == 100 && dot == std::vector<float>(4, 6.f) ? 0 : 1;
+  troupe::DistConfig dist;
+  dist.num_workers = 0;
+  bool refused = false;
+  try {
+    dist.Validate();
+  } catch (const std::exception&) {
+    refused = true;  // a cluster of no workers is a configuration error
+  }
+  std::printf("consumer: dist config with no workers refused=%d\n", refused ? 1 : 0);
+  return x == 200 && v->version() == 100 && dot == std::vector<float>(4, 6.f) && refused ? 0 : 1;
 }
