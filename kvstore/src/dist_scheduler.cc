@@ -76,6 +76,14 @@ class Scheduler {
       const Member& s = members_[static_cast<std::size_t>(servers_[r])];
       c.args.emplace_back("server." + std::to_string(r), s.host + ":" + std::to_string(s.port));
     }
+    // A server that rejoins a running cluster must not wait for workers that are gone.
+    for (int idx : workers_) {
+      if (idx < 0) continue;
+      const Member& w = members_[static_cast<std::size_t>(idx)];
+      if (w.left) c.args.emplace_back("left", std::to_string(w.rank));
+      if (!w.alive && !w.left) c.args.emplace_back("dead", std::to_string(w.rank));
+    }
+    if (!broken_.empty()) c.args.emplace_back("broken", broken_);
     return c;
   }
 
@@ -108,6 +116,7 @@ class Scheduler {
     if (started_) {
       // Only a server may (re)join a running cluster: into the slot of a dead server.
       if (m.role != net::Role::kServer) return Refuse(conn, "the cluster has started; a worker cannot join it now");
+      if (stopping_) return Refuse(conn, "the cluster is ending (every worker has left)");
       int slot = -1;
       if (m.rank >= 0 && m.rank < config_.num_servers) {
         // A server started again with its rank replaces the old process even before its death was noticed.

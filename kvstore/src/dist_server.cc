@@ -155,6 +155,13 @@ class Server {
   int ActiveWorkers() const {
     return num_workers_ - static_cast<int>(left_.size()) - static_cast<int>(dead_.size());
   }
+  // Workers of `pushed` that are still active: a push of a worker that left since stays in the sum but
+  // does not stand in for an active worker's.
+  int ActivePushed(const std::set<int>& pushed) const {
+    int n = 0;
+    for (int r : pushed) n += left_.count(r) == 0 && dead_.count(r) == 0 ? 1 : 0;
+    return n;
+  }
 
   void OnFrame(const caf::actor& conn, const net::Message& m) {
     if (conn == scheduler_) {
@@ -196,6 +203,15 @@ class Server {
       if (c.name == "start") {
         rank_ = IntArg(c, "rank");
         num_workers_ = IntArg(c, "num_workers");
+        // Joining a running cluster (a restart): the workers that already left or died.
+        for (const auto& [k, v] : c.args) {
+          if (k == "left") left_.insert(std::stoi(v));
+          if (k == "dead") {
+            dead_.insert(std::stoi(v));
+            dead_rank_ = std::stoi(v);
+          }
+          if (k == "broken") broken_ = v;
+        }
         if (config_.rank >= 0 && config_.rank != rank_) {
           return Finish(1, "asked for rank " + std::to_string(config_.rank) + " but the scheduler gave " +
                                std::to_string(rank_));
@@ -382,7 +398,7 @@ class Server {
   }
 
   void MaybeComplete(int key, Entry& e) {
-    if (e.pushed.empty() || static_cast<int>(e.pushed.size()) < ActiveWorkers()) return;
+    if (e.pushed.empty() || ActivePushed(e.pushed) < ActiveWorkers()) return;
     if (e.first_push.size() != 0) {  // a round of one push
       Unshare(&e.merged, &e.merged_hold, false);
       std::memcpy(e.merged.data().dptr, e.first_push.bytes.data(), e.merged.Bytes());

@@ -65,6 +65,7 @@ using start_atom = caf::atom_constant<caf::atom("wk_start")>;
 using request_atom = caf::atom_constant<caf::atom("wk_req")>;
 using leave_atom = caf::atom_constant<caf::atom("wk_leave")>;
 using mode_atom = caf::atom_constant<caf::atom("wk_mode")>;
+using connected_atom = caf::atom_constant<caf::atom("wk_conn")>;
 
 constexpr int kScheduler = -1;  // request target: the scheduler; 0.. are server ranks
 
@@ -170,9 +171,16 @@ class WorkerActor {
           Request(target, id, frame, fn);
         },
         [this](leave_atom) { leaving_ = true; },
-        [this](mode_atom, int target, const std::string& error) {
+        [this](mode_atom, int target, std::uint64_t generation, const std::string& error) {
+          // A reply to a handshake that a later event (death, replacement) made stale is ignored.
+          if (target < 0 || target >= static_cast<int>(servers_.size())) return;
+          const ServerLink& s = servers_[static_cast<std::size_t>(target)];
+          if (s.generation != generation || !s.conn) return;
           if (!error.empty()) return ServerDown(target, error);
           ServerUp(target);
+        },
+        [this](connected_atom, int target, std::uint64_t generation, const caf::actor& conn, const std::string& error) {
+          OnConnected(target, generation, conn, error);
         },
         [this](net::recv_atom, const caf::actor& conn, const net::Message& m) { OnFrame(conn, m); },
         [this](net::closed_atom, const caf::actor& conn, const std::string& why) { OnClosed(conn, why); },
@@ -183,6 +191,7 @@ class WorkerActor {
  private:
   struct ServerLink {
     caf::actor conn;
+    std::uint64_t generation = 0;  // bumped by every connect and every death: stale replies are ignored
     std::string address;
     bool up = false;          // handshake done and not dead
     std::string down_reason;  // why it is down (empty before the first handshake)
@@ -249,7 +258,10 @@ class WorkerActor {
       // Answered through the actor (the broker hook could run it on another thread): forward the reply.
       const std::uint64_t id = ++internal_ids_ | (std::uint64_t{1} << 63);
       auto self = caf::actor_cast<caf::actor>(self_);
-      requests_->Add(target, id, [self, target](Reply r) { caf::anon_send(self, mode_atom::value, target, r.error); });
+      const std::uint64_t generation = servers_[static_cast<std::size_t>(target)].generation;
+      requests_->Add(target, id, [self, target, generation](Reply r) {
+        caf::anon_send(self, mode_atom::value, target, generation, r.error);
+      });
       Send(conn, net::Command{id, "mode", {{"sync", sync_ ? "1" : "0"}}});
       return;
     }
@@ -286,18 +298,51 @@ class WorkerActor {
     }
   }
 
+  // Connecting blocks (and retries while the server starts), so it runs on a thread of its own: this actor
+  // keeps sending heartbeats meanwhile. The result comes back as connected_atom.
   void Connect(int r) {
     ServerLink& s = servers_[static_cast<std::size_t>(r)];
-    try {
-      const auto [host, port] = net::SplitHostPort(s.address);
-      auto requests = requests_;
-      s.conn = net::Connect(self_->system(), host, port, caf::actor_cast<caf::actor>(self_), config_.max_frame_bytes,
-                            config_.connect_timeout_ms,
-                            [requests](net::Message& m) { return requests->AnswerInBroker(m); });
-      Send(s.conn, net::Hello{net::Role::kWorker, rank_, net::kProtocolVersion, config_.token, config_.host, 0});
-    } catch (const std::exception& e) {
-      ServerDown(r, e.what());
+    const std::uint64_t generation = ++s.generation;
+    const std::string address = s.address;
+    const caf::actor owner = caf::actor_cast<caf::actor>(self_);
+    const std::size_t max_frame = config_.max_frame_bytes;
+    const int timeout_ms = config_.connect_timeout_ms;
+    auto requests = requests_;
+    self_->system().spawn([=](caf::blocking_actor* helper) {
+      helper->monitor(owner);
+      const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+      caf::actor conn;
+      std::string error;
+      for (;;) {
+        try {
+          const auto [host, port] = net::SplitHostPort(address);
+          conn = net::Connect(helper->system(), host, port, owner, max_frame, 0,
+                              [requests](net::Message& m) { return requests->AnswerInBroker(m); });
+          error.clear();
+          break;
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        if (Clock::now() >= deadline) break;
+        bool owner_gone = false;  // the worker ended: stop trying
+        helper->receive([&](const caf::down_msg&) { owner_gone = true; },
+                        caf::after(std::chrono::milliseconds(100)) >> [] {});
+        if (owner_gone) return;
+      }
+      helper->send(owner, connected_atom::value, r, generation, conn, error);
+    });
+  }
+
+  void OnConnected(int r, std::uint64_t generation, const caf::actor& conn, const std::string& error) {
+    if (r < 0 || r >= static_cast<int>(servers_.size())) return;
+    ServerLink& s = servers_[static_cast<std::size_t>(r)];
+    if (s.generation != generation) {  // superseded by a death or a newer address
+      if (conn) self_->send(conn, net::close_atom::value);
+      return;
     }
+    if (!error.empty()) return ServerDown(r, error);
+    s.conn = conn;
+    Send(s.conn, net::Hello{net::Role::kWorker, rank_, net::kProtocolVersion, config_.token, config_.host, 0});
   }
 
   void ServerUp(int r) {
@@ -305,9 +350,16 @@ class WorkerActor {
     s.up = true;
     s.down_reason.clear();
     requests_->SetLink(r, s.conn);
+    // Requests queued for this server go out; those for servers still down keep their own deadlines.
     auto queued = std::move(queued_);
     queued_.clear();
-    for (Queued& q : queued) Request(q.target, q.id, q.frame, q.fn);
+    for (Queued& q : queued) {
+      if (servers_[static_cast<std::size_t>(q.target)].up) {
+        Request(q.target, q.id, q.frame, q.fn);
+      } else {
+        queued_.push_back(std::move(q));
+      }
+    }
     if (start_fn_ && std::all_of(servers_.begin(), servers_.end(), [](const ServerLink& x) { return x.up; })) {
       auto fn = std::move(start_fn_);
       start_fn_ = nullptr;
@@ -321,6 +373,7 @@ class WorkerActor {
     if (s.conn) self_->send(s.conn, net::close_atom::value);
     s.conn = nullptr;
     s.up = false;
+    ++s.generation;
     s.down_reason = why;
     requests_->SetLink(r, nullptr);
     if (start_fn_) return Fail("cannot reach " + ServerName(r) + ": " + why);

@@ -134,6 +134,30 @@ int RoundThenExpectServerDeath() {
   return 1;
 }
 
+// A worker leaves, then a server restarts: the restarted server must know that worker is gone (from the
+// scheduler), or the next round would wait for it forever. Rank 1 leaves after 2 rounds and a checkpoint;
+// rank 0 says READY, waits for the restart (GO), then runs a round alone.
+int LeaveThenRestart() {
+  auto kv = Join("dist_sync");
+  Say("RANK " + std::to_string(kv->rank()));
+  const TShape shape{5000};  // split over both servers
+  kv->Init({0}, {dist_test::Filled(shape, 0.f)});
+  NDArray out(shape, Context::CPU(0));
+  for (int round = 1; round <= 2; ++round) {
+    kv->PushPull({0}, {dist_test::Filled(shape, 1.f + static_cast<float>(kv->rank()))}, {out});
+    dist_test::ExpectValues("round " + std::to_string(round), out.ToVector<float>(), std::vector<float>(5000, 3.f));
+  }
+  kv->Barrier();
+  if (kv->rank() == 0) kv->Checkpoint();
+  kv->Barrier();
+  if (kv->rank() == 1) return 0;  // the store is destroyed: this worker leaves
+  Say("READY");
+  AwaitGo();
+  kv->PushPull({0}, {dist_test::Filled(shape, 5.f)}, {out});
+  dist_test::ExpectValues("the round after the restart", out.ToVector<float>(), std::vector<float>(5000, 5.f));
+  return 0;
+}
+
 // A well-behaved worker while the test attacks the nodes' ports: READY, wait for GO, then rounds.
 int ServeWhileAttacked() {
   auto kv = Join("dist_sync");
@@ -172,6 +196,7 @@ int Main(int argc, char** argv) {
     if (name == "round_then_expect_death") return RoundThenExpectDeath();
     if (name == "train_across_server_restart") return TrainAcrossServerRestart();
     if (name == "serve_while_attacked") return ServeWhileAttacked();
+    if (name == "leave_then_restart") return LeaveThenRestart();
     if (name == "round_then_expect_server_death") return RoundThenExpectServerDeath();
     if (name == "expect_refused") return ExpectRefused();
     const auto& all = dist_test::Scenarios();

@@ -213,6 +213,28 @@ TEST(DistProcess, KilledServerFailsTheWorkersCallsWithoutHanging) {
   EXPECT_EQ(c.servers[0]->Wait(), 0);
 }
 
+TEST(DistProcess, RestartedServerKnowsWhichWorkersLeft) {
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe_dist_leave_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  Cluster c(2, 2, {{"TROUPE_KVSTORE_CHECKPOINT_DIR", dir.string()}});
+  std::unique_ptr<Proc> w[2] = {c.Worker("leave_then_restart"), c.Worker("leave_then_restart")};
+  const int first_rank = std::stoi(w[0]->WaitLine("RANK ").substr(5));
+  w[1]->WaitLine("RANK ");
+  Proc& stays = *w[first_rank == 0 ? 0 : 1];
+  Proc& leaves = *w[first_rank == 0 ? 1 : 0];
+  EXPECT_EQ(leaves.Wait(), 0);
+  stays.WaitLine("READY");
+  c.servers[1]->Signal(SIGKILL);
+  EXPECT_EQ(c.servers[1]->Wait(), 128 + SIGKILL);
+  c.StartServer(1);
+  c.servers[1]->WaitLine("troupe server 1: started");
+  stays.Write("GO\n");
+  EXPECT_EQ(stays.Wait(2 * kHeartbeatTimeoutMs + 3000), 0) << "the round after the restart hung or failed";
+  EXPECT_EQ(c.scheduler->Wait(), 0);
+  for (auto& s : c.servers) EXPECT_EQ(s->Wait(), 0);
+  std::filesystem::remove_all(dir);
+}
+
 int ConnectRaw(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

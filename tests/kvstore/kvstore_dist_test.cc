@@ -28,7 +28,7 @@ DistConfig BaseConfig() {
   c.num_workers = 2;
   c.token = "in-process-test-token";
   c.heartbeat_interval_ms = 200;
-  c.heartbeat_timeout_ms = 5000;
+  c.heartbeat_timeout_ms = 30000;  // no test here waits for a timeout; slow runs (ThreadSanitizer) must not hit it
   c.connect_timeout_ms = 30000;
   c.bigarray_bound = 1000;
   return c;

@@ -132,13 +132,15 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
         }
         if (!error.empty()) finish(error, true);
       },
-      [self, hdl, st, write](send_atom, const Message& m) {
+      [self, hdl, st, write, finish](send_atom, const Message& m) {
         if (st->done) return;
         try {
           EncodeFrameTo(m, write);
         } catch (const std::exception& e) {
-          // The sender checked the message (ValidateMessage); reaching this is a bug, reported, not fatal.
-          std::fprintf(stderr, "troupe kvstore: a frame to %s could not be encoded: %s\n", st->peer.c_str(), e.what());
+          // The sender checked the message (ValidateMessage), so this is out of memory or a bug. Part of the
+          // frame may be written: the stream is unusable. Closing tells the owner, which fails the requests
+          // waiting on this connection instead of leaving them hanging.
+          return finish(std::string("a frame could not be encoded: ") + e.what(), true);
         }
         self->flush(hdl);
       },
