@@ -16,6 +16,7 @@
 #include "kvstore/dist.h"
 #include "tools/bench_command.h"
 #include "tools/dist_command.h"
+#include "tools/launch_command.h"
 #include "tools/im2rec_command.h"
 
 #ifndef TROUPE_VERSION
@@ -25,7 +26,7 @@
 namespace {
 
 constexpr int kExitUsage = 2;
-constexpr const char* kCommands = "bench, im2rec, scheduler, server";
+constexpr const char* kCommands = "bench, im2rec, launch, scheduler, server";
 
 }  // namespace
 
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
       "  troupe --version\n"
       "  troupe bench engine --json engine.json\n"
       "  troupe im2rec train.lst images/ train\n"
+      "  troupe launch -n 2 -s 1 -- ./my_worker\n"
       "  troupe scheduler --port 9091 --num-servers 1 --num-workers 2\n"
       "  troupe server --root 127.0.0.1:9091\n"
       "  troupe bench --help\n");
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
   troupe::tools::BenchCommand bench(&app);
   troupe::tools::Im2RecCommand im2rec(&app);
   troupe::tools::DistCommand dist(&app);
+  troupe::tools::LaunchCommand launch(&app);
   // After the subcommands were added (they inherit it when created): an unknown command is collected and
   // reported below with the list of known ones, instead of CLI11's generic message.
   app.allow_extras();
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
     if (bench.chosen()) return bench.Run();
     if (im2rec.chosen()) return im2rec.Run();
     if (dist.chosen()) return dist.Run();
+    if (launch.chosen()) return launch.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     return 1;

@@ -9,15 +9,38 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstdlib>
+#include <utility>
 #include <stdexcept>
 
 extern char** environ;
 
 namespace troupe::bench {
 
+namespace {
+
+// argv[0] as execve needs it: a name without a slash is looked up in PATH (as execvp would).
+std::string Resolve(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t at = 0;
+  while (at <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', at), dirs.size());
+    const std::string candidate = (end > at ? dirs.substr(at, end - at) : std::string(".")) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    at = end + 1;
+  }
+  return program;  // execve fails; the child exits 127
+}
+
+}  // namespace
+
 ChildProcess::ChildProcess(std::string name, const std::vector<std::string>& argv,
-                           const std::map<std::string, std::string>& env)
+                           const std::map<std::string, std::string>& env, bool merge_stderr)
     : name_(std::move(name)) {
   int out[2], in[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
@@ -28,6 +51,7 @@ ChildProcess::ChildProcess(std::string name, const std::vector<std::string>& arg
   }
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<std::string> args = argv;
+  if (!args.empty()) args[0] = Resolve(args[0]);
   std::vector<char*> argp, envp;
   for (auto& a : args) argp.push_back(a.data());
   argp.push_back(nullptr);
@@ -37,6 +61,7 @@ ChildProcess::ChildProcess(std::string name, const std::vector<std::string>& arg
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
     ::dup2(out[1], 1);
+    if (merge_stderr) ::dup2(out[1], 2);
     ::dup2(in[0], 0);
     ::execve(argp[0], argp.data(), envp.data());
     ::_exit(127);
@@ -76,6 +101,19 @@ std::optional<std::string> ChildProcess::ReadLine(const std::string& prefix, int
     if (n <= 0) return std::nullopt;
     buf_.append(chunk, static_cast<std::size_t>(n));
   }
+}
+
+bool ChildProcess::ReadSome(std::vector<std::string>* lines) {
+  char chunk[4096];
+  const ssize_t n = ::read(out_, chunk, sizeof chunk);
+  if (n > 0) buf_.append(chunk, static_cast<std::size_t>(n));
+  for (auto nl = buf_.find('\n'); nl != std::string::npos; nl = buf_.find('\n')) {
+    lines->push_back(buf_.substr(0, nl));
+    buf_.erase(0, nl + 1);
+  }
+  if (n > 0 || (n < 0 && errno == EINTR)) return true;
+  if (!buf_.empty()) lines->push_back(std::exchange(buf_, {}));
+  return false;
 }
 
 bool ChildProcess::Write(const std::string& text) {

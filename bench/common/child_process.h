@@ -15,8 +15,10 @@ namespace troupe::bench {
 
 class ChildProcess {
  public:
-  // Runs argv[0] (a path) with argv; the environment is this process's with `env` set on top.
-  ChildProcess(std::string name, const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+  // Runs argv[0] (a path, or a name looked up in PATH) with argv; the environment is this process's with
+  // `env` set on top. With `merge_stderr` the child's stderr goes to the same pipe as its stdout.
+  ChildProcess(std::string name, const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+               bool merge_stderr = false);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -28,6 +30,13 @@ class ChildProcess {
   // Writes to the child's stdin; false when it could not be written.
   bool Write(const std::string& text);
   void Signal(int sig);
+  // For a caller that polls many children: the stdout pipe and the exit descriptor (a pidfd, readable once
+  // the child has exited), and one read of what stdout has: complete lines are appended to `lines` (a last
+  // partial line too once stdout has ended). Returns false once stdout has ended.
+  int out_fd() const { return out_; }
+  int exit_fd() const { return pidfd_; }
+  int pid() const { return pid_; }
+  bool ReadSome(std::vector<std::string>* lines);
   // The exit status (128 + signal when killed by one), or -1 while it still runs after timeout_ms.
   int Wait(int timeout_ms);
 

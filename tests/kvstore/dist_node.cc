@@ -158,6 +158,21 @@ int LeaveThenRestart() {
   return 0;
 }
 
+// For `troupe launch` with any number of workers: 3 PushPull rounds, each worker pushing ones; the pulled
+// value is the number of workers.
+int AnyWorkers() {
+  auto kv = Join("dist_sync");
+  kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
+  NDArray out(TShape{4}, Context::CPU(0));
+  for (int round = 1; round <= 3; ++round) {
+    kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+    dist_test::ExpectValues("round " + std::to_string(round), out.ToVector<float>(),
+                            std::vector<float>(4, static_cast<float>(kv->num_workers())));
+  }
+  Say("worker rank " + std::to_string(kv->rank()) + " of " + std::to_string(kv->num_workers()) + ": 3 rounds exact");
+  return 0;
+}
+
 // A well-behaved worker while the test attacks the nodes' ports: READY, wait for GO, then rounds.
 int ServeWhileAttacked() {
   auto kv = Join("dist_sync");
@@ -197,6 +212,7 @@ int Main(int argc, char** argv) {
     if (name == "train_across_server_restart") return TrainAcrossServerRestart();
     if (name == "serve_while_attacked") return ServeWhileAttacked();
     if (name == "leave_then_restart") return LeaveThenRestart();
+    if (name == "any_workers") return AnyWorkers();
     if (name == "round_then_expect_server_death") return RoundThenExpectServerDeath();
     if (name == "expect_refused") return ExpectRefused();
     const auto& all = dist_test::Scenarios();

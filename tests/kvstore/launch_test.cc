@@ -1,0 +1,86 @@
+// `troupe launch` with the local launcher (tools/launch_command.h), end to end: real processes on
+// 127.0.0.1 — the troupe executable for the scheduler and servers, tests/kvstore/dist_node as the workers.
+//   - 1 scheduler, 2 servers, 3 workers: every worker's rounds are exact, every process exits 0;
+//   - one worker exits 1: launch stops the others and exits non-zero with a line per process;
+//   - SIGINT to launch: it stops everything; no process it started is left (checked by pid).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/common/child_process.h"
+
+namespace troupe {
+namespace {
+
+constexpr int kTimeoutMs = 120000;
+
+// Runs `troupe launch ARGS`, returns (exit status, every line it printed).
+std::pair<int, std::vector<std::string>> Launch(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{TROUPE_CLI_PATH, "launch"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  bench::ChildProcess launch("troupe launch", argv, {}, /*merge_stderr=*/true);
+  std::vector<std::string> lines;
+  while (launch.ReadSome(&lines)) {
+  }
+  for (const auto& l : lines) std::printf("%s\n", l.c_str());
+  return {launch.Wait(kTimeoutMs), lines};
+}
+
+int Count(const std::vector<std::string>& lines, const std::string& needle) {
+  int n = 0;
+  for (const auto& l : lines) n += l.find(needle) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+TEST(Launch, LocalJobRunsAndEveryProcessExitsZero) {
+  const auto [status, lines] = Launch({"-n", "3", "-s", "2", "--", TROUPE_DIST_NODE, "any_workers"});
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(Count(lines, "of 3: 3 rounds exact"), 3) << "every worker's rounds were exact";
+  for (const char* who : {"[worker 0]", "[worker 1]", "[worker 2]", "[server 0]", "[server 1]", "[scheduler]"}) {
+    EXPECT_GE(Count(lines, who), 1) << who << "'s output is shown with its prefix";
+  }
+  EXPECT_EQ(Count(lines, "troupe launch: every process exited 0"), 1);
+}
+
+TEST(Launch, AFailingWorkerStopsTheJob) {
+  const std::string worker = std::string("if [ \"$TROUPE_LAUNCH_INDEX\" = 1 ]; then echo failing on purpose; exit 1; fi; exec ") +
+                             TROUPE_DIST_NODE + " any_workers";
+  const auto [status, lines] = Launch({"-n", "3", "-s", "1", "--", "sh", "-c", worker});
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(Count(lines, "[worker 1] failing on purpose"), 1);
+  EXPECT_GE(Count(lines, "worker 1 (pid"), 1);
+  EXPECT_GE(Count(lines, ") exited 1"), 1);
+  // The summary: one line per process (the failed one is named twice: when it failed and in the summary).
+  EXPECT_EQ(Count(lines, "stopped by launch") + Count(lines, ") exited"), 5 + 1);
+}
+
+TEST(Launch, SigintLeavesNoProcessBehind) {
+  bench::ChildProcess launch("troupe launch", {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "1", "--", "sleep", "1000"},
+                             {}, /*merge_stderr=*/true);
+  const auto started = launch.ReadLine("troupe launch: started", kTimeoutMs);
+  ASSERT_TRUE(started.has_value());
+  std::vector<int> pids;
+  std::istringstream in(started->substr(started->find("pids") + 4));
+  for (int pid = 0; in >> pid;) pids.push_back(pid);
+  ASSERT_EQ(pids.size(), 4u) << *started;
+  launch.Signal(SIGINT);
+  EXPECT_EQ(launch.Wait(kTimeoutMs), 130);
+  for (int pid : pids) {
+    errno = 0;
+    EXPECT_EQ(::kill(pid, 0), -1) << "process " << pid << " is still there";
+    EXPECT_EQ(errno, ESRCH);
+  }
+}
+
+TEST(Launch, BadUsageIsAUsageError) {
+  EXPECT_EQ(Launch({"-n", "2", "--launcher", "carrier-pigeon", "--", "true"}).first, 2);
+  EXPECT_EQ(Launch({"-n", "2", "--env", "NOEQUALS", "--", "true"}).first, 2);
+  EXPECT_EQ(Launch({"--", "true"}).first, 2) << "-n is required";
+}
+
+}  // namespace
+}  // namespace troupe
