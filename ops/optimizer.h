@@ -85,6 +85,10 @@ struct OptimizerConfig {
   // lr_scheduler = "factor", lr_scheduler_params = {{"step", "100"}, {"factor", "0.5"}}.
   std::string lr_scheduler;
   Kwargs lr_scheduler_params;
+  // Per-index multipliers of the learning rate and weight decay, index -> (lr_mult, wd_mult) (MXNet's
+  // optimizer with idx2name: no weight decay on biases, the symbol's lr_mult / wd_mult attributes). Create
+  // applies them (SetMultipliers); they travel with the config, so a dist store's servers use them too.
+  std::map<int, std::pair<float, float>> multipliers;
 };
 
 class LrScheduler;  // a parsed lr_scheduler; defined in ops/src/optimizer.cc

@@ -22,6 +22,15 @@
 // outputs concatenated in slice order; GetParams and checkpoints read the first context's parameters
 // (all contexts hold the same ones). With one context everything runs as on one device, without a store.
 //
+// Distributed training (FitOptions::kvstore "dist_sync", "dist_async" or "dist_device_sync"; the process is
+// a worker started by `troupe launch`, kvstore/dist.h): the store is created by InitOptimizer (it joins the
+// cluster), the servers run the optimizer (its config travels with the per-parameter multipliers; with
+// dist_sync rescale_grad is 1 / (batch * workers), MXNet's rule), and Fit starts every worker from worker
+// 0's initial parameters (Init, then Pull). Each worker reads its own part of the data (give the iterator
+// num_parts / part_index). Worker 0 writes the checkpoints, without the optimizer's states (they live on
+// the servers: KVStore::Checkpoint); resuming starts the servers' optimizer states afresh. Replacing the
+// parameters (InitParams, SetParams, Bind) after the first Update is an error: the servers hold them.
+//
 // Thread-safety: a Module is driven by one thread. Callbacks run on that thread.
 #pragma once
 
@@ -120,8 +129,12 @@ struct FitOptions {
   std::vector<BatchEndCallback> batch_end_callbacks;
   std::vector<EpochEndCallback> epoch_end_callbacks;
   // KVStore::Create type synchronising the parameters when the module has several contexts ("local",
-  // "device"); unused with one context.
+  // "device", "nccl"), or a cluster's "dist_sync" / "dist_async" / "dist_device_sync" (any number of
+  // contexts; see the file comment). A non-dist type is unused with one context.
   std::string kvstore = "local";
+  // An existing store to use instead (MXNet's fit(kvstore=kv)): a dist program creates its store first to
+  // learn its rank and the number of workers for the data partition (num_parts / part_index), then fits.
+  std::shared_ptr<KVStore> store;
   UpdatePlace update_place = UpdatePlace::kAuto;  // with several contexts (see UpdatePlace)
 };
 
@@ -154,13 +167,18 @@ class Module {
   // The optimizer (with several contexts it is the KVStore's updater, so its states are the ones a
   // checkpoint saves).
   Optimizer* optimizer() const;
-  // With several contexts: the KVStore type Update creates on first use (Fit sets it from FitOptions).
+  // The KVStore type Update creates on first use with several contexts, or a dist type (any number of
+  // contexts; InitOptimizer joins the cluster). Fit sets it from FitOptions. Changing it drops the store.
   void SetKVStoreType(const std::string& type);
+  // Uses `store` (its type becomes the module's; Fit does this for FitOptions::store). Until the first
+  // Update the module has not touched it. Throws troupe::Error for a null store.
+  void SetKVStore(std::shared_ptr<KVStore> store);
   // With several contexts: where Update runs the optimizer (Fit sets it from FitOptions).
   void SetUpdatePlace(UpdatePlace place);
   // kStore or kDevices as resolved by the first Update (kAuto before it, or with one context).
   UpdatePlace update_place() const;
-  // The store synchronising the contexts: null with one context or before the first Update.
+  // The store synchronising the contexts or the cluster's workers: null with one context and a non-dist
+  // type, or before the first Update (a dist store: before InitOptimizer).
   KVStore* kvstore() const;
 
   void Forward(const DataBatch& batch, bool is_train);

@@ -1,6 +1,7 @@
 // Pieces shared by the distributed KVStore's roles: see kvstore/internal/dist_common.h.
 #include "kvstore/internal/dist_common.h"
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "actors/error.h"
@@ -83,6 +84,10 @@ std::vector<std::pair<std::string, std::string>> OptimizerArgs(const OptimizerCo
   for (const auto& [k, v] : config.params) args.emplace_back("param." + k, v);
   if (!config.lr_scheduler.empty()) args.emplace_back("lr_scheduler", config.lr_scheduler);
   for (const auto& [k, v] : config.lr_scheduler_params) args.emplace_back("sched." + k, v);
+  for (const auto& [index, mult] : config.multipliers) {
+    args.emplace_back("mult." + std::to_string(index),
+                      param_detail::PrintReal(mult.first) + "," + param_detail::PrintReal(mult.second));
+  }
   return args;
 }
 
@@ -97,6 +102,17 @@ OptimizerConfig OptimizerFromArgs(const std::vector<std::pair<std::string, std::
       config.lr_scheduler = v;
     } else if (k.rfind("sched.", 0) == 0) {
       config.lr_scheduler_params.emplace_back(k.substr(6), v);
+    } else if (k.rfind("mult.", 0) == 0) {
+      // "mult.<index>" = "<lr_mult>,<wd_mult>"
+      const std::string index = k.substr(5);
+      const auto comma = v.find(',');
+      char* end = nullptr;
+      const long i = std::strtol(index.c_str(), &end, 10);
+      if (index.empty() || *end != '\0' || i < 0 || i > INT32_MAX || comma == std::string::npos) {
+        throw Error("bad optimizer multiplier '" + k + "' = '" + v + "' (want mult.<index> = <lr_mult>,<wd_mult>)");
+      }
+      config.multipliers[static_cast<int>(i)] = {static_cast<float>(param_detail::ParseReal(v.substr(0, comma))),
+                                                 static_cast<float>(param_detail::ParseReal(v.substr(comma + 1)))};
     }
   }
   return config;

@@ -652,6 +652,7 @@ std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerConfig& config) {
   if (config.type == "rmsprop") opt = std::make_unique<RmsPropOptimizer>(config);
   if (opt) {
     opt->InitScheduler();
+    for (const auto& [index, mult] : config.multipliers) opt->SetMultipliers(index, mult.first, mult.second);
     return opt;
   }
   std::string msg = "unknown optimizer type '" + config.type + "'; known types: ";

@@ -144,12 +144,86 @@ struct Module::Impl {
   std::vector<NDArray> merged_outputs;                     // the slices' outputs concatenated (GetOutputs)
   bool merged_valid = false;
   std::string kvstore_type = "local";
-  std::unique_ptr<KVStore> kv;  // created by Update on first use; reset when parameters are replaced
+  // Created by Update on first use (a dist store: by InitOptimizer, which needs its number of workers);
+  // reset when parameters are replaced. kv_ready: its keys are initialised (Update's first step).
+  std::shared_ptr<KVStore> kv;  // shared: a store given to Fit (FitOptions::store) stays the caller's too
+  bool kv_ready = false;
   UpdatePlace update_setting = UpdatePlace::kAuto;
   UpdatePlace update_place = UpdatePlace::kAuto;  // resolved when kv is created
   std::vector<std::pair<float, float>> multipliers;  // per parameter: (lr_mult, wd_mult) given to the optimizer
 
   bool multi() const { return contexts.size() > 1; }
+  bool dist() const { return kvstore_type.rfind("dist", 0) == 0; }
+  // Update goes through the store: several contexts, or a cluster.
+  bool uses_store() const { return multi() || dist(); }
+
+  // The store's values are stale (the parameters were replaced, or the updater changed): a local store is
+  // recreated on the next Update. A dist store cannot be re-initialised (the servers hold rank 0's values and
+  // the other workers' rounds), so replacing parameters after its first Update is an error.
+  void ResetStore(const char* what) {
+    if (!dist()) {
+      kv.reset();
+      kv_ready = false;
+      return;
+    }
+    if (kv_ready) {
+      throw Error(std::string("Module::") + what + ": the parameters live on the '" + kvstore_type +
+                  "' cluster's servers since the first Update and cannot be replaced there");
+    }
+  }
+  // MXNet's _initialize_kvstore (Update's first step; Fit's start for a cluster, so that every worker trains
+  // from worker 0's initial values).
+  void InitStore() {
+    const auto& args = exec->arg_arrays();
+    const auto& grads = exec->grad_arrays();
+    auto has_grad = [&](int i) { return static_cast<std::size_t>(i) < grads.size() && !grads[i].is_none(); };
+    const std::size_t k = contexts.size();
+    // On the store: it holds the weights and the optimizer runs on it (key = parameter index, the
+    // optimizer's index as on one context; for a cluster the servers run it). On the devices: it only sums
+    // (no updater; a push's sum replaces the stored value).
+    std::int64_t largest = 0;
+    for (int i : param_arg_index) largest = std::max<std::int64_t>(largest, args[i].Size());
+    update_place = ResolveUpdatePlace(update_setting, kvstore_type, largest);
+    KVStore* store = EnsureStore();
+    Optimizer* opt = optimizer.get();
+    if (update_place == UpdatePlace::kStore) {
+      if (dist()) {
+        store->SetOptimizer(opt->config());  // the servers run it (with the multipliers, under the same keys)
+      } else {
+        store->SetUpdater([opt](int key, const NDArray& merged, NDArray* stored) { opt->Update(key, *stored, merged); });
+      }
+    } else {
+      // The multipliers under the indices the devices use (as MXNet's idx2name for update on the devices).
+      for (std::size_t p = 0; p < multipliers.size(); ++p) {
+        const auto [lr_mult, wd_mult] = multipliers[p];
+        for (std::size_t c = 0; c < k; ++c) opt->SetMultipliers(static_cast<int>(p * k + c), lr_mult, wd_mult);
+      }
+    }
+    std::vector<int> keys;
+    for (std::size_t p = 0; p < param_names.size(); ++p) {
+      const int i = param_arg_index[p];
+      if (!has_grad(i)) continue;
+      store->Init({static_cast<int>(p)}, {args[i]});
+      keys.push_back(static_cast<int>(p));
+    }
+    if (dist()) {
+      // A cluster's servers took worker 0's values: every worker starts from them.
+      for (int p : keys) {
+        const int i = param_arg_index[static_cast<std::size_t>(p)];
+        std::vector<NDArray> w;
+        for (std::size_t c = 0; c < k; ++c) w.push_back(ExecAt(c)->arg_arrays()[i]);
+        store->Pull(std::vector<int>(k, p), w, -p);
+      }
+    }
+    kv_ready = true;
+  }
+  KVStore* EnsureStore() {
+    if (!kv) {
+      kv = KVStore::Create(kvstore_type);
+      kv_ready = false;
+    }
+    return kv.get();
+  }
   Executor* ExecAt(std::size_t i) const { return i == 0 ? exec.get() : others[i - 1].get(); }
 
   // Copies the first context's parameters and auxiliary states to the other contexts (pushed, no wait).
@@ -343,17 +417,29 @@ Executor* Module::executor(int i) const {
 
 void Module::SetKVStoreType(const std::string& type) {
   Impl& m = *impl_;
-  if (type != m.kvstore_type) m.kv.reset();
+  if (type != m.kvstore_type) {
+    m.kv.reset();  // a dist store leaves its cluster (unless its creator holds it too)
+    m.kv_ready = false;
+  }
   m.kvstore_type = type;
+}
+
+void Module::SetKVStore(std::shared_ptr<KVStore> store) {
+  Impl& m = *impl_;
+  if (!store) throw Error("Module::SetKVStore: no store");
+  if (store == m.kv) return;
+  m.kvstore_type = store->type();
+  m.kv = std::move(store);
+  m.kv_ready = false;
 }
 
 void Module::SetUpdatePlace(UpdatePlace place) {
   Impl& m = *impl_;
-  if (place != m.update_setting) m.kv.reset();  // the store is made for one place (with or without updater)
+  if (place != m.update_setting) m.ResetStore("SetUpdatePlace");  // the store is made for one place
   m.update_setting = place;
 }
 
-UpdatePlace Module::update_place() const { return impl_->kv ? impl_->update_place : UpdatePlace::kAuto; }
+UpdatePlace Module::update_place() const { return impl_->kv_ready ? impl_->update_place : UpdatePlace::kAuto; }
 
 UpdatePlace ResolveUpdatePlace(UpdatePlace place, const std::string& kvstore_type, std::int64_t largest_param) {
   if (place != UpdatePlace::kAuto) return place;
@@ -399,7 +485,7 @@ void Module::Bind(const std::vector<TShape>& data_shapes, const std::vector<TSha
   }
   m.shared_execs.clear();
   m.current = nullptr;
-  m.kv.reset();
+  m.ResetStore("Bind");
   m.others.clear();  // with exec: a failed multi-context bind below leaves the module unbound
   m.slices.clear();
   m.dp_current = false;
@@ -453,7 +539,7 @@ void Module::InitParams(const Initializer& initializer, const std::map<std::stri
   for (std::size_t i = 0; i < m.aux_names.size(); ++i) fill(m.aux_names[i], aux[i], aux_params);
   m.params_initialized = true;
   m.Broadcast(true);
-  m.kv.reset();  // the store's weights are the old ones
+  m.ResetStore("InitParams");  // the store's weights are the old ones
 }
 
 void Module::InitOptimizer(const OptimizerConfig& config) {
@@ -465,12 +551,14 @@ void Module::InitOptimizer(const OptimizerConfig& config) {
   OptimizerConfig c = config;
   bool has_rescale = false;
   for (const auto& kv : c.params) has_rescale = has_rescale || kv.first == "rescale_grad";
+  if (m.dist()) m.ResetStore("InitOptimizer");  // the servers would keep the old optimizer
   if (!has_rescale) {
-    // MXNet's Module: the gradient is a sum over the batch, the update uses its mean.
-    const std::int64_t batch = m.data_shapes.empty() || m.data_shapes[0].ndim() < 1 ? 1 : m.data_shapes[0][0];
+    // MXNet's Module: the gradient is a sum over the batch, the update uses its mean. dist_sync sums the
+    // workers' gradients, so the mean is over every worker's batch (MXNet's batch_size *= num_workers).
+    std::int64_t batch = m.data_shapes.empty() || m.data_shapes[0].ndim() < 1 ? 1 : m.data_shapes[0][0];
+    if (m.dist() && m.kvstore_type.find("async") == std::string::npos) batch *= m.EnsureStore()->num_workers();
     c.params.emplace_back("rescale_grad", param_detail::PrintReal(1.0 / static_cast<double>(batch)));
   }
-  auto opt = Optimizer::Create(c);
   m.multipliers.clear();
   // MXNet's Optimizer.set_wd_mult: no weight decay except on weights and gammas, then the symbol's
   // lr_mult / wd_mult attributes.
@@ -490,11 +578,11 @@ void Module::InitOptimizer(const OptimizerConfig& config) {
         if (a != it->second.end()) wd_mult = static_cast<float>(param_detail::ParseReal(a->second));
       }
     }
-    opt->SetMultipliers(static_cast<int>(p), lr_mult, wd_mult);
+    c.multipliers[static_cast<int>(p)] = {lr_mult, wd_mult};  // Create applies them; a dist store sends them
     m.multipliers.emplace_back(lr_mult, wd_mult);
   }
-  m.optimizer = std::move(opt);
-  m.kv.reset();  // its updater is the old optimizer
+  m.optimizer = Optimizer::Create(c);
+  if (!m.dist()) m.ResetStore("InitOptimizer");  // its updater is the old optimizer
 }
 
 void Module::Forward(const DataBatch& batch, bool is_train) {
@@ -542,7 +630,7 @@ void Module::Update() {
   const auto& args = m.exec->arg_arrays();
   const auto& grads = m.exec->grad_arrays();
   auto has_grad = [&](int i) { return static_cast<std::size_t>(i) < grads.size() && !grads[i].is_none(); };
-  if (!m.multi()) {
+  if (!m.uses_store()) {
     std::vector<int> indices;
     std::vector<NDArray> weights, gs;
     for (std::size_t p = 0; p < m.param_names.size(); ++p) {
@@ -555,35 +643,8 @@ void Module::Update() {
     UpdateInGroups(m.optimizer.get(), indices, weights, gs);
     return;
   }
-  if (!m.kv) {
-    // MXNet's _initialize_kvstore. On the store: it holds the weights and the optimizer runs on it (key =
-    // parameter index, the optimizer's index as on one context). On the devices: it only sums (no updater;
-    // a push's sum replaces the stored value).
-    std::int64_t largest = 0;
-    for (int i : m.param_arg_index) largest = std::max<std::int64_t>(largest, args[i].Size());
-    m.update_place = ResolveUpdatePlace(m.update_setting, m.kvstore_type, largest);
-    auto kv = KVStore::Create(m.kvstore_type);
-    Optimizer* opt = m.optimizer.get();
-    const std::size_t k = m.contexts.size();
-    if (m.update_place == UpdatePlace::kStore) {
-      kv->SetUpdater([opt](int key, const NDArray& merged, NDArray* stored) { opt->Update(key, *stored, merged); });
-    }
-    // The multipliers under the indices this place uses (as MXNet's idx2name for update on the devices).
-    for (std::size_t p = 0; p < m.multipliers.size(); ++p) {
-      const auto [lr_mult, wd_mult] = m.multipliers[p];
-      if (m.update_place == UpdatePlace::kStore) {
-        opt->SetMultipliers(static_cast<int>(p), lr_mult, wd_mult);
-      } else {
-        for (std::size_t c = 0; c < k; ++c) opt->SetMultipliers(static_cast<int>(p * k + c), lr_mult, wd_mult);
-      }
-    }
-    for (std::size_t p = 0; p < m.param_names.size(); ++p) {
-      const int i = m.param_arg_index[p];
-      if (has_grad(i)) kv->Init({static_cast<int>(p)}, {args[i]});
-    }
-    m.kv = std::move(kv);
-  }
   const std::size_t k = m.contexts.size();
+  if (!m.kv_ready) m.InitStore();
   const bool on_store = m.update_place == UpdatePlace::kStore;
   // MXNet's _update_params(_on_kvstore): the last layers first (their gradients are ready first), priority
   // -index so that the first layers' pulls run first when several are ready. On the devices the sum is
@@ -707,7 +768,7 @@ void Module::SetParams(const std::map<std::string, NDArray>& arg_params,
   }
   if (missing.empty()) m.params_initialized = true;
   m.Broadcast(true);
-  m.kv.reset();  // the store's weights are the old ones
+  m.ResetStore("SetParams");  // the store's weights are the old ones
 }
 
 void Module::SaveCheckpoint(const std::string& prefix, int epoch) const {
@@ -715,7 +776,12 @@ void Module::SaveCheckpoint(const std::string& prefix, int epoch) const {
   std::map<std::string, NDArray> args, aux;
   GetParams(&args, &aux);
   ::troupe::SaveCheckpoint(prefix, epoch, m.symbol, args, aux);
-  if (m.optimizer) m.optimizer->SaveStates(checkpoint_detail::CheckpointStatesPath(prefix, epoch));
+  // A cluster's optimizer states live on its servers (KVStore::Checkpoint writes them there), as MXNet's
+  // save_optimizer_states refuses for dist stores.
+  const bool states_on_servers = m.dist() && m.kv_ready && m.update_place == UpdatePlace::kStore;
+  if (m.optimizer && !states_on_servers) {
+    m.optimizer->SaveStates(checkpoint_detail::CheckpointStatesPath(prefix, epoch));
+  }
 }
 
 std::pair<std::string, double> Module::Score(DataIter* data, const std::string& metric) {
@@ -768,10 +834,13 @@ std::vector<NDArray> Module::Predict(DataIter* data) {
 void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
   Impl& m = *impl_;
   if (!train) throw Error("Module::Fit: no training iterator");
-  if (m.multi()) {
+  // Used with several contexts, or for a cluster.
+  if (options.store) {
+    SetKVStore(options.store);
+  } else {
     SetKVStoreType(options.kvstore);
-    SetUpdatePlace(options.update_place);
   }
+  SetUpdatePlace(options.update_place);
   if (options.begin_epoch < 0 || options.num_epoch < options.begin_epoch) {
     throw Error("Module::Fit: begin_epoch " + std::to_string(options.begin_epoch) + " and num_epoch " +
                 std::to_string(options.num_epoch) + " do not make a range (need 0 <= begin_epoch <= num_epoch)");
@@ -807,12 +876,17 @@ void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
     if (std::FILE* f = std::fopen(states.c_str(), "rb")) {
       std::fclose(f);
       m.optimizer->LoadStates(states);
-    } else if (!StatelessSgd(options.optimizer)) {
-      // An optimizer with state cannot resume exactly without it.
+    } else if (!StatelessSgd(options.optimizer) && !m.dist()) {
+      // An optimizer with state cannot resume exactly without it. (A cluster's servers start with fresh
+      // states, as in MXNet's dist training; their own checkpoints keep states across server restarts.)
       throw Error("Module::Fit: resuming at epoch " + std::to_string(options.begin_epoch) + " needs " + states +
                   " (the optimizer's states, written by Fit's checkpoints)");
     }
   }
+
+  if (m.dist() && !m.kv_ready) m.InitStore();  // every worker starts from worker 0's parameters
+  // In a cluster worker 0 writes the checkpoints (every worker holds the same parameters).
+  const bool writes_checkpoints = !options.checkpoint_prefix.empty() && (!m.dist() || m.kv->rank() == 0);
 
   auto train_metric = EvalMetric::Create(options.eval_metric);
   auto eval_metric = eval ? EvalMetric::Create(options.eval_metric) : nullptr;
@@ -852,7 +926,7 @@ void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
       }
     }
     // MXNet's do_checkpoint: checkpoint k holds the parameters after k epochs.
-    if (!options.checkpoint_prefix.empty() && (epoch + 1) % options.checkpoint_period == 0) {
+    if (writes_checkpoints && (epoch + 1) % options.checkpoint_period == 0) {
       SaveCheckpoint(options.checkpoint_prefix, epoch + 1);
     }
     for (const auto& cb : options.epoch_end_callbacks) cb(epoch, *train_metric, eval_metric.get());

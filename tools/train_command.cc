@@ -1,0 +1,377 @@
+// `troupe train`: see tools/train_command.h.
+#include "tools/train_command.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/error.h"
+#include "io/io.h"
+#include "kvstore/kvstore.h"
+#include "ops/graph/models.h"
+#include "train/train.h"
+
+namespace troupe::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
+
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
+
+// "cpu:0,cpu:1" or "gpu:0" (a bare "cpu" / "gpu" is device 0).
+std::vector<Context> ParseDevices(const std::string& text) {
+  std::vector<Context> out;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    const auto colon = item.find(':');
+    const std::string kind = item.substr(0, colon);
+    int id = 0;
+    if (colon != std::string::npos) {
+      const std::string num = item.substr(colon + 1);
+      char* end = nullptr;
+      const long v = std::strtol(num.c_str(), &end, 10);
+      if (num.empty() || *end != '\0' || v < 0 || v > 1023) {
+        throw Error("--devices: bad device '" + item + "' (want cpu:N or gpu:N)");
+      }
+      id = static_cast<int>(v);
+    }
+    if (kind == "cpu") {
+      out.push_back(Context::CPU(id));
+    } else if (kind == "gpu") {
+      out.push_back(Context::GPU(id));
+    } else {
+      throw Error("--devices: bad device '" + item + "' (want cpu:N or gpu:N)");
+    }
+  }
+  if (out.empty()) throw Error("--devices: no device given (e.g. cpu:0 or cpu:0,cpu:1)");
+  return out;
+}
+
+// At most `max_batches` batches of `base` per epoch (0: all): --train-images / --test-images.
+class LimitIter : public DataIter {
+ public:
+  LimitIter(std::unique_ptr<DataIter> base, std::int64_t max_batches)
+      : base_(std::move(base)), max_(max_batches) {}
+  void BeforeFirst() override {
+    base_->BeforeFirst();
+    done_ = 0;
+  }
+  bool Next() override {
+    if (max_ > 0 && done_ >= max_) return false;
+    if (!base_->Next()) return false;
+    ++done_;
+    return true;
+  }
+  const DataBatch& Value() const override { return base_->Value(); }
+  std::vector<TShape> DataShapes() const override { return base_->DataShapes(); }
+  std::vector<TShape> LabelShapes() const override { return base_->LabelShapes(); }
+
+ private:
+  std::unique_ptr<DataIter> base_;
+  std::int64_t max_;
+  std::int64_t done_ = 0;
+};
+
+// DIR/name, or DIR/name.gz when only that exists (MNISTIter reads both).
+std::string IdxFile(const std::string& dir, const std::string& name) {
+  const std::string plain = dir + "/" + name;
+  if (Exists(plain)) return plain;
+  if (Exists(plain + ".gz")) return plain + ".gz";
+  throw Error("no " + plain + " or " + plain + ".gz (idx data needs train-images-idx3-ubyte, "
+              "train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte)");
+}
+
+std::string RequireFile(const std::string& path, const std::string& what) {
+  if (!Exists(path)) throw Error("cannot read " + path + " (" + what + ")");
+  return path;
+}
+
+// The training (train = true) or test iterator of --data, part `part` of `parts` of the samples.
+std::unique_ptr<DataIter> MakeIter(const std::string& data, bool train, int batch_size, int parts, int part,
+                                   std::uint64_t seed) {
+  const auto colon = data.find(':');
+  const std::string kind = data.substr(0, colon);
+  const std::string path = colon == std::string::npos ? std::string() : data.substr(colon + 1);
+  if (kind != "fashion-mnist" && path.empty()) {
+    throw Error("--data '" + data + "': want fashion-mnist, idx:DIR, csv:DIR or rec:DIR");
+  }
+  Kwargs common{{"batch_size", std::to_string(batch_size)},
+                {"num_parts", std::to_string(parts)},
+                {"part_index", std::to_string(part)}};
+  auto with = [&](Kwargs kw) {
+    kw.insert(kw.end(), common.begin(), common.end());
+    return kw;
+  };
+  if (kind == "fashion-mnist" || kind == "idx") {
+    const std::string dir = kind == "idx" ? path : kFashionMnist;
+    if (kind != "idx" && !Exists(dir + "/train-images-idx3-ubyte.gz")) {
+      throw Error("Fashion-MNIST is not installed at " + dir + " (Debian package dataset-fashion-mnist; "
+                  "scripts/setup installs it)");
+    }
+    const std::string prefix = train ? "train" : "t10k";
+    return CreateDataIter("MNISTIter", with({{"image", IdxFile(dir, prefix + "-images-idx3-ubyte")},
+                                             {"label", IdxFile(dir, prefix + "-labels-idx1-ubyte")},
+                                             {"shuffle", train ? "True" : "False"},
+                                             {"seed", std::to_string(seed)}}));
+  }
+  const std::string split = train ? "train" : "test";
+  if (kind == "csv") {
+    return CreateDataIter("CSVIter",
+                          with({{"data_csv", RequireFile(path + "/" + split + "-data.csv", "784 values a row")},
+                                {"label_csv", RequireFile(path + "/" + split + "-label.csv", "one label a row")},
+                                {"data_shape", "(1,28,28)"}}));
+  }
+  if (kind == "rec") {
+    Kwargs kw{{"path_imgrec", RequireFile(path + "/" + split + ".rec", "28x28 images, troupe im2rec")},
+              {"data_shape", "(1,28,28)"},
+              {"scale", "0.00392156862745098"},  // 1/255, as MNISTIter
+              {"shuffle", train ? "True" : "False"},
+              {"seed", std::to_string(seed)}};
+    if (Exists(path + "/" + split + ".idx")) kw.emplace_back("path_imgidx", path + "/" + split + ".idx");
+    return CreateDataIter("ImageRecordIter", with(kw));
+  }
+  throw Error("--data '" + data + "': unknown source '" + kind + "' (want fashion-mnist, idx:DIR, csv:DIR or rec:DIR)");
+}
+
+// Batches per epoch of an iterator: one pass (the data sets here are read into memory or decoded fast).
+std::int64_t CountBatches(DataIter* it) {
+  std::int64_t n = 0;
+  it->BeforeFirst();
+  while (it->Next()) ++n;
+  return n;
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+// The progress of one epoch: a bar redrawn in place on a terminal, or a line every `frequent` batches.
+class Progress {
+ public:
+  Progress(std::string mode, int batch_size, int epochs) : mode_(std::move(mode)), batch_(batch_size), epochs_(epochs) {}
+  void set_total(std::int64_t batches) { total_ = batches; }
+  bool wants_bar() const { return mode_ == "bar"; }
+
+  void Batch(int epoch, std::int64_t nbatch, double accuracy, double loss) {
+    const auto now = Clock::now();
+    last_ = now;
+    nbatch_ = nbatch;
+    if (nbatch == 1) {
+      start_ = now;  // the first batch's time is outside the window (as Speedometer)
+      last_draw_ = now;
+      return;
+    }
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const double ips = secs > 0 ? static_cast<double>((nbatch - 1) * batch_) / secs : 0;
+    if (mode_ == "bar") {
+      if (nbatch != total_ && std::chrono::duration<double>(now - last_draw_).count() < 0.1) return;
+      last_draw_ = now;
+      constexpr int kWidth = 30;
+      const double frac = total_ > 0 ? std::min(1.0, static_cast<double>(nbatch) / static_cast<double>(total_)) : 0;
+      const int filled = static_cast<int>(frac * kWidth);
+      std::string bar(static_cast<std::size_t>(filled), '=');
+      if (filled < kWidth) bar += '>';
+      bar.resize(kWidth, ' ');
+      std::printf("\rEpoch %d/%d [%s] %3d%% %lld/%lld  %.0f img/s  loss %.4f  acc %.4f ", epoch + 1, epochs_,
+                  bar.c_str(), static_cast<int>(frac * 100), static_cast<long long>(nbatch),
+                  static_cast<long long>(total_), ips, loss, accuracy);
+      std::fflush(stdout);
+      drawn_ = true;
+    } else if (mode_ == "lines" && nbatch % frequent_ == 0) {
+      std::printf("Epoch[%d] Batch [%lld]\tSpeed: %.2f samples/sec\taccuracy=%f\tloss=%f\n", epoch,
+                  static_cast<long long>(nbatch), ips, accuracy, loss);
+      std::fflush(stdout);
+    }
+  }
+  // Ends the bar's line before the epoch's summary.
+  void EndEpoch() {
+    if (drawn_) std::printf("\n");
+    drawn_ = false;
+  }
+  void set_frequent(int f) { frequent_ = std::max(1, f); }
+  // The epoch's training time and speed so far (from the end of its first batch to the end of its last).
+  double seconds() const { return std::chrono::duration<double>(last_ - start_).count(); }
+  double images_per_sec() const {
+    const double secs = seconds();
+    return secs > 0 ? static_cast<double>((nbatch_ - 1) * batch_) / secs : 0;
+  }
+
+ private:
+  std::string mode_;
+  int batch_;
+  int epochs_;
+  int frequent_ = 100;
+  std::int64_t total_ = 0;
+  std::int64_t nbatch_ = 0;
+  Clock::time_point start_ = Clock::now(), last_draw_ = Clock::now(), last_ = Clock::now();
+  bool drawn_ = false;
+};
+
+}  // namespace
+
+TrainCommand::TrainCommand(CLI::App* root) {
+  app_ = root->add_subcommand("train", "Train an MLP or LeNet on Fashion-MNIST (or your data), locally or distributed");
+  app_->footer(
+      "Trains with the Module (MXNet's mx.mod.Module): SGD with momentum or Adam, a progress bar per epoch "
+      "(images/s, loss, accuracy) when stdout is a terminal and plain lines otherwise, the test accuracy after "
+      "every epoch, and checkpoints in MXNet's naming (PREFIX-symbol.json, PREFIX-0003.params; .states when "
+      "not distributed). --batch-size is per worker, as in MXNet's fit.py (dist_sync averages over every "
+      "worker's batch). With a dist_* --kvstore the process is a worker of a cluster: start it with troupe "
+      "launch; each worker reads its own part of the training images (num_parts = workers) and worker 0 "
+      "writes the checkpoints.\n"
+      "Data: fashion-mnist (/usr/share/datasets/fashion-mnist, Debian dataset-fashion-mnist); idx:DIR "
+      "(DIR/train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, "
+      "each plain or .gz); csv:DIR (DIR/train-data.csv with 784 values a row, train-label.csv, test-data.csv, "
+      "test-label.csv); rec:DIR (DIR/train.rec and test.rec of 28x28 images, troupe im2rec; .idx used when "
+      "present).\n"
+      "Exit status: 0 when the final test accuracy reaches --min-accuracy, 1 otherwise or on failure, 2 on bad "
+      "usage.\n\n"
+      "Examples:\n"
+      "  troupe train                                  # MLP, 10 epochs on Fashion-MNIST, one CPU device\n"
+      "  troupe train --model lenet --epochs 5 --checkpoint lenet\n"
+      "  troupe train --model lenet --epochs 8 --checkpoint lenet --resume 5\n"
+      "  troupe train --devices cpu:0,cpu:1 --kvstore local\n"
+      "  troupe train --optimizer adam --lr 0.001 --data idx:/data/mnist\n"
+      "  troupe launch -n 2 -s 1 -- troupe train --kvstore dist_sync --batch-size 50\n");
+  TrainOptions& o = options_;
+  app_->add_option("--model", o.model, "Network: mlp (128-64-10) or lenet (two conv layers)")
+      ->check(CLI::IsMember({"mlp", "lenet"}))
+      ->capture_default_str();
+  app_->add_option("--data", o.data, "fashion-mnist, idx:DIR, csv:DIR or rec:DIR")->capture_default_str();
+  app_->add_option("--kvstore", o.kvstore, "local, device, nccl, dist_sync, dist_async or dist_device_sync")
+      ->check(CLI::IsMember({"local", "device", "nccl", "dist_sync", "dist_async", "dist_device_sync"}))
+      ->capture_default_str();
+  app_->add_option("--devices", o.devices, "Devices, e.g. cpu:0,cpu:1 or gpu:0 (the batch is split over them)")
+      ->capture_default_str();
+  app_->add_option("--epochs", o.epochs, "Epochs to train (the last epoch number with --resume)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app_->add_option("--batch-size", o.batch_size, "Batch size per worker")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app_->add_option("--optimizer", o.optimizer, "sgd (with --momentum) or adam")
+      ->check(CLI::IsMember({"sgd", "adam"}))
+      ->capture_default_str();
+  app_->add_option("--lr", o.lr, "Learning rate (default: sgd 0.05, adam 0.001)")->check(CLI::PositiveNumber);
+  app_->add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app_->add_option("--wd", o.wd, "Weight decay (weights only, as MXNet)")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app_->add_option("--checkpoint", o.checkpoint, "PREFIX: write PREFIX-symbol.json and PREFIX-%04d.params every epoch");
+  app_->add_option("--resume", o.resume, "Continue from PREFIX-<EPOCH> (needs --checkpoint)")->check(CLI::Range(1, 100000));
+  app_->add_option("--train-images", o.train_images, "Train on the first N images per epoch (0: all; per worker: N / workers)")
+      ->check(CLI::NonNegativeNumber);
+  app_->add_option("--test-images", o.test_images, "Test on the first N test images (0: all)")->check(CLI::NonNegativeNumber);
+  app_->add_option("--seed", o.seed, "Seed of the initialisation and the shuffle")->capture_default_str();
+  app_->add_option("--progress", o.progress, "auto (a bar on a terminal, else lines), bar, lines or none")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
+      ->capture_default_str();
+  app_->add_option("--min-accuracy", o.min_accuracy, "Exit 1 when the final test accuracy is below this")
+      ->check(CLI::Range(0.0, 1.0));
+}
+
+bool TrainCommand::chosen() const { return app_->parsed(); }
+
+int TrainCommand::Run() {
+  if (options_.resume > 0 && options_.checkpoint.empty()) {
+    std::fprintf(stderr, "troupe train: --resume needs --checkpoint PREFIX (the checkpoint to continue from)\n");
+    return 2;
+  }
+  if (options_.resume >= options_.epochs) {
+    std::fprintf(stderr, "troupe train: --resume %d must be below --epochs %d (the last epoch to train)\n",
+                 options_.resume, options_.epochs);
+    return 2;
+  }
+  return RunTrain(options_);
+}
+
+int RunTrain(const TrainOptions& o) {
+  const bool dist = StartsWith(o.kvstore, "dist");
+  const std::vector<Context> devices = ParseDevices(o.devices);
+  std::shared_ptr<KVStore> store;
+  int rank = 0, workers = 1;
+  if (dist) {
+    if (std::getenv("DMLC_PS_ROOT_PORT") == nullptr) {
+      throw Error("--kvstore " + o.kvstore + " makes this process a worker of a cluster; start it with troupe "
+                  "launch, e.g. troupe launch -n 2 -s 1 -- troupe train --kvstore " + o.kvstore);
+    }
+    store = KVStore::Create(o.kvstore);  // joins the cluster: this worker's rank, the number of workers
+    rank = store->rank();
+    workers = store->num_workers();
+  }
+  const std::string mode = o.progress == "auto" ? (::isatty(STDOUT_FILENO) ? "bar" : "lines") : o.progress;
+  const int per_batch = o.batch_size;
+  auto train = std::make_unique<LimitIter>(MakeIter(o.data, true, per_batch, workers, rank, o.seed),
+                                           o.train_images > 0 ? (o.train_images / workers + per_batch - 1) / per_batch : 0);
+  auto test = std::make_unique<LimitIter>(MakeIter(o.data, false, per_batch, 1, 0, o.seed),
+                                          o.test_images > 0 ? (o.test_images + per_batch - 1) / per_batch : 0);
+
+  Progress progress(mode, per_batch, o.epochs);
+  if (progress.wants_bar()) progress.set_total(CountBatches(train.get()));
+
+  const double lr = o.lr > 0 ? o.lr : (o.optimizer == "adam" ? 0.001 : 0.05);
+  FitOptions fit;
+  fit.optimizer.type = o.optimizer;
+  fit.optimizer.params = {{"learning_rate", Fixed(lr, 8)}, {"wd", Fixed(o.wd, 8)}};
+  if (o.optimizer == "sgd") fit.optimizer.params.emplace_back("momentum", Fixed(o.momentum, 8));
+  fit.num_epoch = o.epochs;
+  fit.begin_epoch = o.resume;
+  fit.seed = o.seed;
+  fit.checkpoint_prefix = o.checkpoint;
+  fit.kvstore = o.kvstore;
+  fit.store = store;
+
+  Module mod(o.model == "mlp" ? models::MLP() : models::LeNet(), {"data"}, {"softmax_label"}, devices);
+  // The loss (cross-entropy) beside the accuracy Fit keeps: from the batch the iterator holds.
+  auto loss = EvalMetric::Create("ce");
+  double final_accuracy = std::nan("");
+  fit.batch_end_callbacks.push_back([&](const BatchEndParam& p) {
+    if (p.nbatch == 1) loss->Reset();
+    const DataBatch& batch = train->Value();
+    if (mode != "none") loss->Update(batch.label, mod.GetOutputs(), batch.num_batch_padd);
+    progress.Batch(p.epoch, p.nbatch, p.metric->Get(), loss->Get());
+  });
+  fit.epoch_end_callbacks.push_back([&](int epoch, const EvalMetric& tm, const EvalMetric* em) {
+    progress.EndEpoch();
+    std::printf("Epoch[%d] Train-accuracy=%f", epoch, tm.Get());
+    if (mode != "none") std::printf(" Train-loss=%f", loss->Get());
+    if (em) {
+      std::printf(" Test-accuracy=%f", em->Get());
+      final_accuracy = em->Get();
+    }
+    std::printf(" Time=%.1fs (%.0f images/s)\n", progress.seconds(), progress.images_per_sec());
+    std::fflush(stdout);
+  });
+
+  std::string where = devices.size() == 1 ? o.devices : o.devices + " with a " + o.kvstore + " store";
+  if (dist) {
+    where = o.kvstore + " worker " + std::to_string(rank) + " of " + std::to_string(workers) + " on " + o.devices;
+  }
+  std::printf("troupe train: %s on %s, %s, batch %d, %s lr %g%s, epochs %d..%d%s\n", o.model.c_str(),
+              o.data.c_str(), where.c_str(), per_batch, o.optimizer.c_str(), lr,
+              o.optimizer == "sgd" ? (" momentum " + Fixed(o.momentum, 2)).c_str() : "", o.resume + 1, o.epochs,
+              o.train_images > 0 ? (", first " + std::to_string(o.train_images) + " training images").c_str() : "");
+  std::fflush(stdout);
+  mod.Fit(train.get(), test.get(), fit);
+  if (std::isnan(final_accuracy)) final_accuracy = mod.Score(test.get()).second;
+  std::printf("final test accuracy %.4f\n", final_accuracy);
+  if (final_accuracy < o.min_accuracy) {
+    std::printf("below --min-accuracy %.4f\n", o.min_accuracy);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace troupe::tools

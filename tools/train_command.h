@@ -1,0 +1,57 @@
+// `troupe train`: trains an MLP or a LeNet-style network (ops/graph/models.h) with the Module (train/train.h)
+// on Fashion-MNIST or the user's idx, CSV or RecordIO files, on one or several devices, or as a worker of a
+// distributed KVStore cluster started by `troupe launch` (each worker reads its own part of the training
+// data). Per epoch: a progress bar (images/s, loss, accuracy) when stdout is a terminal, plain lines
+// otherwise, then the test accuracy; checkpoints in MXNet's naming; --resume continues from one.
+//
+// Exit status: 0 when the final test accuracy reaches --min-accuracy (default 0), 1 when it does not or
+// training failed (the message names the cause), 2 on bad usage.
+//
+// Thread-safety: none needed; used from main() only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace troupe::tools {
+
+struct TrainOptions {
+  std::string model = "mlp";             // mlp | lenet
+  std::string data = "fashion-mnist";    // fashion-mnist | idx:DIR | csv:DIR | rec:DIR
+  std::string kvstore = "local";         // local | device | nccl | dist_sync | dist_async | dist_device_sync
+  std::string devices = "cpu:0";         // cpu:0,cpu:1 | gpu:0 ...
+  int epochs = 10;
+  int batch_size = 100;                  // per worker (MXNet's fit.py)
+  std::string optimizer = "sgd";         // sgd | adam
+  double lr = -1;                        // < 0: the optimizer's default here (sgd 0.05, adam 0.001)
+  double momentum = 0.9;                 // sgd
+  double wd = 0.0001;
+  std::string checkpoint;                // PREFIX: PREFIX-symbol.json, PREFIX-%04d.params after every epoch
+  int resume = 0;                        // > 0: continue from PREFIX-<resume>
+  std::int64_t train_images = 0;         // 0: all; else the first N (split over the workers)
+  std::int64_t test_images = 0;          // 0: all
+  std::uint64_t seed = 1;
+  std::string progress = "auto";         // auto | bar | lines | none
+  double min_accuracy = 0;
+};
+
+class TrainCommand {
+ public:
+  // Adds the `train` subcommand to `root`.
+  explicit TrainCommand(CLI::App* root);
+  bool chosen() const;
+  int Run();
+
+ private:
+  CLI::App* app_ = nullptr;
+  TrainOptions options_;
+};
+
+// Runs a training job (what `troupe train` does after parsing). Returns the exit status.
+int RunTrain(const TrainOptions& options);
+
+}  // namespace troupe::tools
