@@ -61,11 +61,12 @@ std::vector<Context> ParseDevices(const std::string& text) {
   return out;
 }
 
-// At most `max_batches` batches of `base` per epoch (0: all): --train-images / --test-images.
-class LimitIter : public DataIter {
+// What Fit reads of --data: at most `max_batches` batches of `base` per epoch (0: all; --train-images,
+// --test-images), and labels of shape (batch, 1) (CSVIter's with label_shape (1)) as (batch) for
+// SoftmaxOutput. The reshaped labels are views: no copy.
+class FitIter : public DataIter {
  public:
-  LimitIter(std::unique_ptr<DataIter> base, std::int64_t max_batches)
-      : base_(std::move(base)), max_(max_batches) {}
+  FitIter(std::unique_ptr<DataIter> base, std::int64_t max_batches) : base_(std::move(base)), max_(max_batches) {}
   void BeforeFirst() override {
     base_->BeforeFirst();
     done_ = 0;
@@ -74,16 +75,24 @@ class LimitIter : public DataIter {
     if (max_ > 0 && done_ >= max_) return false;
     if (!base_->Next()) return false;
     ++done_;
+    batch_ = base_->Value();
+    for (auto& l : batch_.label) l = l.Reshape(Flat(l.shape()));
     return true;
   }
-  const DataBatch& Value() const override { return base_->Value(); }
+  const DataBatch& Value() const override { return batch_; }
   std::vector<TShape> DataShapes() const override { return base_->DataShapes(); }
-  std::vector<TShape> LabelShapes() const override { return base_->LabelShapes(); }
+  std::vector<TShape> LabelShapes() const override {
+    std::vector<TShape> shapes = base_->LabelShapes();
+    for (auto& s : shapes) s = Flat(s);
+    return shapes;
+  }
 
  private:
+  static TShape Flat(const TShape& s) { return s.ndim() == 2 && s[1] == 1 ? TShape{s[0]} : s; }
   std::unique_ptr<DataIter> base_;
   std::int64_t max_;
   std::int64_t done_ = 0;
+  DataBatch batch_;
 };
 
 // DIR/name, or DIR/name.gz when only that exists (MNISTIter reads both).
@@ -313,9 +322,9 @@ int RunTrain(const TrainOptions& o) {
   }
   const std::string mode = o.progress == "auto" ? (::isatty(STDOUT_FILENO) ? "bar" : "lines") : o.progress;
   const int per_batch = o.batch_size;
-  auto train = std::make_unique<LimitIter>(MakeIter(o.data, true, per_batch, workers, rank, o.seed),
+  auto train = std::make_unique<FitIter>(MakeIter(o.data, true, per_batch, workers, rank, o.seed),
                                            o.train_images > 0 ? (o.train_images / workers + per_batch - 1) / per_batch : 0);
-  auto test = std::make_unique<LimitIter>(MakeIter(o.data, false, per_batch, 1, 0, o.seed),
+  auto test = std::make_unique<FitIter>(MakeIter(o.data, false, per_batch, 1, 0, o.seed),
                                           o.test_images > 0 ? (o.test_images + per_batch - 1) / per_batch : 0);
 
   Progress progress(mode, per_batch, o.epochs);

@@ -13,12 +13,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-// jpeglib.h uses size_t and FILE without including their headers.
 #include <cstddef>
 #include <cstdio>
-// clang-format off
-#include <jpeglib.h>
-// clang-format on
 
 #include <algorithm>
 #include <chrono>
@@ -35,6 +31,7 @@
 #include "actors/error.h"
 #include "io/io.h"
 #include "io/recordio.h"
+#include "tests/common/jpeg_util.h"
 
 namespace troupe {
 namespace {
@@ -82,34 +79,7 @@ Image RampImage(int width, int height, int shift = 0, int channels = 3) {
 }
 
 std::string EncodeJpeg(const Image& img, int quality = 100) {
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &buf, &size);
-  cinfo.image_width = static_cast<JDIMENSION>(img.width);
-  cinfo.image_height = static_cast<JDIMENSION>(img.height);
-  cinfo.input_components = img.channels;
-  cinfo.in_color_space = img.channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, quality, TRUE);
-  for (int i = 0; i < cinfo.num_components; ++i) {  // 4:4:4: no chroma subsampling
-    cinfo.comp_info[i].h_samp_factor = 1;
-    cinfo.comp_info[i].v_samp_factor = 1;
-  }
-  jpeg_start_compress(&cinfo, TRUE);
-  const std::size_t stride = static_cast<std::size_t>(img.width) * img.channels;
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = const_cast<unsigned char*>(img.pixels.data()) + stride * cinfo.next_scanline;
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::string out(reinterpret_cast<char*>(buf), size);
-  free(buf);  // allocated by libjpeg's memory destination
-  return out;
+  return troupe::test::EncodeJpeg(img.pixels, img.width, img.height, img.channels, quality);
 }
 
 void ExpectError(const std::function<void()>& fn, const std::vector<std::string>& parts) {

@@ -1,0 +1,226 @@
+// `troupe train` end to end: the built command trains on the first 2000 Fashion-MNIST images written out as
+// idx files, CSV files and an image RecordIO file (each must beat chance by far), writes and resumes from
+// checkpoints, draws its progress bar, refuses bad usage with a message, and trains as two dist_sync workers
+// under `troupe launch` whose parameters agree (the same test accuracy on both; worker 0's checkpoint), and
+// as two dist_async workers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "io/io.h"
+#include "io/recordio.h"
+#include "tests/common/jpeg_util.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+namespace fs = std::filesystem;
+
+constexpr const char* kFashion = "/usr/share/datasets/fashion-mnist";
+constexpr int kTrain = 2000, kTest = 500, kSide = 28, kPixels = kSide * kSide;
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr
+};
+
+Result RunShell(const std::string& command) {
+  const fs::path out_file = fs::path(TROUPE_TRAIN_TEST_DIR) / "output.txt";
+  const std::string cmd = command + " > '" + out_file.string() + "' 2>&1 < /dev/null";
+  const int raw = std::system(cmd.c_str());
+  Result r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  std::ifstream in(out_file);
+  r.out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return r;
+}
+
+Result Train(const std::string& args) { return RunShell(std::string(TROUPE_CLI_PATH) + " train " + args); }
+
+// Images (bytes) and labels of the first n samples of a Fashion-MNIST file pair, read with MNISTIter.
+void ReadSamples(const std::string& prefix, int n, std::vector<unsigned char>* pixels, std::vector<int>* labels) {
+  auto it = troupe::CreateDataIter("MNISTIter", {{"image", std::string(kFashion) + "/" + prefix + "-images-idx3-ubyte.gz"},
+                                                 {"label", std::string(kFashion) + "/" + prefix + "-labels-idx1-ubyte.gz"},
+                                                 {"batch_size", "100"},
+                                                 {"shuffle", "False"},
+                                                 {"flat", "True"}});
+  while (static_cast<int>(labels->size()) < n && it->Next()) {
+    const auto& b = it->Value();
+    const std::vector<float> x = b.data[0].ToVector<float>();
+    const std::vector<float> y = b.label[0].ToVector<float>();
+    for (int i = 0; i < 100 && static_cast<int>(labels->size()) < n; ++i) {
+      for (int p = 0; p < kPixels; ++p) {
+        pixels->push_back(static_cast<unsigned char>(std::lround(x[i * kPixels + p] * 255.0f)));
+      }
+      labels->push_back(static_cast<int>(y[i]));
+    }
+  }
+}
+
+void PutBigEndian(std::ofstream& f, std::uint32_t v) {
+  const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+                              static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+  f.write(reinterpret_cast<const char*>(b), 4);
+}
+
+// The formats.md layouts: idx (magic, dimensions, bytes), CSV (one sample a row), image records (JPEG).
+void WriteAll(const fs::path& dir, const std::string& idx_prefix, const std::string& split,
+              const std::vector<unsigned char>& px, const std::vector<int>& labels) {
+  const auto n = static_cast<std::uint32_t>(labels.size());
+  {
+    std::ofstream img(dir / "idx" / (idx_prefix + "-images-idx3-ubyte"), std::ios::binary);
+    PutBigEndian(img, 0x803);
+    for (std::uint32_t v : {n, static_cast<std::uint32_t>(kSide), static_cast<std::uint32_t>(kSide)}) PutBigEndian(img, v);
+    img.write(reinterpret_cast<const char*>(px.data()), static_cast<std::streamsize>(px.size()));
+    std::ofstream lab(dir / "idx" / (idx_prefix + "-labels-idx1-ubyte"), std::ios::binary);
+    PutBigEndian(lab, 0x801);
+    PutBigEndian(lab, n);
+    for (int l : labels) lab.put(static_cast<char>(l));
+  }
+  {
+    std::ofstream data(dir / "csv" / (split + "-data.csv")), label(dir / "csv" / (split + "-label.csv"));
+    for (std::uint32_t i = 0; i < n; ++i) {
+      for (int p = 0; p < kPixels; ++p) data << (p ? "," : "") << px[i * kPixels + p] / 255.0f;
+      data << "\n";
+      label << labels[i] << "\n";
+    }
+  }
+  troupe::RecordIOWriter rec((dir / "rec" / (split + ".rec")).string());
+  for (std::uint32_t i = 0; i < n; ++i) {
+    troupe::ImageRecordHeader h;
+    h.label = static_cast<float>(labels[i]);
+    h.id = i;
+    const std::vector<unsigned char> one(px.begin() + i * kPixels, px.begin() + (i + 1) * kPixels);
+    rec.Write(troupe::PackImageRecord(h, troupe::test::EncodeJpeg(one, kSide, kSide, 1, 95)));
+  }
+}
+
+// "[worker R] final test accuracy X" of every worker.
+std::vector<std::string> FinalAccuracies(const std::string& out) {
+  std::vector<std::string> found;
+  const std::regex re(R"(\[worker (\d)\] final test accuracy ([0-9.]+))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it) {
+    found.push_back((*it)[2].str());
+  }
+  return found;
+}
+
+class TrainCommandTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!fs::exists(std::string(kFashion) + "/train-images-idx3-ubyte.gz")) return;
+    dir_ = fs::path(TROUPE_TRAIN_TEST_DIR);
+    fs::remove_all(dir_);
+    for (const char* sub : {"idx", "csv", "rec", "ckpt"}) fs::create_directories(dir_ / sub);
+    for (const auto& [prefix, split, n] : {std::tuple<std::string, std::string, int>{"train", "train", kTrain},
+                                           {"t10k", "test", kTest}}) {
+      std::vector<unsigned char> px;
+      std::vector<int> labels;
+      ReadSamples(prefix, n, &px, &labels);
+      ASSERT_EQ(static_cast<int>(labels.size()), n);
+      WriteAll(dir_, prefix, split, px, labels);
+    }
+  }
+  void SetUp() override {
+    if (dir_.empty()) GTEST_SKIP() << "Fashion-MNIST is not installed (dataset-fashion-mnist)";
+  }
+  static std::string Data(const std::string& kind) { return kind + ":" + (dir_ / kind).string(); }
+  static fs::path dir_;
+};
+fs::path TrainCommandTest::dir_;
+
+TEST_F(TrainCommandTest, TrainsOnIdxCsvAndRecordIO) {
+  for (const std::string kind : {"idx", "csv", "rec"}) {
+    SCOPED_TRACE(kind);
+    // 2000 images, 3 epochs: about 0.75 for every source (chance is 0.1).
+    const Result r = Train("--data " + Data(kind) + " --epochs 3 --progress none --min-accuracy 0.6");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("Epoch[2] Train-accuracy="));
+    EXPECT_THAT(r.out, HasSubstr("final test accuracy"));
+  }
+}
+
+TEST_F(TrainCommandTest, LenetLearns) {
+  const Result r = Train("--model lenet --data " + Data("idx") + " --epochs 2 --progress none --min-accuracy 0.5");
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+TEST_F(TrainCommandTest, CheckpointsAndResumes) {
+  const std::string prefix = (dir_ / "ckpt" / "mlp").string();
+  Result r = Train("--data " + Data("idx") + " --epochs 1 --progress none --checkpoint " + prefix);
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* f : {"-symbol.json", "-0001.params", "-0001.states"}) EXPECT_TRUE(fs::exists(prefix + f)) << f;
+  r = Train("--data " + Data("idx") + " --epochs 2 --resume 1 --progress none --checkpoint " + prefix +
+            " --min-accuracy 0.55");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("epochs 2..2"));
+  EXPECT_THAT(r.out, Not(HasSubstr("Epoch[0]")));
+  EXPECT_TRUE(fs::exists(prefix + "-0002.params"));
+}
+
+TEST_F(TrainCommandTest, DrawsAProgressBar) {
+  const Result r = Train("--data " + Data("idx") + " --epochs 1 --progress bar");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("\rEpoch 1/1 ["));
+  EXPECT_THAT(r.out, HasSubstr("100% 20/20"));  // 2000 images in batches of 100
+  EXPECT_THAT(r.out, HasSubstr("img/s  loss "));
+}
+
+TEST_F(TrainCommandTest, RefusesBadUsageWithAMessage) {
+  Result r = Train("--data nope:/x");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("unknown source 'nope'"));
+  r = Train("--data csv:" + (dir_ / "missing").string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("cannot read"));
+  r = Train("--data " + Data("idx") + " --devices cpu:x");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("bad device 'cpu:x'"));
+  r = Train("--resume 1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("--resume needs --checkpoint"));
+  r = Train("--model resnet");
+  EXPECT_EQ(r.status, 2);
+  r = RunShell("env -u DMLC_PS_ROOT_PORT " + std::string(TROUPE_CLI_PATH) + " train --kvstore dist_sync");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("start it with troupe launch"));
+}
+
+TEST_F(TrainCommandTest, DistSyncWorkersAgreeAndWorkerZeroCheckpoints) {
+  const std::string prefix = (dir_ / "ckpt" / "dist").string();
+  const std::string cli = TROUPE_CLI_PATH;
+  const Result r = RunShell(cli + " launch -n 2 -s 1 -- " + cli + " train --kvstore dist_sync --batch-size 50 --data " +
+                       Data("idx") + " --epochs 2 --progress none --min-accuracy 0.6 --checkpoint " + prefix);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("dist_sync worker 0 of 2"));
+  EXPECT_THAT(r.out, HasSubstr("dist_sync worker 1 of 2"));
+  // Both workers evaluate the same parameters (the servers' after the last round) on the same test set.
+  const auto acc = FinalAccuracies(r.out);
+  ASSERT_EQ(acc.size(), 2u) << r.out;
+  EXPECT_EQ(acc[0], acc[1]) << r.out;
+  EXPECT_TRUE(fs::exists(prefix + "-0002.params"));
+  EXPECT_FALSE(fs::exists(prefix + "-0002.states"));  // the optimizer's states live on the server
+}
+
+TEST_F(TrainCommandTest, DistAsyncTrains) {
+  const std::string cli = TROUPE_CLI_PATH;
+  const Result r = RunShell(cli + " launch -n 2 -s 1 -- " + cli + " train --kvstore dist_async --batch-size 50 --data " +
+                       Data("idx") + " --epochs 2 --progress none --min-accuracy 0.5");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(FinalAccuracies(r.out).size(), 2u) << r.out;
+}
+
+}  // namespace
