@@ -30,6 +30,8 @@ struct TrainOptions {
   double lr = -1;                        // < 0: the optimizer's default here (sgd 0.05, adam 0.001)
   double momentum = 0.9;                 // sgd
   double wd = 0.0001;
+  std::string lr_step_epochs;            // "10,15": multiply the rate by lr_factor after these epochs
+  double lr_factor = 0.1;
   std::string checkpoint;                // PREFIX: PREFIX-symbol.json, PREFIX-%04d.params after every epoch
   int resume = 0;                        // > 0: continue from PREFIX-<resume>
   std::int64_t train_images = 0;         // 0: all; else the first N (split over the workers)

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -118,6 +119,18 @@ std::vector<std::string> FinalAccuracies(const std::string& out) {
   return found;
 }
 
+// The Test-accuracy of every "Epoch[E] ..." line (of `who`'s lines when given, e.g. "[worker 0] "), in order.
+std::vector<std::string> EpochTestAccuracies(const std::string& out, const std::string& who = "") {
+  std::vector<std::string> found;
+  std::istringstream lines(out);
+  const std::regex re(R"(Epoch\[\d+\] Train-accuracy=.* Test-accuracy=([0-9.]+))");
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (line.rfind(who, 0) == 0 && std::regex_search(line, m, re)) found.push_back(m[1].str());
+  }
+  return found;
+}
+
 class TrainCommandTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -171,6 +184,18 @@ TEST_F(TrainCommandTest, CheckpointsAndResumes) {
   EXPECT_TRUE(fs::exists(prefix + "-0002.params"));
 }
 
+// --lr-factor 0 stops learning after the step epoch (plain SGD: no momentum to carry on): every later epoch
+// ends with the parameters of the step epoch, so with the same test set the same accuracy.
+TEST_F(TrainCommandTest, LearningRateStepsAfterTheGivenEpoch) {
+  const Result r = Train("--data " + Data("idx") +
+                         " --epochs 3 --momentum 0 --lr 0.1 --lr-step-epochs 1 --lr-factor 0 --progress none");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto acc = EpochTestAccuracies(r.out);
+  ASSERT_EQ(acc.size(), 3u) << r.out;
+  EXPECT_EQ(acc[1], acc[0]) << r.out;
+  EXPECT_EQ(acc[2], acc[0]) << r.out;
+}
+
 TEST_F(TrainCommandTest, DrawsAProgressBar) {
   const Result r = Train("--data " + Data("idx") + " --epochs 1 --progress bar");
   EXPECT_EQ(r.status, 0) << r.out;
@@ -213,6 +238,18 @@ TEST_F(TrainCommandTest, DistSyncWorkersAgreeAndWorkerZeroCheckpoints) {
   EXPECT_EQ(acc[0], acc[1]) << r.out;
   EXPECT_TRUE(fs::exists(prefix + "-0002.params"));
   EXPECT_FALSE(fs::exists(prefix + "-0002.states"));  // the optimizer's states live on the server
+}
+
+// The schedule runs where the optimizer does: on the server, counting rounds.
+TEST_F(TrainCommandTest, DistSyncServersFollowTheLearningRateSchedule) {
+  const std::string cli = TROUPE_CLI_PATH;
+  const Result r = RunShell(cli + " launch -n 2 -s 1 -- " + cli + " train --kvstore dist_sync --batch-size 50 --data " +
+                            Data("idx") + " --epochs 2 --momentum 0 --lr 0.1 --lr-step-epochs 1 --lr-factor 0 "
+                            "--progress none");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto acc = EpochTestAccuracies(r.out, "[worker 0] ");
+  ASSERT_EQ(acc.size(), 2u) << r.out;
+  EXPECT_EQ(acc[1], acc[0]) << r.out;
 }
 
 TEST_F(TrainCommandTest, DistAsyncTrains) {
