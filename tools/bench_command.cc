@@ -210,6 +210,23 @@ constexpr const char* kKVStoreDistExamples =
     "  troupe bench kvstore-dist --quick --json /tmp/smoke.json\n"
     "      a 4 MiB model, 2 rounds: checks that the processes, anchors and checks work";
 
+constexpr const char* kTrainDistDescription =
+    "dist_sync training of the MLP across processes on loopback against training the same total batch in one "
+    "process, in the same run: what the network and the server cost. A step = Forward, Backward and Update of a "
+    "Module on a preloaded Fashion-MNIST batch (t10k), 5 warm-up steps, then --repeat runs of --steps steps. "
+    "Single process: batch --batch-size, SGD in process. dist_sync with W workers (each W in --workers): a "
+    "scheduler, 1 server and W workers as processes (copies of this executable), each worker a Module of "
+    "batch --batch-size / W on its own batches, the server running SGD. Figures: images/s = total batch / "
+    "seconds per step (the slower worker's median), and its ratio to the single process (above 1 is not "
+    "expected on 2 cores). Checks: the workers of a run end with equal parameters, training beats chance "
+    "(not with --quick), every process exits 0.";
+constexpr const char* kTrainDistExamples =
+    "Examples:\n"
+    "  troupe bench train-dist --json train-dist.json\n"
+    "      batch 100, 1 and 2 workers, 5 runs of 100 steps (under a minute on 2 cores)\n"
+    "  troupe bench train-dist --quick --json /tmp/smoke.json\n"
+    "      10 steps, one run: checks that the processes and the checks work";
+
 // A number as a person writes it: 0.2, not 0.200000.
 std::string FormatNumber(double v) {
   std::ostringstream os;
@@ -514,6 +531,37 @@ BenchCommand::BenchCommand(CLI::App* root) {
   dist->add_option("--peer-port", kd.peer_port, "")->group("");
   dist->allow_extras(false);
   workloads_.push_back({"kvstore-dist", dist, [this] { return bench::RunKVStoreDistBench(kvstore_dist_options_); }});
+
+  // --- train-dist -----------------------------------------------------------------------------------
+  bench::TrainDistBenchOptions& td = train_dist_options_;
+  CLI::App* train_dist = app_->add_subcommand(
+      "train-dist", "dist_sync MLP training (1 server, 1 and 2 worker processes) against one process");
+  train_dist->footer(std::string(kTrainDistDescription) + "\n\n" + kTrainDistExamples + "\n");
+  train_dist->add_option("--json", td.json_path, "Write the results to FILE (pretty-printed JSON)")->type_name("FILE");
+  train_dist->add_flag("--quick", td.quick, "10 steps, one run: a smoke run for CTest");
+  train_dist->add_option("--repeat", td.repeat,
+                         "Timed runs; the median is reported (default " +
+                             std::to_string(bench::kTrainDistDefaultRepeat) + ", 1 with --quick)")
+      ->check(CLI::Range(1, 1000))
+      ->type_name("R");
+  train_dist->add_option("--steps", td.steps, "Steps per run (default 100, 10 with --quick)")
+      ->check(CLI::Range(1, 1000000))
+      ->type_name("N");
+  train_dist->add_option("--batch-size", td.batch_size, "The total batch of a step (split over the workers)")
+      ->check(CLI::Range(2, 4096))
+      ->type_name("B")
+      ->capture_default_str();
+  train_dist->add_option("--workers", td.workers, "Worker counts to measure")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64))
+      ->type_name("LIST")
+      ->capture_default_str();
+  train_dist->add_option("--mnist-dir", td.mnist_dir, "Folder of the Fashion-MNIST t10k-* .gz files")
+      ->type_name("DIR")
+      ->capture_default_str();
+  train_dist->add_option("--role", td.role, "")->check(CLI::IsMember({"worker"}))->group("");  // hidden
+  train_dist->allow_extras(false);
+  workloads_.push_back({"train-dist", train_dist, [this] { return bench::RunTrainDistBench(train_dist_options_); }});
 
   // Set after the workloads were added (subcommands inherit it when created): an unknown workload name
   // is collected here and reported by Run() with the list of known ones.

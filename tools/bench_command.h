@@ -20,6 +20,7 @@
 #include "bench/ndarray/ndarray_bench.h"
 #include "bench/ops/ops_bench.h"
 #include "bench/train/train_bench.h"
+#include "bench/train/train_dist_bench.h"
 
 namespace CLI {
 class App;
@@ -57,6 +58,7 @@ class BenchCommand {
   bench::TrainBenchOptions train_options_;
   bench::KVStoreBenchOptions kvstore_options_;
   bench::KVStoreDistBenchOptions kvstore_dist_options_;
+  bench::TrainDistBenchOptions train_dist_options_;
 };
 
 }  // namespace troupe::tools

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <random>
 #include <utility>
 #include <stdexcept>
 
@@ -139,6 +140,50 @@ std::string SelfExe() {
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
   return std::string(buf, static_cast<std::size_t>(n));
+}
+
+std::string RandomHexToken() {
+  std::random_device rd;
+  std::string token(32, '0');
+  for (char& c : token) c = "0123456789abcdef"[rd() & 15];
+  return token;
+}
+
+ChildCluster::ChildCluster(int servers, int workers, int timeout_ms) {
+  std::map<std::string, std::string> env{{"DMLC_PS_ROOT_URI", "127.0.0.1"},
+                                         {"DMLC_NUM_SERVER", std::to_string(servers)},
+                                         {"DMLC_NUM_WORKER", std::to_string(workers)},
+                                         {"TROUPE_CLUSTER_TOKEN", RandomHexToken()}};
+  auto e = env;
+  e["DMLC_ROLE"] = "scheduler";
+  e["DMLC_PS_ROOT_PORT"] = "0";
+  scheduler_ = std::make_unique<ChildProcess>("scheduler", std::vector<std::string>{SelfExe()}, e);
+  const auto line = scheduler_->ReadLine("troupe scheduler: listening on", timeout_ms);
+  if (!line) return;
+  env["DMLC_PS_ROOT_PORT"] = line->substr(line->rfind(':') + 1);
+  e = env;
+  e["DMLC_ROLE"] = "server";
+  for (int s = 0; s < servers; ++s) {
+    servers_.push_back(std::make_unique<ChildProcess>("server", std::vector<std::string>{SelfExe()}, e));
+  }
+  worker_env_ = env;
+  worker_env_["DMLC_ROLE"] = "worker";
+  started_ = true;
+}
+
+ChildCluster::~ChildCluster() = default;
+
+void ChildCluster::Wait(int timeout_ms, std::vector<std::string>* failures) {
+  if (!started_) {
+    failures->push_back("the scheduler did not start");
+    return;
+  }
+  for (auto& s : servers_) {
+    if (const int st = s->Wait(timeout_ms); st != 0) failures->push_back("a server exited " + std::to_string(st));
+  }
+  if (const int st = scheduler_->Wait(timeout_ms); st != 0) {
+    failures->push_back("the scheduler exited " + std::to_string(st));
+  }
 }
 
 }  // namespace troupe::bench

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,5 +51,30 @@ class ChildProcess {
 
 // The path of the running executable (/proc/self/exe), to start copies of it in other roles.
 std::string SelfExe();
+
+// A distributed KVStore cluster's scheduler and servers on loopback as child processes (copies of this
+// executable, the roles through DMLC_ROLE), with a random cluster token, for `workers` workers that the
+// caller starts with worker_env(). The scheduler and the servers end once every worker has left.
+class ChildCluster {
+ public:
+  // Returns once the scheduler has printed its port (started()), or after timeout_ms without it.
+  ChildCluster(int servers, int workers, int timeout_ms);
+  ~ChildCluster();  // kills what still runs (ChildProcess)
+  bool started() const { return started_; }
+  // DMLC_ROLE=worker and the cluster's DMLC_* variables and token.
+  const std::map<std::string, std::string>& worker_env() const { return worker_env_; }
+  // Waits up to timeout_ms for each of the scheduler and the servers; appends "<role> exited N" (or "did not
+  // start") to *failures for each that did not end with status 0.
+  void Wait(int timeout_ms, std::vector<std::string>* failures);
+
+ private:
+  bool started_ = false;
+  std::map<std::string, std::string> worker_env_;
+  std::unique_ptr<ChildProcess> scheduler_;
+  std::vector<std::unique_ptr<ChildProcess>> servers_;
+};
+
+// 32 random hex digits (a cluster token).
+std::string RandomHexToken();
 
 }  // namespace troupe::bench

@@ -11,9 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -268,14 +266,6 @@ int RunWorker(const Resolved& r) {
 
 // --- the coordinator ---------------------------------------------------------------------------------
 
-std::string RandomToken() {
-  std::random_device rd;
-  char buf[33];
-  for (int i = 0; i < 32; ++i) buf[i] = "0123456789abcdef"[rd() & 15];
-  buf[32] = '\0';
-  return buf;
-}
-
 int RunCoordinator(const KVStoreDistBenchOptions& o) {
   const Resolved r = Resolve(o);
   const std::string started = UtcNow();
@@ -286,50 +276,30 @@ int RunCoordinator(const KVStoreDistBenchOptions& o) {
 
   std::fprintf(stderr, "troupe bench kvstore-dist: cluster of 1 scheduler, 1 server, 2 workers; %d keys x %g MiB, %d rounds...\n",
                r.num_keys, r.key_mib, r.repeat);
-  std::map<std::string, std::string> env{{"DMLC_PS_ROOT_URI", "127.0.0.1"}, {"DMLC_NUM_SERVER", "1"},
-                                         {"DMLC_NUM_WORKER", "2"}, {"TROUPE_CLUSTER_TOKEN", RandomToken()}};
   std::vector<Json> workers;
-  int scheduler_status = -1, server_status = -1;
   {
-    auto e = env;
-    e["DMLC_ROLE"] = "scheduler";
-    e["DMLC_PS_ROOT_PORT"] = "0";
-    ChildProcess scheduler("scheduler", {SelfExe()}, e);
-    const auto line = scheduler.ReadLine("troupe scheduler: listening on", kChildTimeoutMs);
-    if (!line) {
-      failures.push_back("the scheduler did not start");
-    } else {
-      env["DMLC_PS_ROOT_PORT"] = line->substr(line->rfind(':') + 1);
-      e = env;
-      e["DMLC_ROLE"] = "server";
-      ChildProcess server("server", {SelfExe()}, e);
-      e = env;
-      e["DMLC_ROLE"] = "worker";
-      std::vector<std::unique_ptr<ChildProcess>> ws;
-      for (int w = 0; w < 2; ++w) {
-        ws.push_back(std::make_unique<ChildProcess>(
-            "worker", std::vector<std::string>{SelfExe(), "bench", "kvstore-dist", "--role", "worker", "--repeat",
-                                               std::to_string(r.repeat), "--model-mib", Fmt("%g", r.model_mib),
-                                               "--key-mib", Fmt("%g", r.key_mib), "--latency-calls",
-                                               std::to_string(r.latency_calls)},
-            e));
-      }
-      for (auto& w : ws) {
-        const auto res = w->ReadLine("RESULT ", kChildTimeoutMs);
-        if (!res) {
-          failures.push_back("a worker printed no result");
-          continue;
-        }
-        workers.push_back(Json::parse(res->substr(7)));
-        for (const auto& f : workers.back()["failures"]) failures.push_back(f.get<std::string>());
-        if (const int st = w->Wait(kChildTimeoutMs); st != 0) failures.push_back("a worker exited " + std::to_string(st));
-      }
-      server_status = server.Wait(kChildTimeoutMs);
+    ChildCluster cluster(1, 2, kChildTimeoutMs);
+    std::vector<std::unique_ptr<ChildProcess>> ws;
+    for (int w = 0; cluster.started() && w < 2; ++w) {
+      ws.push_back(std::make_unique<ChildProcess>(
+          "worker", std::vector<std::string>{SelfExe(), "bench", "kvstore-dist", "--role", "worker", "--repeat",
+                                             std::to_string(r.repeat), "--model-mib", Fmt("%g", r.model_mib),
+                                             "--key-mib", Fmt("%g", r.key_mib), "--latency-calls",
+                                             std::to_string(r.latency_calls)},
+          cluster.worker_env()));
     }
-    scheduler_status = scheduler.Wait(kChildTimeoutMs);
+    for (auto& w : ws) {
+      const auto res = w->ReadLine("RESULT ", kChildTimeoutMs);
+      if (!res) {
+        failures.push_back("a worker printed no result");
+        continue;
+      }
+      workers.push_back(Json::parse(res->substr(7)));
+      for (const auto& f : workers.back()["failures"]) failures.push_back(f.get<std::string>());
+      if (const int st = w->Wait(kChildTimeoutMs); st != 0) failures.push_back("a worker exited " + std::to_string(st));
+    }
+    cluster.Wait(kChildTimeoutMs, &failures);
   }
-  if (scheduler_status != 0) failures.push_back("the scheduler exited " + std::to_string(scheduler_status));
-  if (server_status != 0) failures.push_back("the server exited " + std::to_string(server_status));
   for (const std::string& f : tcp.failures) failures.push_back(f);
 
   // The slower worker sets the pace of a sync round.

@@ -1,0 +1,40 @@
+// `troupe bench train-dist`: dist_sync training of the MLP across processes on loopback against training
+// the same total batch in one process, in the same run (issue 9's benchmark: what the network costs).
+//
+// What is measured: a step = Forward(true), Backward, Update of the Module on one preloaded Fashion-MNIST
+// batch (t10k files; copying the batch in is part of the step, reading the files is not), timed over
+// --steps steps per run, --repeat runs (median), after 5 warm-up steps.
+//   single process:  one Module, batch --batch-size B, SGD (lr 0.05, momentum 0.9) updated in process;
+//   dist_sync, W workers (for W in --workers): a scheduler, 1 server and W worker processes (copies of this
+//     executable), each worker a Module with batch B / W on its own batches, the server running the
+//     optimizer (rescale 1 / B); a step ends when the worker has pulled every updated weight. The cluster
+//     trains B images per step (the slower worker sets the pace).
+// Figures: images/s = B / seconds per step; the ratio = dist images/s / single-process images/s (on 2
+// cores more than 1 is not expected: what matters is what the network and the server cost).
+//
+// In-run checks: every worker of a run ends with the same parameters (a checksum of every weight; dist_sync
+// keeps them equal), training works (accuracy over the preloaded batches above chance after the timed steps,
+// except with --quick), and every process exits 0.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace troupe::bench {
+
+struct TrainDistBenchOptions {
+  std::string json_path;      // required for the coordinator
+  bool quick = false;         // few steps, one run: a smoke run for CTest
+  int repeat = 0;             // timed runs; 0: kTrainDistDefaultRepeat (1 with quick)
+  int steps = 0;              // steps per run; 0: 100 (10 with quick)
+  int batch_size = 100;       // the total batch of a step
+  std::vector<int> workers = {1, 2};
+  std::string mnist_dir = "/usr/share/datasets/fashion-mnist";
+  std::string role;           // hidden: "worker" for the processes the coordinator starts
+};
+
+inline constexpr int kTrainDistDefaultRepeat = 5;
+
+int RunTrainDistBench(const TrainDistBenchOptions& options);
+
+}  // namespace troupe::bench
