@@ -108,11 +108,14 @@ OptimizerConfig OptimizerFromArgs(const std::vector<std::pair<std::string, std::
       const auto comma = v.find(',');
       char* end = nullptr;
       const long i = std::strtol(index.c_str(), &end, 10);
-      if (index.empty() || *end != '\0' || i < 0 || i > INT32_MAX || comma == std::string::npos) {
-        throw Error("bad optimizer multiplier '" + k + "' = '" + v + "' (want mult.<index> = <lr_mult>,<wd_mult>)");
+      const std::string bad = "bad optimizer multiplier '" + k + "' = '" + v + "' (want mult.<index> = <lr_mult>,<wd_mult>)";
+      if (index.empty() || *end != '\0' || i < 0 || i > INT32_MAX || comma == std::string::npos) throw Error(bad);
+      try {
+        config.multipliers[static_cast<int>(i)] = {static_cast<float>(param_detail::ParseReal(v.substr(0, comma))),
+                                                   static_cast<float>(param_detail::ParseReal(v.substr(comma + 1)))};
+      } catch (const std::exception&) {
+        throw Error(bad);
       }
-      config.multipliers[static_cast<int>(i)] = {static_cast<float>(param_detail::ParseReal(v.substr(0, comma))),
-                                                 static_cast<float>(param_detail::ParseReal(v.substr(comma + 1)))};
     }
   }
   return config;

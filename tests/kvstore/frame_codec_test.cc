@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/error.h"
+#include "kvstore/internal/dist_common.h"
 
 namespace troupe::net {
 namespace {
@@ -411,6 +412,26 @@ TEST(FrameCodecTest, UnknownMessageKindIsRefused) {
   frame[28] = std::byte{0x63};
   FrameDecoder decoder;
   ExpectError(decoder, frame, "unknown message kind 99");
+}
+
+// set_optimizer's arguments (a Command's key/value list): the config with its per-index multipliers comes
+// back whole; a malformed multiplier from a peer is a clear error, never a crash.
+TEST(FrameCodecTest, OptimizerConfigTravelsWithItsMultipliers) {
+  OptimizerConfig c("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}}, "multifactor",
+                    {{"step", "(10,20)"}, {"factor", "0.5"}});
+  c.multipliers[0] = {1.0f, 0.0f};
+  c.multipliers[7] = {0.25f, 2.0f};
+  const OptimizerConfig back = internal::OptimizerFromArgs(internal::OptimizerArgs(c));
+  EXPECT_EQ(back.type, c.type);
+  EXPECT_EQ(back.params, c.params);
+  EXPECT_EQ(back.lr_scheduler, c.lr_scheduler);
+  EXPECT_EQ(back.lr_scheduler_params, c.lr_scheduler_params);
+  EXPECT_EQ(back.multipliers, c.multipliers);
+  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+           {"mult.x", "1,0"}, {"mult.3", "1"}, {"mult.-1", "1,0"}, {"mult.3", "a,b"}, {"mult.", "1,0"}}) {
+    SCOPED_TRACE(k + " = " + v);
+    EXPECT_THROW(internal::OptimizerFromArgs({{"type", "sgd"}, {k, v}}), Error);
+  }
 }
 
 TEST(FrameCodecTest, RandomAndMutatedInputNeverCrashes) {

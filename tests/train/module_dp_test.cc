@@ -2,7 +2,10 @@
 // training over 2, 3 and 4 CPU contexts through the KVStore ("local" and "device") ending with the
 // parameters of training on one context, Score / Predict over the concatenated slices equal to one context's,
 // a run that learns, resuming from a checkpoint, SetParams keeping the optimizer's states, and the errors (a batch smaller than the number of
-// contexts, an empty context list).
+// contexts, an empty context list). Across processes' worth of workers: two dist_sync workers (a cluster in
+// this process: scheduler, one server) each training on half of every batch end with the parameters of one
+// module trained on the whole batches (the server runs the optimizer with the module's multipliers: no
+// weight decay on biases).
 //
 // Tolerance: one context sums each gradient over the 32 rows of a batch in one reduction, k contexts sum
 // k partial sums (each over its slice) in the store, so the float32 roundings differ. One gradient entry's
@@ -20,10 +23,12 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/error.h"
 #include "io/io.h"
+#include "kvstore/dist.h"
 #include "ops/graph/models.h"
 #include "ops/resource.h"
 #include "tests/common/op_test_util.h"
@@ -300,6 +305,85 @@ TEST(ModuleDpTest, Errors) {
   mod->Bind({TShape{4, kDim}}, {TShape{4}});
   EXPECT_TRUE(mod->bound());
   EXPECT_EQ(mod->executor(3)->arg_dict().at("data").shape(), (TShape{1, kDim}));
+}
+
+// Two dist_sync workers, each with half of every batch (rows [16 r, 16 r + 16) of each batch of 32), against
+// one module on the whole batches: the same parameters after an epoch (the tolerance of the file comment:
+// two partial sums of 16 rows against one of 32). Weight decay 0.05 makes the multipliers matter: a server
+// that decayed the biases too would end elsewhere.
+TEST(ModuleDpTest, DistSyncWorkersEndWithOneProcessParameters) {
+  FitOptions o = Options(1);
+  o.optimizer.params = {{"learning_rate", "0.1"}, {"momentum", "0.9"}, {"wd", "0.05"}};
+  std::vector<float> x, y;
+  ClusterData(kSamples, 42, &x, &y);
+
+  auto ref = MakeModule(1);
+  ref->Bind({TShape{kBatch, kDim}}, {TShape{kBatch}});
+  ref->InitParams(*Initializer::Create("xavier"));
+  const auto init = Params(*ref);
+  auto ref_iter = ClusterIter(kSamples, kBatch);
+  ref->Fit(ref_iter.get(), nullptr, o);
+  const auto want = Params(*ref);
+  ASSERT_GT(MaxDiff(want, init, false), 1e-2);  // training moved the weights
+
+  DistConfig config;
+  config.num_servers = 1;
+  config.num_workers = 2;
+  config.token = "module-dist-test";
+  config.heartbeat_interval_ms = 200;
+  config.heartbeat_timeout_ms = 30000;
+  config.connect_timeout_ms = 30000;
+  auto scheduler = DistNode::StartScheduler(config);
+  config.root_port = scheduler->port();
+  auto server = DistNode::StartServer(config);
+  std::vector<std::map<std::string, NDArray>> got(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t) {
+    workers.emplace_back([&, t] {
+      try {
+        std::shared_ptr<KVStore> kv = CreateDistKVStore("dist_sync", config);
+        const int r = kv->rank();
+        constexpr int kHalf = kBatch / 2;
+        std::vector<float> xs, ys;
+        for (int row = 0; row < kSamples; ++row) {
+          if ((row % kBatch) / kHalf != r) continue;
+          xs.insert(xs.end(), x.begin() + row * kDim, x.begin() + (row + 1) * kDim);
+          ys.push_back(y[static_cast<std::size_t>(row)]);
+        }
+        const int n = static_cast<int>(ys.size());
+        auto iter = MakeNDArrayIter({NDArray::FromVector(xs, TShape{n, kDim})}, {NDArray::FromVector(ys, TShape{n})},
+                                    kHalf, false, "pad");
+        auto mod = MakeModule(1);
+        mod->Bind({TShape{kHalf, kDim}}, {TShape{kHalf}});
+        mod->InitParams(*Initializer::Create("zero"), init);  // worker 0's are the servers' anyway
+        FitOptions wo = o;
+        wo.store = kv;
+        mod->Fit(iter.get(), nullptr, wo);
+        got[static_cast<std::size_t>(r)] = Params(*mod);
+        // The servers hold the parameters now: replacing them here would split the cluster.
+        try {
+          mod->SetParams(init, {});
+          errors[static_cast<std::size_t>(r)] = "SetParams after training did not throw";
+        } catch (const Error& e) {
+          if (std::string(e.what()).find("cannot be replaced") == std::string::npos) {
+            errors[static_cast<std::size_t>(r)] = std::string("SetParams: unexpected message: ") + e.what();
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(t)] = e.what();
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("worker " + std::to_string(r));
+    ASSERT_FALSE(got[static_cast<std::size_t>(r)].empty());
+    MaxDiff(got[static_cast<std::size_t>(r)], want, true);
+  }
+  EXPECT_EQ(scheduler->Wait(), 0) << scheduler->message();
+  EXPECT_EQ(server->Wait(), 0) << server->message();
 }
 
 }  // namespace
