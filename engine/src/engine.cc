@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "engine/internal/engines.h"
+#include "engine/profiler.h"
 
 namespace troupe {
 
@@ -94,6 +95,9 @@ void Engine::DestroyExtensions() {
 Engine* Engine::Get() {
   // Destroyed at exit, after main returns: its destructor finishes pending work and stops its actors.
   static std::unique_ptr<Engine> engine = Create(EngineConfig::FromEnv());
+  // After the engine (so that the profile is written at exit before the engine is destroyed).
+  static const bool autostart = (Profiler::AutostartFromEnv(engine.get()), true);
+  (void)autostart;
   return engine.get();
 }
 

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "actors/error.h"
+#include "engine/profiler.h"
 #include "io/io.h"
 
 namespace troupe {
@@ -55,7 +56,10 @@ class Prefetcher : public DataIter {
   bool Next() override {
     if (!started_) Start();
     std::unique_lock lock(mu_);
-    not_empty_.wait(lock, [this] { return !queue_.empty() || done_; });
+    if (queue_.empty() && !done_) {
+      const ProfileScope span("io", "DataIter wait");  // the consumer waits for the background thread
+      not_empty_.wait(lock, [this] { return !queue_.empty() || done_; });
+    }
     if (!queue_.empty()) {
       current_ = std::move(queue_.front());
       queue_.pop_front();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "actors/error.h"
+#include "engine/profiler.h"
 #include "kvstore/internal/dist_common.h"
 #include "kvstore/internal/dist_roles.h"
 #include "kvstore/internal/store_checks.h"
@@ -271,6 +272,9 @@ class Server {
 
   void OnTensor(const caf::actor& conn, const WorkerConn& w, const net::TensorMsg& t) {
     const std::string key_text = "key " + std::to_string(t.key);
+    static constexpr const char* kSpanNames[] = {"server init", "server push", "server pull", "server pushpull"};
+    const ProfileScope span("kvstore", kSpanNames[static_cast<int>(t.op)],
+                            Profiler::on() ? key_text + " from worker " + std::to_string(w.rank) : std::string());
     if (t.op == net::TensorOp::kInit) {
       auto it = entries_.find(t.key);
       if (it != entries_.end()) {
@@ -379,6 +383,7 @@ class Server {
   // server's arrays are touched by this actor only, apart from the optimizer's engine functions, so without
   // an optimizer nothing is pending and no wait is needed.
   void Update(int key, Entry& e) {
+    const ProfileScope span("kvstore", "server update", Profiler::on() ? "key " + std::to_string(key) : std::string());
     if (optimizer_ != nullptr) {
       Unshare(&e.stored, &e.stored_hold, true);  // updated in place
       optimizer_->Update(key, e.stored, e.merged);

@@ -12,6 +12,7 @@
 
 #include "actors/config.h"
 #include "actors/error.h"
+#include "engine/profiler.h"
 #include "ops/graph/internal/graph.h"
 #include "ops/graph/internal/memory_plan.h"
 #include "ops/imperative.h"
@@ -130,10 +131,22 @@ struct Executor::Impl {
           fns.push_back(std::move(c.fn));
           name += (i == 0 ? "" : ",") + *names_[i];
         }
-        // The engine removes duplicates, and a variable both read and written counts as written.
+        // The engine removes duplicates, and a variable both read and written counts as written. While the
+        // profiler runs, each operator of the segment is a span of its own (the aggregate counts operators).
+        std::vector<std::string> op_names;
+        if (Profiler::on()) {
+          for (const std::string* n : names_) op_names.push_back(*n);
+        }
         m_.engine->PushSync(
-            [fns = std::move(fns)](RunContext rctx) {
-              for (const SyncFn& f : fns) f(rctx);
+            [fns = std::move(fns), op_names = std::move(op_names)](RunContext rctx) {
+              for (std::size_t i = 0; i < fns.size(); ++i) {
+                if (op_names.empty()) {
+                  fns[i](rctx);
+                } else {
+                  const ProfileScope span("operator", op_names[i].c_str());
+                  fns[i](rctx);
+                }
+              }
             },
             m_.ctx, reads, writes, FnProperty::kNormal, 0, name.c_str());
       }
