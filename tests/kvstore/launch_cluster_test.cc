@@ -217,9 +217,11 @@ class LaunchSsh : public ::testing::Test {
   void SetUp() override {
     if (!sshd_->skip().empty()) GTEST_SKIP() << sshd_->skip();
   }
-  std::vector<std::string> Args(const std::string& workers, const std::string& servers) const {
-    return {"--launcher", "ssh", "-H", sshd_->hostfile(), "--launcher-args", sshd_->LauncherArgs(), "-n", workers,
-            "-s", servers, "--"};
+  // launch's options for the test's sshd; `job` follows them.
+  static std::vector<std::string> Args(const std::vector<std::string>& job = {}) {
+    std::vector<std::string> args{"--launcher", "ssh", "-H", sshd_->hostfile(), "--launcher-args", sshd_->LauncherArgs()};
+    args.insert(args.end(), job.begin(), job.end());
+    return args;
   }
   static Sshd* sshd_;
 };
@@ -231,9 +233,7 @@ std::string FailingWorker() {
 }
 
 TEST_F(LaunchSsh, JobRunsAndEveryProcessExitsZero) {
-  auto args = Args("2", "1");
-  args.insert(args.end(), {TROUPE_DIST_NODE, "any_workers"});
-  const auto [status, lines] = Launch(args);
+  const auto [status, lines] = Launch(Args({"-n", "2", "-s", "1", "--", TROUPE_DIST_NODE, "any_workers"}));
   EXPECT_EQ(status, 0);
   EXPECT_EQ(Count(lines, "of 2: 3 rounds exact"), 2) << "every worker's rounds were exact";
   for (const char* who : {"[worker 0]", "[worker 1]", "[server 0]", "[scheduler]"}) {
@@ -243,9 +243,7 @@ TEST_F(LaunchSsh, JobRunsAndEveryProcessExitsZero) {
 }
 
 TEST_F(LaunchSsh, AFailingWorkerStopsTheJob) {
-  auto args = Args("2", "1");
-  args.insert(args.end(), {"sh", "-c", FailingWorker()});
-  const auto [status, lines] = Launch(args);
+  const auto [status, lines] = Launch(Args({"-n", "2", "-s", "1", "--", "sh", "-c", FailingWorker()}));
   EXPECT_EQ(status, 1);
   EXPECT_EQ(Count(lines, "[worker 1] failing on purpose"), 1);
   EXPECT_GE(Count(lines, "troupe launch: worker 1 on 127.0.0.1 (pid"), 1);
@@ -253,11 +251,13 @@ TEST_F(LaunchSsh, AFailingWorkerStopsTheJob) {
   EXPECT_EQ(Count(lines, "stopped by launch") + Count(lines, ") exited"), 4 + 1);
 }
 
-TEST_F(LaunchSsh, SigintLeavesNoRemoteProcessBehind) {
+// Starts `troupe launch ARGS -- <2 workers that print their pid and sleep>`, sends it SIGINT once both
+// run, and checks that it exits 130 and that both workers are gone.
+void InterruptLeavesNoWorkerBehind(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
   std::vector<std::string> argv{TROUPE_CLI_PATH, "launch"};
-  for (const auto& a : Args("2", "1")) argv.push_back(a);
-  argv.insert(argv.end(), {"sh", "-c", "echo pid $$; exec sleep 1000"});
-  bench::ChildProcess launch("troupe launch", argv, {}, /*merge_stderr=*/true);
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"-n", "2", "-s", "1", "--", "sh", "-c", "echo pid $$; exec sleep 1000"});
+  bench::ChildProcess launch("troupe launch", argv, env, /*merge_stderr=*/true);
   std::vector<int> pids;
   for (int w = 0; w < 2; ++w) {
     const auto line = launch.ReadLine("[worker ", kTimeoutMs);
@@ -265,11 +265,15 @@ TEST_F(LaunchSsh, SigintLeavesNoRemoteProcessBehind) {
     ASSERT_NE(line->find("] pid "), std::string::npos) << *line;
     pids.push_back(std::stoi(line->substr(line->find("] pid ") + 6)));
   }
-  for (int pid : pids) EXPECT_FALSE(Gone(pid)) << "the remote worker " << pid << " runs";
+  for (int pid : pids) EXPECT_FALSE(Gone(pid)) << "the worker " << pid << " runs";
   launch.Signal(SIGINT);
   EXPECT_EQ(launch.Wait(kTimeoutMs), 130);
+  for (int pid : pids) EXPECT_TRUE(Gone(pid)) << "worker process " << pid << " is still there";
+}
+
+TEST_F(LaunchSsh, SigintLeavesNoRemoteProcessBehind) {
   // launch waits for ssh, and ssh ends once the remote shell has stopped and reaped its command.
-  for (int pid : pids) EXPECT_TRUE(Gone(pid)) << "remote process " << pid << " is still there";
+  InterruptLeavesNoWorkerBehind(Args(), {});
 }
 
 TEST(LaunchSshUsage, HostFileErrors) {
@@ -325,6 +329,12 @@ TEST(LaunchMpi, AFailingWorkerFailsTheJob) {
   EXPECT_EQ(Count(lines, "troupe launch: worker 1 on "), 1);
   EXPECT_GE(Count(lines, "troupe launch: mpirun (pid"), 1);
   EXPECT_GE(Count(lines, "troupe launch: scheduler (pid"), 1);
+}
+
+TEST(LaunchMpi, SigintLeavesNoTaskBehind) {
+  if (bench::FindProgram("mpirun").empty()) GTEST_SKIP() << "no mpirun on PATH (Debian openmpi-bin)";
+  // mpirun passes launch's SIGTERM on to the tasks, and each task to its worker.
+  InterruptLeavesNoWorkerBehind({"--launcher", "mpi", "--launcher-args", "--oversubscribe"}, kMpiEnv);
 }
 
 TEST(LaunchSlurm, WithoutSrunIsAClearError) {
