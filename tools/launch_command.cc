@@ -155,7 +155,6 @@ int CheckLauncher(const LaunchOptions& o, std::vector<SshHost>* hosts) {
   };
   if (o.launcher == "local") {
     if (!o.hostfile.empty()) return usage("-H/--hostfile is for --launcher ssh or mpi");
-    if (!o.launcher_args.empty()) return usage("--launcher-args is for --launcher ssh, mpi or slurm");
     return 0;
   }
   if (o.launcher == "ssh") {
@@ -191,8 +190,9 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       "127.0.0.1 unless --env DMLC_INTERFACE=IFACE or DMLC_NODE_HOST says otherwise), TROUPE_CLUSTER_TOKEN "
       "(from the environment, else a random one) and TROUPE_LAUNCH_INDEX (the worker's index in launch, "
       "0..n-1; its KVStore rank is the scheduler's). Every line a process prints (stdout and stderr) is shown "
-      "as '[worker 1] ...'. When a process fails, launch stops the others and prints one line per process; "
-      "Ctrl-C stops everything. Exit status: 0 when every process exited 0, 1 when one failed, 130 when "
+      "as '[worker 1] ...'. When a process fails, launch stops the others and prints one line per process "
+      "(mpi, slurm: mpirun/srun stop the job's other tasks and each task prints its own last line); Ctrl-C "
+      "stops everything. Exit status: 0 when every process exited 0, 1 when one failed, 130 when "
       "interrupted, 2 on bad usage.\n\n"
       "Launchers:\n"
       "  local  every process on this machine.\n"
@@ -211,8 +211,9 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       "  troupe launch -n 2 -s 1 -- ./my_worker --epochs 3\n"
       "  troupe launch -n 4 -s 2 --env OMP_NUM_THREADS=1 -- ./my_worker\n"
       "  troupe launch --launcher ssh -H hosts.txt --host 10.0.0.1 -n 4 -s 2 -- ./my_worker\n"
-      "  troupe launch --launcher ssh -H hosts.txt --launcher-args '-i ~/.ssh/cluster_key' -n 2 -- ./my_worker\n"
-      "  troupe launch --launcher mpi --launcher-args --oversubscribe -n 2 -s 1 -- ./my_worker\n"
+      "  TROUPE_LAUNCHER_ARGS='-l alice' troupe launch --launcher ssh -H hosts.txt --host 10.0.0.1 -n 2 -- ./w\n"
+      "  troupe launch --launcher ssh -H hosts.txt --launcher-args '-i /home/me/.ssh/cluster_key' -n 2 -- ./my_worker\n"
+      "  troupe launch --launcher mpi --launcher-args=--oversubscribe -n 2 -s 1 -- ./my_worker\n"
       "  troupe launch --launcher mpi -H mpi_hosts --host 10.0.0.1 --env DMLC_INTERFACE=eth0 -n 8 -s 2 -- ./my_worker\n"
       "  salloc -N 4 troupe launch --launcher slurm --host $(hostname -i) -n 6 -s 2 -- ./my_worker\n");
   app_->add_option("-n,--num-workers", options_.workers, "Workers (copies of CMD)")->required()->check(CLI::Range(1, 10000));
@@ -222,7 +223,7 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       ->capture_default_str();
   app_->add_option("-H,--hostfile", options_.hostfile, "ssh: the hosts (required); mpi: mpirun's --hostfile");
   app_->add_option("--launcher-args", options_.launcher_args,
-                   "Extra arguments for ssh, mpirun or srun, split at whitespace (default: $TROUPE_LAUNCHER_ARGS)")
+                   "Extra arguments for ssh, mpirun or srun, split at whitespace (local: unused)")
       ->envname("TROUPE_LAUNCHER_ARGS");
   app_->add_option("--host", options_.host, "Address the scheduler listens on (and local servers)")->capture_default_str();
   app_->add_option("--port", options_.port, "The scheduler's port (0: any free one)")->check(CLI::Range(0, 65535));

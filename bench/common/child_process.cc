@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 #include <stdexcept>
 
@@ -139,6 +141,19 @@ std::string FindProgram(const std::string& program) {
     at = end + 1;
   }
   return {};
+}
+
+bool ProcessGone(int pid) {
+  if (::kill(pid, 0) == -1 && errno == ESRCH) return true;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return true;
+  char buf[512] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* paren = std::strrchr(buf, ')');  // the state follows the command name, which may hold spaces
+  return n > 0 && paren != nullptr && std::strncmp(paren, ") Z ", 4) == 0;
 }
 
 std::string SelfExe() {

@@ -55,6 +55,9 @@ class ChildProcess {
 // PATH entry of that name; empty when there is none.
 std::string FindProgram(const std::string& program);
 
+// True once process `pid` is gone, or a zombie (one reparented to a PID 1 that does not reap stays one).
+bool ProcessGone(int pid);
+
 // The path of the running executable (/proc/self/exe), to start copies of it in other roles.
 std::string SelfExe();
 

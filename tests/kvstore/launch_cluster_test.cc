@@ -58,15 +58,6 @@ int Count(const Lines& lines, const std::string& needle) {
   return n;
 }
 
-// True once `pid` is gone or a zombie (one reparented to a PID 1 that does not reap stays a zombie).
-bool Gone(int pid) {
-  if (::kill(pid, 0) == -1 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');
-  return paren != std::string::npos && text.compare(paren, 4, ") Z ") == 0;
-}
-
 // Waits for `ready` up to `timeout_ms`, checking every 10 ms.
 template <typename F>
 bool WaitUntil(F ready, int timeout_ms) {
@@ -265,10 +256,10 @@ void InterruptLeavesNoWorkerBehind(const std::vector<std::string>& args, const s
     ASSERT_NE(line->find("] pid "), std::string::npos) << *line;
     pids.push_back(std::stoi(line->substr(line->find("] pid ") + 6)));
   }
-  for (int pid : pids) EXPECT_FALSE(Gone(pid)) << "the worker " << pid << " runs";
+  for (int pid : pids) EXPECT_FALSE(bench::ProcessGone(pid)) << "the worker " << pid << " runs";
   launch.Signal(SIGINT);
   EXPECT_EQ(launch.Wait(kTimeoutMs), 130);
-  for (int pid : pids) EXPECT_TRUE(Gone(pid)) << "worker process " << pid << " is still there";
+  for (int pid : pids) EXPECT_TRUE(bench::ProcessGone(pid)) << "worker process " << pid << " is still there";
 }
 
 TEST_F(LaunchSsh, SigintLeavesNoRemoteProcessBehind) {

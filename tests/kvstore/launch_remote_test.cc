@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,15 +22,6 @@ namespace troupe::tools {
 namespace {
 
 using Env = std::map<std::string, std::string>;
-
-// True once `pid` is gone or a zombie (one reparented to a PID 1 that does not reap stays a zombie).
-bool Gone(int pid) {
-  if (::kill(pid, 0) == -1 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');
-  return paren != std::string::npos && text.compare(paren, 4, ") Z ") == 0;
-}
 
 TEST(MapTaskRank, OpenMpiRanks) {
   // 2 servers + 3 workers: ranks 0, 1 are servers, 2..4 workers 0..2.
@@ -133,7 +123,10 @@ const std::vector<std::string> kHostile = {"plain", "two words", "it's", "\"doub
 TEST(RemoteShell, QuotingSurvivesAShell) {
   std::string script = "printf '<%s>\\n'";
   std::string expected;
-  for (const std::string& s : kHostile) script += " " + ShellQuote(s);
+  for (const std::string& s : kHostile) {
+    script += ' ';
+    script += ShellQuote(s);
+  }
   const auto [status, lines] = Sh(script, "");
   EXPECT_EQ(status, 0);
   std::string all;
@@ -175,7 +168,7 @@ TEST(RemoteShell, EndOfStdinStopsTheCommandsSession) {
     // The background sleep is reparented (to init or a subreaper) and reaped there; poll with a deadline.
     bool gone = false;
     for (int i = 0; i < 3000 && !gone; ++i) {
-      gone = Gone(pid);
+      gone = bench::ProcessGone(pid);
       if (!gone) ::usleep(1000);
     }
     EXPECT_TRUE(gone) << "process " << pid << " is still there";
