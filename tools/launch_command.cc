@@ -223,8 +223,8 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       ->capture_default_str();
   app_->add_option("-H,--hostfile", options_.hostfile, "ssh: the hosts (required); mpi: mpirun's --hostfile");
   app_->add_option("--launcher-args", options_.launcher_args,
-                   "Extra arguments for ssh, mpirun or srun, split at whitespace (local: unused)")
-      ->envname("TROUPE_LAUNCHER_ARGS");
+                   "Extra arguments for ssh, mpirun or srun, split at whitespace (default: $TROUPE_LAUNCHER_ARGS; "
+                   "local: unused)");
   app_->add_option("--host", options_.host, "Address the scheduler listens on (and local servers)")->capture_default_str();
   app_->add_option("--port", options_.port, "The scheduler's port (0: any free one)")->check(CLI::Range(0, 65535));
   app_->add_option("--env", options_.env, "K=V for every process (repeatable)");
@@ -307,7 +307,9 @@ int RunLaunch(const LaunchOptions& o) {
   }
   Print(scheduler, {*line});
   env["DMLC_PS_ROOT_PORT"] = line->substr(line->rfind(':') + 1);
-  const std::vector<std::string> extra = SplitWords(o.launcher_args);
+  const char* env_args = std::getenv("TROUPE_LAUNCHER_ARGS");
+  const std::vector<std::string> extra =
+      SplitWords(!o.launcher_args.empty() || env_args == nullptr ? o.launcher_args : env_args);
   const auto role_env = [&](bool server, int index) {
     auto r = env;
     r["DMLC_ROLE"] = server ? "server" : "worker";
