@@ -8,7 +8,7 @@
 //   - mpi: Open MPI's mpirun, oversubscribed on this machine (1 scheduler in launch, 1 server + 2 workers
 //     as tasks): the job exits 0 with every task's lines prefixed; a failing worker makes it non-zero.
 //     Skips without mpirun.
-//   - slurm: without srun on PATH, a clear error (no Slurm here to run a job).
+//   - slurm: without srun on PATH, a clear error; a job under a stand-in srun script (no Slurm here).
 //   - the ssh launcher's usage errors: no host file, an unreadable one, an empty one.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -105,9 +105,7 @@ int Run(const std::vector<std::string>& argv) {
   return status;
 }
 
-void Write(const fs::path& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void Write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
 // An sshd on a free loopback port, logging in this user with a throwaway key; stopped and its files removed
 // at the end. `skip` says why it could not start (the test then skips).
@@ -148,9 +146,9 @@ class Sshd {
     fs::permissions(dir_, fs::perms::owner_all);
     Write(dir_ / "sshd_config", "Port " + std::to_string(port_) +
                                     "\nListenAddress 127.0.0.1\n"
-                                    "HostKey " + (dir_ / "host_key").string() +
-                                    "\nAuthorizedKeysFile " + (dir_ / "authorized_keys").string() +
-                                    "\nPidFile " + (dir_ / "sshd.pid").string() +
+                                    "HostKey " +
+                                    (dir_ / "host_key").string() + "\nAuthorizedKeysFile " +
+                                    (dir_ / "authorized_keys").string() + "\nPidFile " + (dir_ / "sshd.pid").string() +
                                     "\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
                                     "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\n"
                                     "PermitRootLogin prohibit-password\nLogLevel ERROR\n");
@@ -165,8 +163,8 @@ class Sshd {
       skip_ = "sshd did not start (exit " + std::to_string(server_->Wait(0)) + ")";
       return;
     }
-    Write(dir_ / "hosts", "# test hosts\n127.0.0.1:" + std::to_string(port_) + "\n\n127.0.0.1:" +
-                              std::to_string(port_) + "  # twice: round robin\n");
+    Write(dir_ / "hosts", "# test hosts\n127.0.0.1:" + std::to_string(port_) +
+                              "\n\n127.0.0.1:" + std::to_string(port_) + "  # twice: round robin\n");
     // Can this user log in? (A locked account, or a login shell that is missing, would stop every test.)
     std::vector<std::string> probe{"ssh"};
     for (const auto& a : SshArgs()) probe.push_back(a);
@@ -182,8 +180,10 @@ class Sshd {
   const std::string& skip() const { return skip_; }
   std::string hostfile() const { return (dir_ / "hosts").string(); }
   std::vector<std::string> SshArgs() const {
-    return {"-F", "/dev/null", "-i", (dir_ / "user_key").string(), "-o",
-            "UserKnownHostsFile=" + (dir_ / "known_hosts").string(), "-o", "LogLevel=ERROR"};
+    return {"-F", "/dev/null",
+            "-i", (dir_ / "user_key").string(),
+            "-o", "UserKnownHostsFile=" + (dir_ / "known_hosts").string(),
+            "-o", "LogLevel=ERROR"};
   }
   std::string LauncherArgs() const {
     std::string s;
@@ -210,7 +210,8 @@ class LaunchSsh : public ::testing::Test {
   }
   // launch's options for the test's sshd; `job` follows them.
   static std::vector<std::string> Args(const std::vector<std::string>& job = {}) {
-    std::vector<std::string> args{"--launcher", "ssh", "-H", sshd_->hostfile(), "--launcher-args", sshd_->LauncherArgs()};
+    std::vector<std::string> args{"--launcher",         "ssh", "-H", sshd_->hostfile(), "--launcher-args",
+                                  sshd_->LauncherArgs()};
     args.insert(args.end(), job.begin(), job.end());
     return args;
   }
@@ -244,7 +245,8 @@ TEST_F(LaunchSsh, AFailingWorkerStopsTheJob) {
 
 // Starts `troupe launch ARGS -- <2 workers that print their pid and sleep>`, sends it SIGINT once both
 // run, and checks that it exits 130 and that both workers are gone.
-void InterruptLeavesNoWorkerBehind(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+void InterruptLeavesNoWorkerBehind(const std::vector<std::string>& args,
+                                   const std::map<std::string, std::string>& env) {
   std::vector<std::string> argv{TROUPE_CLI_PATH, "launch"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.end(), {"-n", "2", "-s", "1", "--", "sh", "-c", "echo pid $$; exec sleep 1000"});
@@ -297,8 +299,8 @@ const std::map<std::string, std::string> kMpiEnv{{"OMPI_ALLOW_RUN_AS_ROOT", "1"}
 
 TEST(LaunchMpi, JobRunsAndEveryTaskExitsZero) {
   if (bench::FindProgram("mpirun").empty()) GTEST_SKIP() << "no mpirun on PATH (Debian openmpi-bin)";
-  const auto [status, lines] = Launch({"--launcher", "mpi", "--launcher-args", "--oversubscribe", "-n", "2", "-s",
-                                       "1", "--", TROUPE_DIST_NODE, "any_workers"},
+  const auto [status, lines] = Launch({"--launcher", "mpi", "--launcher-args", "--oversubscribe", "-n", "2", "-s", "1",
+                                       "--", TROUPE_DIST_NODE, "any_workers"},
                                       kMpiEnv);
   EXPECT_EQ(status, 0);
   EXPECT_EQ(Count(lines, "of 2: 3 rounds exact"), 2) << "every worker's rounds were exact";
@@ -312,8 +314,8 @@ TEST(LaunchMpi, JobRunsAndEveryTaskExitsZero) {
 
 TEST(LaunchMpi, AFailingWorkerFailsTheJob) {
   if (bench::FindProgram("mpirun").empty()) GTEST_SKIP() << "no mpirun on PATH (Debian openmpi-bin)";
-  const auto [status, lines] = Launch({"--launcher", "mpi", "--launcher-args", "--oversubscribe", "-n", "2", "-s",
-                                       "1", "--", "sh", "-c", FailingWorker()},
+  const auto [status, lines] = Launch({"--launcher", "mpi", "--launcher-args", "--oversubscribe", "-n", "2", "-s", "1",
+                                       "--", "sh", "-c", FailingWorker()},
                                       kMpiEnv);
   EXPECT_EQ(status, 1);
   EXPECT_EQ(Count(lines, "[worker 1] failing on purpose"), 1);
@@ -329,16 +331,47 @@ TEST(LaunchMpi, SigintLeavesNoTaskBehind) {
 }
 
 TEST(LaunchSlurm, WithoutSrunIsAClearError) {
-  const auto [status, lines] =
-      Launch({"--launcher", "slurm", "-n", "2", "--", "true"}, {{"PATH", "/nonexistent"}});
+  const auto [status, lines] = Launch({"--launcher", "slurm", "-n", "2", "--", "true"}, {{"PATH", "/nonexistent"}});
   EXPECT_EQ(status, 1);
   EXPECT_EQ(Count(lines, "--launcher slurm needs 'srun' on PATH"), 1);
   EXPECT_EQ(Launch({"--launcher", "slurm", "-H", "hosts", "-n", "2", "--", "true"}).first, 2)
       << "a host file is not for slurm";
 }
 
+// No Slurm here: a stand-in srun (a shell script) starts --ntasks copies of the command with SLURM_PROCID
+// and SLURM_NTASKS, as srun does, so that launch's slurm path (its srun command line, launch-task's roles
+// from Slurm's variables) runs end to end. srun's own behaviour (placement, --kill-on-bad-exit) is not
+// tested by this.
+TEST(LaunchSlurm, JobRunsUnderAStandInSrun) {
+  char tmpl[] = "/tmp/troupe-srun-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const fs::path dir = tmpl;
+  Write(dir / "srun",
+        "#!/bin/sh\n"
+        "[ \"$1\" = --kill-on-bad-exit=1 ] || { echo \"srun stand-in: unexpected $1\"; exit 9; }\n"
+        "while [ \"$1\" != --ntasks ]; do shift; done\n"
+        "n=$2; shift 2; i=0; pids=; status=0\n"
+        "while [ $i -lt $n ]; do SLURM_PROCID=$i SLURM_NTASKS=$n \"$@\" & pids=\"$pids $!\"; i=$((i+1)); done\n"
+        "for p in $pids; do wait $p || status=$?; done\n"
+        "exit $status\n");
+  fs::permissions(dir / "srun", fs::perms::owner_all);
+  const char* path = std::getenv("PATH");
+  const auto [status, lines] =
+      Launch({"--launcher", "slurm", "-n", "2", "-s", "1", "--", TROUPE_DIST_NODE, "any_workers"},
+             {{"PATH", dir.string() + ":" + (path != nullptr ? path : "/usr/bin:/bin")}});
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(Count(lines, "of 2: 3 rounds exact"), 2) << "every worker's rounds were exact";
+  for (const char* who : {"[worker 0]", "[worker 1]", "[server 0]", "[scheduler]"}) {
+    EXPECT_GE(Count(lines, who), 1) << who << "'s output is shown with its prefix";
+  }
+  EXPECT_EQ(Count(lines, ") exited 0 (task "), 3) << "every task says how it ended";
+}
+
 TEST(LaunchTask, WithoutARankIsAClearError) {
-  bench::ChildProcess task("launch-task", {TROUPE_CLI_PATH, "launch-task", "--launcher", "slurm", "-n", "1", "-s", "1", "--", "true"},
+  bench::ChildProcess task("launch-task",
+                           {TROUPE_CLI_PATH, "launch-task", "--launcher", "slurm", "-n", "1", "-s", "1", "--", "true"},
                            {{"SLURM_PROCID", ""}}, /*merge_stderr=*/true);
   const auto line = task.ReadLine("troupe launch-task:", kTimeoutMs);
   ASSERT_TRUE(line.has_value());

@@ -5,9 +5,10 @@
 //   - ShellQuote and RemoteShellCommand, run by a real /bin/sh here (as the ssh host's login shell would):
 //     hostile strings survive, the environment comes from stdin, the exit status is the command's, and
 //     the end of stdin stops the command's whole session.
+#include "tools/launch_remote.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,7 +17,6 @@
 #include <vector>
 
 #include "bench/common/child_process.h"
-#include "tools/launch_remote.h"
 
 namespace troupe::tools {
 namespace {
@@ -27,7 +27,8 @@ TEST(MapTaskRank, OpenMpiRanks) {
   // 2 servers + 3 workers: ranks 0, 1 are servers, 2..4 workers 0..2.
   const int expect_index[] = {0, 1, 0, 1, 2};
   for (int rank = 0; rank < 5; ++rank) {
-    const TaskRole r = MapTaskRank("mpi", {{"OMPI_COMM_WORLD_RANK", std::to_string(rank)}, {"OMPI_COMM_WORLD_SIZE", "5"}}, 2, 3);
+    const TaskRole r =
+        MapTaskRank("mpi", {{"OMPI_COMM_WORLD_RANK", std::to_string(rank)}, {"OMPI_COMM_WORLD_SIZE", "5"}}, 2, 3);
     ASSERT_TRUE(r.error.empty()) << r.error;
     EXPECT_EQ(r.role, rank < 2 ? "server" : "worker");
     EXPECT_EQ(r.index, expect_index[rank]);
@@ -41,7 +42,9 @@ TEST(MapTaskRank, PmiAndSlurm) {
   EXPECT_EQ(r.role, "worker");
   EXPECT_EQ(r.index, 2);
   // Open MPI's variables win over PMI's.
-  r = MapTaskRank("mpi", {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"PMI_RANK", "3"}, {"PMI_SIZE", "4"}}, 1, 3);
+  r = MapTaskRank("mpi",
+                  {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"PMI_RANK", "3"}, {"PMI_SIZE", "4"}},
+                  1, 3);
   EXPECT_EQ(r.role, "server");
   r = MapTaskRank("slurm", {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "3"}}, 1, 2);
   EXPECT_TRUE(r.error.empty()) << r.error;
@@ -92,14 +95,14 @@ TEST(ParseHostfile, Forms) {
 }
 
 TEST(ParseHostfile, BadFilesAreClearErrors) {
-  for (const auto& [text, needle] : std::vector<std::pair<std::string, std::string>>{
-           {"", "no hosts"},
-           {"# only a comment\n\n", "no hosts"},
-           {"node1\nnode2:0\n", "line 2"},
-           {"node1:99999\n", "1..65535"},
-           {"node1:ssh\n", "port"},
-           {"node1 node2\n", "one host a line"},
-           {":22\n", "no host"}}) {
+  for (const auto& [text, needle] :
+       std::vector<std::pair<std::string, std::string>>{{"", "no hosts"},
+                                                        {"# only a comment\n\n", "no hosts"},
+                                                        {"node1\nnode2:0\n", "line 2"},
+                                                        {"node1:99999\n", "1..65535"},
+                                                        {"node1:ssh\n", "port"},
+                                                        {"node1 node2\n", "one host a line"},
+                                                        {":22\n", "no host"}}) {
     std::string error;
     EXPECT_TRUE(ParseHostfile(text, &error).empty()) << text;
     EXPECT_NE(error.find(needle), std::string::npos) << "'" << text << "' gave: " << error;
@@ -117,8 +120,9 @@ std::pair<int, std::vector<std::string>> Sh(const std::string& script, const std
   return {sh.Wait(30000), lines};
 }
 
-const std::vector<std::string> kHostile = {"plain", "two words", "it's", "\"double\"", "$HOME", "`id`", "$(id)",
-                                           "a\\b", "*", "; exit 7", "", "tab\there", "new\nline", "'", "''"};
+const std::vector<std::string> kHostile = {"plain", "two words", "it's",      "\"double\"", "$HOME",
+                                           "`id`",  "$(id)",     "a\\b",      "*",          "; exit 7",
+                                           "",      "tab\there", "new\nline", "'",          "''"};
 
 TEST(RemoteShell, QuotingSurvivesAShell) {
   std::string script = "printf '<%s>\\n'";
@@ -137,9 +141,11 @@ TEST(RemoteShell, QuotingSurvivesAShell) {
 
 TEST(RemoteShell, RunsTheCommandWithTheEnvironmentFromStdin) {
   std::string error;
-  const std::string block = RemoteEnvBlock({{"DMLC_ROLE", "worker"}, {"SPACED", "a b  c"}, {"Q", "it's $HOME"}}, &error);
+  const std::string block =
+      RemoteEnvBlock({{"DMLC_ROLE", "worker"}, {"SPACED", "a b  c"}, {"Q", "it's $HOME"}}, &error);
   ASSERT_FALSE(block.empty()) << error;
-  std::vector<std::string> argv{"sh", "-c", "printf '%s|' \"$DMLC_ROLE\" \"$SPACED\" \"$Q\" \"$(pwd)\" \"$@\"; exit 7", "x"};
+  std::vector<std::string> argv{"sh", "-c", "printf '%s|' \"$DMLC_ROLE\" \"$SPACED\" \"$Q\" \"$(pwd)\" \"$@\"; exit 7",
+                                "x"};
   argv.insert(argv.end(), kHostile.begin(), kHostile.begin() + 10);
   const auto [status, lines] = Sh(RemoteShellCommand("/tmp", argv, 1), block);
   EXPECT_EQ(status, 7) << "the command's exit status";
@@ -152,7 +158,8 @@ TEST(RemoteShell, RunsTheCommandWithTheEnvironmentFromStdin) {
 
 TEST(RemoteShell, EndOfStdinStopsTheCommandsSession) {
   // The command starts a background child too; both must go when stdin ends.
-  bench::ChildProcess sh("sh", {"/bin/sh", "-c", RemoteShellCommand("/", {"sh", "-c", "sleep 1000 & echo $! $$; wait"}, 1)},
+  bench::ChildProcess sh("sh",
+                         {"/bin/sh", "-c", RemoteShellCommand("/", {"sh", "-c", "sleep 1000 & echo $! $$; wait"}, 1)},
                          {}, /*merge_stderr=*/true);
   sh.Write("\n");
   std::vector<std::string> lines;
