@@ -132,7 +132,7 @@ std::string RemoteShellCommand(const std::string& cwd, const std::vector<std::st
   script += "(while IFS= read -r _; do :; done; kill -TERM -$pid; sleep ";
   script += std::to_string(kill_after_s);
   script += "; kill -KILL -$pid) <&3 >/dev/null 2>&1 &\nwatchdog=$!\n";
-  script += "wait $pid; status=$?\nkill $watchdog 2>/dev/null\nexit $status\n";
+  script += "wait $pid 2>/dev/null; status=$?\nkill $watchdog 2>/dev/null\nexit $status\n";  // no 'Terminated' line
   std::string cmd = "exec sh -c ";
   cmd += ShellQuote(script);
   cmd += " sh";
