@@ -10,13 +10,18 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/common/child_process.h"
+#include "tools/launch_remote.h"
+
+extern char** environ;
 
 namespace troupe::tools {
 namespace {
@@ -26,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kStartTimeoutMs = 30000;  // for the scheduler's "listening" line
 constexpr int kStopGraceMs = 3000;      // SIGTERM, then SIGKILL after this
+constexpr int kRemoteKillAfterS = 3;    // ssh: the remote watchdog's SIGTERM, then SIGKILL after this
+constexpr int kRemoteStopMs = 10000;    // ssh, mpirun, srun: how long they get to stop their processes
 constexpr int kEndTimeoutMs = 60000;    // for the scheduler and servers once every worker is done
 
 // SIGINT/SIGTERM to launch: a byte on this pipe, read by the watch loop.
@@ -38,6 +45,18 @@ void OnSignal(int sig) {
   [[maybe_unused]] const ssize_t n = ::write(g_signal_pipe[1], &c, 1);
 }
 
+// SIGINT and SIGTERM write to g_signal_pipe; SIGPIPE is ignored (a child that closed its stdin is no
+// reason to die). False when the pipe cannot be made.
+bool CatchSignals() {
+  if (::pipe(g_signal_pipe) != 0) return false;
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  return true;
+}
+
 std::string RandomToken() {
   std::random_device rd;
   std::string t;
@@ -45,40 +64,79 @@ std::string RandomToken() {
   return t;
 }
 
+std::string HostName() {
+  char buf[256] = {};
+  return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("?");
+}
+
+std::vector<std::string> SplitWords(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+// "troupe launch: worker 1 on HOST (pid 12) exited 1" and its variants.
+// `stopped_by`: who stopped it ("launch"), empty when nobody did.
+std::string Describe(const std::string& label, const std::string& where, int pid, int status,
+                     const std::string& stopped_by) {
+  std::string s = "troupe launch: " + label + (where.empty() ? "" : " on " + where) + " (pid " +
+                  std::to_string(pid) + ") ";
+  if (status < 0) return s + "still running";
+  if (!stopped_by.empty()) return s + "stopped by " + stopped_by;
+  if (status == 0) return s + "exited 0";
+  if (status > 128) return s + "killed by signal " + std::to_string(status - 128);
+  return s + "exited " + std::to_string(status);
+}
+
 struct Proc {
   std::unique_ptr<ChildProcess> child;
-  std::string label;  // "scheduler", "server 0", "worker 2"
-  bool worker = false;
+  std::string label;  // "scheduler", "server 0", "worker 2", "mpirun"
+  std::string where;  // ssh: the host it runs on
+  bool worker = false;  // its end is the workers' end (a worker, or the mpirun/srun job)
+  bool ssh = false;     // stopped by closing its stdin (the remote watchdog then stops the command)
+  bool tasks = false;   // mpirun/srun: the tasks prefix their own lines
   bool output_open = true;
   int status = -1;  // -1 running
   bool stopped_by_launch = false;
 };
 
 std::string Describe(const Proc& p) {
-  std::string s = "troupe launch: " + p.label + " (pid " + std::to_string(p.child->pid()) + ") ";
-  if (p.status < 0) return s + "still running";
-  if (p.stopped_by_launch) return s + "stopped by launch";
-  if (p.status == 0) return s + "exited 0";
-  if (p.status > 128) return s + "killed by signal " + std::to_string(p.status - 128);
-  return s + "exited " + std::to_string(p.status);
+  std::string s = Describe(p.label, p.where, p.child->pid(), p.status, p.stopped_by_launch ? "launch" : "");
+  if (p.ssh && p.status == 255 && !p.stopped_by_launch) s += " (ssh could not connect, log in or run the command)";
+  return s;
 }
 
 void Print(const Proc& p, const std::vector<std::string>& lines) {
-  for (const std::string& l : lines) std::printf("[%s] %s\n", p.label.c_str(), l.c_str());
+  for (const std::string& l : lines) {
+    const bool own = p.tasks && (l.rfind("[server ", 0) == 0 || l.rfind("[worker ", 0) == 0 ||
+                                 l.rfind("troupe launch: ", 0) == 0);
+    if (own) {
+      std::printf("%s\n", l.c_str());
+    } else {
+      std::printf("[%s] %s\n", p.label.c_str(), l.c_str());
+    }
+  }
   std::fflush(stdout);
 }
 
-// Stops every process still running: SIGTERM, then SIGKILL after the grace period; reaps them all.
+// Stops every process still running: SIGTERM (ssh: its stdin closed, so the remote watchdog stops the
+// command and ssh ends with it), then SIGKILL after the grace period; reaps them all.
 void StopAll(std::vector<Proc>& procs) {
+  const auto now = Clock::now();
   for (Proc& p : procs) {
     if (p.status < 0) {
       p.stopped_by_launch = true;
-      p.child->Signal(SIGTERM);
+      if (p.ssh) {
+        p.child->CloseInput();
+      } else {
+        p.child->Signal(SIGTERM);
+      }
     }
   }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(kStopGraceMs);
   for (Proc& p : procs) {
     if (p.status >= 0) continue;
+    const auto deadline = now + std::chrono::milliseconds(p.ssh || p.tasks ? kRemoteStopMs : kStopGraceMs);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     p.status = p.child->Wait(static_cast<int>(std::max<long long>(left, 0)));
     if (p.status < 0) {
@@ -88,41 +146,117 @@ void StopAll(std::vector<Proc>& procs) {
   }
 }
 
+// The checks of the options that need no process; returns 0 or launch's exit status with the message
+// printed. Fills *hosts for ssh.
+int CheckLauncher(const LaunchOptions& o, std::vector<SshHost>* hosts) {
+  const auto usage = [](const std::string& message) {
+    std::fprintf(stderr, "troupe launch: %s\n", message.c_str());
+    return 2;
+  };
+  if (o.launcher == "local") {
+    if (!o.hostfile.empty()) return usage("-H/--hostfile is for --launcher ssh or mpi");
+    return 0;
+  }
+  if (o.launcher == "ssh") {
+    if (o.hostfile.empty()) return usage("--launcher ssh needs -H HOSTFILE (one host or host:port a line)");
+    std::ifstream in(o.hostfile);
+    if (!in) return usage("cannot read the host file '" + o.hostfile + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string error;
+    *hosts = ParseHostfile(text.str(), &error);
+    if (hosts->empty()) return usage("host file '" + o.hostfile + "': " + error);
+  }
+  if (o.launcher == "slurm" && !o.hostfile.empty()) {
+    return usage("--launcher slurm runs on the Slurm allocation; -H/--hostfile is for ssh or mpi");
+  }
+  const std::string program = o.launcher == "ssh" ? "ssh" : o.launcher == "mpi" ? "mpirun" : "srun";
+  if (bench::FindProgram(program).empty()) {
+    std::fprintf(stderr, "troupe launch: --launcher %s needs '%s' on PATH, and it is not there\n",
+                 o.launcher.c_str(), program.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 LaunchCommand::LaunchCommand(CLI::App* root) {
   app_ = root->add_subcommand("launch", "Launch a distributed KVStore job: scheduler, servers and workers");
   app_->footer(
-      "Starts the scheduler and -s servers (this troupe executable) and -n copies of CMD as workers, with "
-      "DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_NODE_HOST, "
-      "TROUPE_CLUSTER_TOKEN (TROUPE_CLUSTER_TOKEN from the environment, else a random one) and "
-      "TROUPE_LAUNCH_INDEX (the worker's index in launch, 0..n-1; its KVStore rank is the scheduler's). Every "
-      "line a process prints (stdout and stderr) is shown as '[worker 1] ...'. When a process fails, launch "
-      "stops the others and prints one line per process; Ctrl-C stops everything. Exit status: 0 when every "
-      "process exited 0, 1 when one failed, 130 when interrupted, 2 on bad usage. Launchers: local (ssh, mpi "
-      "and slurm are not built yet).\n\n"
+      "Starts the scheduler (here) and -s servers (this troupe executable) and -n copies of CMD as workers, "
+      "with DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER, "
+      "DMLC_NODE_HOST (local: --host; ssh: the host's address; mpi, slurm: unset, so a node listens on "
+      "127.0.0.1 unless --env DMLC_INTERFACE=IFACE or DMLC_NODE_HOST says otherwise), TROUPE_CLUSTER_TOKEN "
+      "(from the environment, else a random one) and TROUPE_LAUNCH_INDEX (the worker's index in launch, "
+      "0..n-1; its KVStore rank is the scheduler's). Every line a process prints (stdout and stderr) is shown "
+      "as '[worker 1] ...'. When a process fails, launch stops the others and prints one line per process "
+      "(mpi, slurm: mpirun/srun stop the job's other tasks and each task prints its own last line); Ctrl-C "
+      "stops everything. Exit status: 0 when every process exited 0, 1 when one failed, 130 when "
+      "interrupted, 2 on bad usage.\n\n"
+      "Launchers:\n"
+      "  local  every process on this machine.\n"
+      "  ssh    servers and workers round robin over the hosts of -H HOSTFILE (a line: host, user@host or "
+      "host:port; # comments), through 'ssh -o StrictHostKeyChecking=no -o BatchMode=yes' plus "
+      "--launcher-args; each runs in launch's working directory, with the same troupe path (a shared file "
+      "system or the same install). The environment goes over ssh's stdin, never on a command line; when "
+      "launch stops a process (or ssh dies) the remote command's session gets SIGTERM, then SIGKILL. Set "
+      "--host to an address of this machine the hosts reach.\n"
+      "  mpi    one 'mpirun -np S+N' job (Open MPI; -H is passed as --hostfile; the variables go with -x); "
+      "task rank r < S is server r, the rest are workers; needs mpirun on PATH and troupe at the same path "
+      "on every node.\n"
+      "  slurm  one 'srun --kill-on-bad-exit=1 --ntasks S+N' job, roles from SLURM_PROCID/SLURM_NTASKS as "
+      "for mpi; run launch inside an allocation (salloc/sbatch) with --host set to this node's address.\n\n"
       "Examples:\n"
       "  troupe launch -n 2 -s 1 -- ./my_worker --epochs 3\n"
-      "  troupe launch -n 4 -s 2 --env OMP_NUM_THREADS=1 -- ./my_worker\n");
+      "  troupe launch -n 4 -s 2 --env OMP_NUM_THREADS=1 -- ./my_worker\n"
+      "  troupe launch --launcher ssh -H hosts.txt --host 10.0.0.1 -n 4 -s 2 -- ./my_worker\n"
+      "  TROUPE_LAUNCHER_ARGS='-l alice' troupe launch --launcher ssh -H hosts.txt --host 10.0.0.1 -n 2 -- ./w\n"
+      "  troupe launch --launcher ssh -H hosts.txt --launcher-args '-i /home/me/.ssh/cluster_key' -n 2 -- ./my_worker\n"
+      "  troupe launch --launcher mpi --launcher-args=--oversubscribe -n 2 -s 1 -- ./my_worker\n"
+      "  troupe launch --launcher mpi -H mpi_hosts --host 10.0.0.1 --env DMLC_INTERFACE=eth0 -n 8 -s 2 -- ./my_worker\n"
+      "  salloc -N 4 troupe launch --launcher slurm --host $(hostname -i) -n 6 -s 2 -- ./my_worker\n");
   app_->add_option("-n,--num-workers", options_.workers, "Workers (copies of CMD)")->required()->check(CLI::Range(1, 10000));
   app_->add_option("-s,--num-servers", options_.servers, "Servers")->check(CLI::Range(1, 10000))->capture_default_str();
-  app_->add_option("--launcher", options_.launcher, "Where processes run: local")
-      ->check(CLI::IsMember({"local"}))
+  app_->add_option("--launcher", options_.launcher, "Where processes run: local, ssh, mpi or slurm")
+      ->check(CLI::IsMember({"local", "ssh", "mpi", "slurm"}))
       ->capture_default_str();
-  app_->add_option("--host", options_.host, "Address the scheduler and servers listen on")->capture_default_str();
+  app_->add_option("-H,--hostfile", options_.hostfile, "ssh: the hosts (required); mpi: mpirun's --hostfile");
+  app_->add_option("--launcher-args", options_.launcher_args,
+                   "Extra arguments for ssh, mpirun or srun, split at whitespace (default: $TROUPE_LAUNCHER_ARGS; "
+                   "local: unused)");
+  app_->add_option("--host", options_.host, "Address the scheduler listens on (and local servers)")->capture_default_str();
   app_->add_option("--port", options_.port, "The scheduler's port (0: any free one)")->check(CLI::Range(0, 65535));
   app_->add_option("--env", options_.env, "K=V for every process (repeatable)");
   app_->add_option("command", options_.command, "The worker command and its arguments (after --)")->required();
   app_->allow_extras(false);
+
+  // What each task of launch's mpirun/srun job runs; not for people, so hidden from --help.
+  task_ = root->add_subcommand("launch-task", "One task of an mpi/slurm launch (started by troupe launch)");
+  task_->group("");
+  task_->add_option("--launcher", task_options_.launcher)->required()->check(CLI::IsMember({"mpi", "slurm"}));
+  task_->add_option("-n,--num-workers", task_options_.workers)->required()->check(CLI::Range(1, 10000));
+  task_->add_option("-s,--num-servers", task_options_.servers)->required()->check(CLI::Range(1, 10000));
+  task_->add_option("command", task_options_.command)->required();
+  task_->allow_extras(false);
 }
 
-bool LaunchCommand::chosen() const { return app_->parsed(); }
+bool LaunchCommand::chosen() const { return app_->parsed() || task_->parsed(); }
+
+int LaunchCommand::Run() {
+  if (task_->parsed()) {
+    return RunLaunchTask(task_options_.launcher, task_options_.servers, task_options_.workers, task_options_.command);
+  }
+  return RunLaunch(options_);
+}
 
 int RunLaunch(const LaunchOptions& o) {
+  std::vector<SshHost> hosts;
+  if (const int status = CheckLauncher(o, &hosts); status != 0) return status;
   std::map<std::string, std::string> env{{"DMLC_PS_ROOT_URI", o.host},
-                                         {"DMLC_NODE_HOST", o.host},
                                          {"DMLC_NUM_SERVER", std::to_string(o.servers)},
                                          {"DMLC_NUM_WORKER", std::to_string(o.workers)}};
+  if (o.launcher == "local") env["DMLC_NODE_HOST"] = o.host;
   const char* token = std::getenv("TROUPE_CLUSTER_TOKEN");
   env["TROUPE_CLUSTER_TOKEN"] = token != nullptr && *token != '\0' ? token : RandomToken();
   for (const std::string& kv : o.env) {
@@ -133,14 +267,17 @@ int RunLaunch(const LaunchOptions& o) {
     }
     env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  if (::pipe(g_signal_pipe) != 0) {
+  if (o.launcher == "ssh") {
+    std::string error;
+    if (RemoteEnvBlock(env, &error).empty()) {
+      std::fprintf(stderr, "troupe launch: --env: %s\n", error.c_str());
+      return 2;
+    }
+  }
+  if (!CatchSignals()) {
     std::fprintf(stderr, "troupe launch: cannot create a pipe\n");
     return 1;
   }
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
 
   const std::string self = bench::SelfExe();
   std::vector<Proc> procs;
@@ -157,6 +294,7 @@ int RunLaunch(const LaunchOptions& o) {
   // The scheduler first: its port is what everyone else needs.
   auto e = env;
   e["DMLC_ROLE"] = "scheduler";
+  e["DMLC_NODE_HOST"] = o.host;
   e["DMLC_PS_ROOT_PORT"] = std::to_string(o.port);
   Proc& scheduler = start("scheduler", {self, "scheduler"}, e, false);
   const auto line = scheduler.child->ReadLine("troupe scheduler: listening on", kStartTimeoutMs);
@@ -169,21 +307,65 @@ int RunLaunch(const LaunchOptions& o) {
   }
   Print(scheduler, {*line});
   env["DMLC_PS_ROOT_PORT"] = line->substr(line->rfind(':') + 1);
-  for (int s = 0; s < o.servers; ++s) {
-    e = env;
-    e["DMLC_ROLE"] = "server";
-    start("server " + std::to_string(s), {self, "server"}, e, false);
-  }
-  for (int w = 0; w < o.workers; ++w) {
-    e = env;
-    e["DMLC_ROLE"] = "worker";
-    e["TROUPE_LAUNCH_INDEX"] = std::to_string(w);
-    start("worker " + std::to_string(w), o.command, e, true);
+  const char* env_args = std::getenv("TROUPE_LAUNCHER_ARGS");
+  const std::vector<std::string> extra =
+      SplitWords(!o.launcher_args.empty() || env_args == nullptr ? o.launcher_args : env_args);
+  const auto role_env = [&](bool server, int index) {
+    auto r = env;
+    r["DMLC_ROLE"] = server ? "server" : "worker";
+    if (!server) r["TROUPE_LAUNCH_INDEX"] = std::to_string(index);
+    return r;
+  };
+  if (o.launcher == "local" || o.launcher == "ssh") {
+    char buf[4096];
+    const std::string cwd = ::getcwd(buf, sizeof buf) != nullptr ? buf : "/";
+    for (int i = 0; i < o.servers + o.workers; ++i) {
+      const bool server = i < o.servers;
+      const int index = server ? i : i - o.servers;
+      const std::string label = (server ? "server " : "worker ") + std::to_string(index);
+      const std::vector<std::string> cmd = server ? std::vector<std::string>{self, "server"} : o.command;
+      e = role_env(server, index);
+      if (o.launcher == "local") {
+        start(label, cmd, e, !server);
+        continue;
+      }
+      // ssh, as dmlc-core's ssh tracker: round robin over the hosts.
+      const SshHost& h = hosts[static_cast<std::size_t>(i) % hosts.size()];
+      e["DMLC_NODE_HOST"] = h.Address();
+      std::vector<std::string> argv{"ssh", "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes"};
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      if (h.port > 0) argv.insert(argv.end(), {"-p", std::to_string(h.port)});
+      argv.insert(argv.end(), {h.host, RemoteShellCommand(cwd, cmd, kRemoteKillAfterS)});
+      Proc& p = start(label, argv, {}, !server);
+      p.ssh = true;
+      p.where = h.host;
+      std::string error;
+      p.child->Write(RemoteEnvBlock(e, &error));  // checked above; a failed write shows as ssh's failure
+    }
+  } else {
+    // mpi, slurm: one job of servers + workers tasks; each is `troupe launch-task`, its role from its rank.
+    const std::string tasks = std::to_string(o.servers + o.workers);
+    std::vector<std::string> argv;
+    if (o.launcher == "mpi") {
+      argv = {"mpirun"};
+      if (!o.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", o.hostfile});
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      argv.insert(argv.end(), {"-np", tasks});
+      for (const auto& kv : env) argv.insert(argv.end(), {"-x", kv.first});  // the name only: values stay off ps
+    } else {
+      argv = {"srun", "--kill-on-bad-exit=1"};
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      argv.insert(argv.end(), {"--ntasks", tasks});
+    }
+    argv.insert(argv.end(), {self, "launch-task", "--launcher", o.launcher, "-s", std::to_string(o.servers), "-n",
+                             std::to_string(o.workers), "--"});
+    argv.insert(argv.end(), o.command.begin(), o.command.end());
+    start(argv.front(), argv, env, true).tasks = true;
   }
   std::string pids;
   for (const Proc& p : procs) pids += " " + std::to_string(p.child->pid());
-  std::printf("troupe launch: started 1 scheduler, %d servers, %d workers; pids%s\n", o.servers, o.workers,
-              pids.c_str());
+  std::printf("troupe launch: started 1 scheduler, %d servers, %d workers (launcher %s); pids%s\n", o.servers,
+              o.workers, o.launcher.c_str(), pids.c_str());
   std::fflush(stdout);
 
   // Watch: output lines, exits, signals.
@@ -245,6 +427,51 @@ int RunLaunch(const LaunchOptions& o) {
   }
   std::printf("troupe launch: every process exited 0\n");
   return 0;
+}
+
+int RunLaunchTask(const std::string& launcher, int servers, int workers, const std::vector<std::string>& command) {
+  std::map<std::string, std::string> env;
+  for (char** v = environ; *v != nullptr; ++v) {
+    const std::string kv = *v;
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  const TaskRole role = MapTaskRank(launcher, env, servers, workers);
+  if (!role.error.empty()) {
+    std::fprintf(stderr, "troupe launch-task: %s\n", role.error.c_str());
+    return 2;
+  }
+  if (!CatchSignals()) {
+    std::fprintf(stderr, "troupe launch-task: cannot create a pipe\n");
+    return 1;
+  }
+  const bool server = role.role == "server";
+  std::map<std::string, std::string> e{{"DMLC_ROLE", role.role}};
+  if (!server) e["TROUPE_LAUNCH_INDEX"] = std::to_string(role.index);
+  const std::string label = role.role + " " + std::to_string(role.index);
+  const std::vector<std::string> argv = server ? std::vector<std::string>{bench::SelfExe(), "server"} : command;
+  // die_with_parent: mpirun and srun SIGKILL a task that outlives their grace period; its child goes too.
+  ChildProcess child(label, argv, e, /*merge_stderr=*/true, /*die_with_parent=*/true);
+  bool stopped = false;
+  for (bool open = true; open;) {
+    pollfd fds[2] = {{g_signal_pipe[0], POLLIN, 0}, {child.out_fd(), POLLIN, 0}};
+    ::poll(fds, 2, -1);
+    if (g_signal != 0 && !stopped) {
+      stopped = true;
+      child.Signal(SIGTERM);
+    }
+    if ((fds[1].revents & (POLLIN | POLLHUP)) != 0) {
+      std::vector<std::string> lines;
+      open = child.ReadSome(&lines);
+      for (const std::string& l : lines) std::printf("[%s] %s\n", label.c_str(), l.c_str());
+      std::fflush(stdout);
+    }
+  }
+  const int status = child.Wait(-1);
+  const std::string by = stopped && status != 0 ? (launcher == "mpi" ? "mpirun" : "srun") : "";
+  std::printf("%s (task %d)\n", Describe(label, HostName(), child.pid(), status, by).c_str(), role.rank);
+  std::fflush(stdout);
+  return status;
 }
 
 }  // namespace troupe::tools

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +13,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <utility>
 #include <stdexcept>
@@ -21,27 +24,8 @@ extern char** environ;
 
 namespace troupe::bench {
 
-namespace {
-
-// argv[0] as execve needs it: a name without a slash is looked up in PATH (as execvp would).
-std::string Resolve(const std::string& program) {
-  if (program.find('/') != std::string::npos) return program;
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-  std::size_t at = 0;
-  while (at <= dirs.size()) {
-    const std::size_t end = std::min(dirs.find(':', at), dirs.size());
-    const std::string candidate = (end > at ? dirs.substr(at, end - at) : std::string(".")) + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    at = end + 1;
-  }
-  return program;  // execve fails; the child exits 127
-}
-
-}  // namespace
-
 ChildProcess::ChildProcess(std::string name, const std::vector<std::string>& argv,
-                           const std::map<std::string, std::string>& env, bool merge_stderr)
+                           const std::map<std::string, std::string>& env, bool merge_stderr, bool die_with_parent)
     : name_(std::move(name)) {
   int out[2], in[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
@@ -52,15 +36,21 @@ ChildProcess::ChildProcess(std::string name, const std::vector<std::string>& arg
   }
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<std::string> args = argv;
-  if (!args.empty()) args[0] = Resolve(args[0]);
+  // A name without a slash is looked up in PATH (as execvp would); not found: execve fails, the child exits 127.
+  if (!args.empty() && !FindProgram(args[0]).empty()) args[0] = FindProgram(args[0]);
   std::vector<char*> argp, envp;
   for (auto& a : args) argp.push_back(a.data());
   argp.push_back(nullptr);
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    if (die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(143);  // the parent died before prctl
+    }
     ::dup2(out[1], 1);
     if (merge_stderr) ::dup2(out[1], 2);
     ::dup2(in[0], 0);
@@ -121,6 +111,11 @@ bool ChildProcess::Write(const std::string& text) {
   return ::write(in_, text.data(), text.size()) == static_cast<ssize_t>(text.size());
 }
 
+void ChildProcess::CloseInput() {
+  if (in_ >= 0) ::close(in_);
+  in_ = -1;
+}
+
 void ChildProcess::Signal(int sig) {
   if (status_ < 0) ::kill(pid_, sig);
 }
@@ -133,6 +128,33 @@ int ChildProcess::Wait(int timeout_ms) {
   ::waitpid(pid_, &st, 0);
   status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   return status_;
+}
+
+std::string FindProgram(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t at = 0;
+  while (at <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', at), dirs.size());
+    const std::string candidate = (end > at ? dirs.substr(at, end - at) : std::string(".")) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    at = end + 1;
+  }
+  return {};
+}
+
+bool ProcessGone(int pid) {
+  if (::kill(pid, 0) == -1 && errno == ESRCH) return true;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return true;
+  char buf[512] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const char* paren = std::strrchr(buf, ')');  // the state follows the command name, which may hold spaces
+  return n > 0 && paren != nullptr && std::strncmp(paren, ") Z ", 4) == 0;
 }
 
 std::string SelfExe() {

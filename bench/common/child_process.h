@@ -17,9 +17,10 @@ namespace troupe::bench {
 class ChildProcess {
  public:
   // Runs argv[0] (a path, or a name looked up in PATH) with argv; the environment is this process's with
-  // `env` set on top. With `merge_stderr` the child's stderr goes to the same pipe as its stdout.
+  // `env` set on top. With `merge_stderr` the child's stderr goes to the same pipe as its stdout. With
+  // `die_with_parent` the child gets SIGTERM when this process dies (even by SIGKILL; PR_SET_PDEATHSIG).
   ChildProcess(std::string name, const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-               bool merge_stderr = false);
+               bool merge_stderr = false, bool die_with_parent = false);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -30,6 +31,8 @@ class ChildProcess {
   std::optional<std::string> ReadLine(const std::string& prefix, int timeout_ms);
   // Writes to the child's stdin; false when it could not be written.
   bool Write(const std::string& text);
+  // Closes the child's stdin (it reads end of file).
+  void CloseInput();
   void Signal(int sig);
   // For a caller that polls many children: the stdout pipe and the exit descriptor (a pidfd, readable once
   // the child has exited), and one read of what stdout has: complete lines are appended to `lines` (a last
@@ -48,6 +51,13 @@ class ChildProcess {
   int status_ = -1;  // -1 running
   std::string buf_;
 };
+
+// The path of `program` as exec would find it: itself when it has a slash, else the first executable
+// PATH entry of that name; empty when there is none.
+std::string FindProgram(const std::string& program);
+
+// True once process `pid` is gone, or a zombie (one reparented to a PID 1 that does not reap stays one).
+bool ProcessGone(int pid);
 
 // The path of the running executable (/proc/self/exe), to start copies of it in other roles.
 std::string SelfExe();
