@@ -286,6 +286,8 @@ BenchCommand::BenchCommand(CLI::App* root) {
       ->check(CLI::Range(1, 1000))
       ->type_name("R");
   engine->add_flag("--quick", o.quick, "Tiny sizes, one repetition: a smoke run for CTest");
+  engine->add_flag("--profile", o.profile,
+                   "Record every function's begin/end as the profiler does (compare with a run without it)");
   engine->add_option("--seed", o.seed, "Seed of the random_mixed workload (default: drawn, printed and stored)")
       ->type_name("S");
   engine->add_option("--engines", o.engines, "What to run: any of actor, naive, tbb")

@@ -364,8 +364,8 @@ int RunLaunch(const LaunchOptions& o) {
   }
   std::string pids;
   for (const Proc& p : procs) pids += " " + std::to_string(p.child->pid());
-  std::printf("troupe launch: started 1 scheduler, %d servers, %d workers (launcher %s); pids%s\n", o.servers,
-              o.workers, o.launcher.c_str(), pids.c_str());
+  std::printf("troupe launch: started 1 scheduler, %d server%s, %d worker%s (launcher %s); pids%s\n", o.servers,
+              o.servers == 1 ? "" : "s", o.workers, o.workers == 1 ? "" : "s", o.launcher.c_str(), pids.c_str());
   std::fflush(stdout);
 
   // Watch: output lines, exits, signals.

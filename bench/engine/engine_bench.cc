@@ -257,7 +257,9 @@ double TimePushes(Engine& engine, CheckLog* log, PushAll&& push_all) {
     log->Fail(std::string("the engine threw: ") + e.what());
     Drain(engine);
   }
-  return Seconds(t0, Clock::now());
+  const double seconds = Seconds(t0, Clock::now());
+  engine.TakeProfile();  // with --profile: drops the run's records (untimed), so memory stays flat
+  return seconds;
 }
 
 void CheckVersion(VarHandle var, std::uint64_t expected, const std::string& what, CheckLog* log) {
@@ -1005,6 +1007,7 @@ void EngineBench::RunEngine(EngineType type, std::optional<int> workers, std::op
     if (shards) config.runtime.dependency_shards = *shards;
     cfg_report.runtime = config.runtime.Resolved().ToString();
     engine = Engine::Create(config);
+    if (opt_.profile) engine->SetProfiling(true);
   } catch (const std::exception& e) {
     const std::string what = label + ": could not create the engine: " + e.what();
     cfg_report.errors.push_back(what);
@@ -1215,6 +1218,7 @@ Json EngineBench::BuildJson(bool finished, const std::string& hung) const {
       {"shards", opt_.shards},
       {"readers", opt_.readers},
       {"quick", opt_.quick},
+      {"profile", opt_.profile},
       {"seed", plan_ ? Json(plan_->seed) : Json(opt_.seed)},
       {"engines", opt_.engines},
       {"workloads", opt_.workloads},

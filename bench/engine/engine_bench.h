@@ -47,6 +47,10 @@ struct EngineBenchOptions {
   // A single run (warm-up or repetition) that takes longer than this is reported as hung: the JSON is
   // written with "ok": false and the process exits with status 3. 0 disables the watchdog.
   double run_timeout_s = 300;
+  // Records every function's begin/end (Engine::SetProfiling, what the profiler does) during the runs; the
+  // records are dropped after each run, outside the timed part. Compare with a run without it for the
+  // profiler's overhead.
+  bool profile = false;
 };
 
 inline constexpr std::int64_t kDefaultFunctions = 200000;
