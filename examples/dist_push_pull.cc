@@ -1,11 +1,11 @@
 // dist_push_pull — a worker program for `troupe launch`: the distributed KVStore's push, pull and barrier.
 //
 //   troupe launch -n 2 -s 1 -- ./dist_push_pull
-//   troupe launch -n 3 -s 2 --env TROUPE_KVSTORE_BIGARRAY_BOUND=1000 -- ./dist_push_pull --big 5000
+//   TROUPE_KVSTORE_BIGARRAY_BOUND=1000 troupe launch -n 3 -s 2 -- ./dist_push_pull --big 5000
 //
-// `troupe launch` starts a scheduler, the servers and N copies of this program with the DMLC_* variables
-// (and a cluster token) in their environment. Each copy joins the cluster with KVStore::Create("dist_sync"),
-// initialises two keys — a small one, and optionally a big one that is split over every server when it has
+// `troupe launch` starts a scheduler, the servers and N copies of this program, each with launch's own
+// environment plus the DMLC_* variables and a cluster token. Each copy joins the cluster with
+// KVStore::Create("dist_sync"), initialises two keys — a small one, and optionally a big one that is split over every server when it has
 // at least TROUPE_KVSTORE_BIGARRAY_BOUND elements (default 1000000) — and runs a few rounds: every worker
 // pushes values that depend on its rank and the round, pulls, and checks that it got the sum of what every
 // worker pushed (dist_sync: a server answers a round once it has one push from each worker, and with no
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
       keys.push_back(1);
       sizes.push_back(big);
     }
-    std::printf("worker %d of %d: keys of", rank, workers);
+    std::printf("rank %d of %d workers: keys of", rank, workers);
     for (std::int64_t s : sizes) {
       std::printf(" %lld elements (%s)", static_cast<long long>(s), s >= bound ? "split over the servers" : "one server");
     }
@@ -131,16 +131,16 @@ int main(int argc, char** argv) {
         for (std::size_t i = 0; i < got.size() && bad < 0; ++i) bad = got[i] == want[i] ? -1 : static_cast<std::int64_t>(i);
         if (bad >= 0) {
           ++wrong;
-          std::printf("worker %d round %d key %d: element %lld is %g, expected %g: WRONG\n", rank, round, keys[k],
+          std::printf("rank %d round %d key %d: element %lld is %g, expected %g: WRONG\n", rank, round, keys[k],
                       static_cast<long long>(bad), got[bad], want[bad]);
         } else {
-          std::printf("worker %d round %d key %d: pulled [%g, %g, ...] = the sum of %d workers' pushes: ok\n", rank,
+          std::printf("rank %d round %d key %d: pulled [%g, %g, ...] = the sum of %d workers' pushes: ok\n", rank,
                       round, keys[k], got[0], got.size() > 1 ? got[1] : got[0], workers);
         }
       }
       kv->Barrier();  // every worker has checked this round before anyone pushes the next
     }
-    std::printf("worker %d: %s\n", rank, wrong == 0 ? "every pull was right" : "some pulls were WRONG");
+    std::printf("rank %d: %s\n", rank, wrong == 0 ? "every pull was right" : "some pulls were WRONG");
     // kv's destructor leaves the cluster; when every worker has left, the scheduler ends the servers.
     return wrong == 0 ? 0 : 1;
   } catch (const std::exception& e) {
