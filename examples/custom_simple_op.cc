@@ -10,10 +10,12 @@
 // Executor and plain SGD, printing the loss as it goes down (smooth L1 is the robust choice here: the
 // outliers pull the fit much less than a squared loss would).
 //
-// Usage: custom_simple_op [--steps N] [--sigma S] [--lr X]
+// Usage: custom_simple_op [--steps N] [--sigma S (default 2)] [--lr X (default 0.2)]
+//   The loss is quadratic for residuals under 1/S^2: with S below 1 it is close to a squared loss and the
+//   outliers pull the slopes off; SGD is stable while X * S^2 stays under about 2.
 // Exit status 0 when my_smooth_l1 matches smooth_l1 and the fit converged (its loss is no higher than the
-// loss at the true weights, which it is within 0.1 of); 1 otherwise (the failing check is printed); 2 on bad
-// arguments.
+// loss at the true weights, and its slopes are within 0.1 of the true ones); 1 otherwise (the failing check
+// is printed); 2 on bad arguments.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -87,7 +89,7 @@ TROUPE_REGISTER_SIMPLE_OP(my_smooth_l1)
 namespace {
 
 void Usage() {
-  std::puts("usage: custom_simple_op [--steps N] [--sigma S] [--lr X]\n"
+  std::puts("usage: custom_simple_op [--steps N] [--sigma S (default 2)] [--lr X (default 0.2)]\n"
             "Registers smooth L1 loss as the SimpleOp my_smooth_l1, checks it against the builtin smooth_l1\n"
             "(value and gradient), then fits a linear model to data with outliers using it as the loss.\n"
             "Exits 1 when a check fails.");
@@ -229,10 +231,9 @@ int main(int argc, char** argv) {
     std::printf("  loss at step 0 %.4f, after training %.4f, at the true w and b %.4f\n", first_loss, last_loss,
                 truth_loss);
     check(last_loss <= truth_loss * 1.001, "loss after training / loss at the true w and b", last_loss / truth_loss);
-    std::vector<float> wb = w, wb_true = w_true;
-    wb.push_back(b);
-    wb_true.push_back(b_true);
-    check(MaxAbsDiff(wb, wb_true) < 0.1f, "max |fitted - true| over w and b", MaxAbsDiff(wb, wb_true));
+    // The outliers shift labels by a constant, which the loss partly absorbs in b (the more, the smaller sigma:
+    // their pull is as strong as that of inliers 1/sigma^2 off); the slopes must come out right.
+    check(MaxAbsDiff(w, w_true) < 0.1f, "max |fitted w - true w|", MaxAbsDiff(w, w_true));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "custom_simple_op: %s\n", e.what());
     return 1;
