@@ -18,6 +18,7 @@
 // Usage: embed_in_caf_app [--requests N] [--workers W]
 // Exit status 0 when every answer was right, the bad request came back as an error and troupe's actors ran
 // in the application's system; 1 otherwise; 2 on bad arguments.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -65,7 +66,9 @@ caf::behavior TensorService(caf::stateful_actor<ServiceState>* self, troupe::Eng
         auto promise = self->make_response_promise<double>();
         self->state.pending.emplace(id, promise);
         // Runs on an engine worker once `sum` is written; reports to this actor with a message (anon_send is
-        // thread-safe), and the promise is delivered in the actor's own context.
+        // thread-safe), and the promise is delivered in the actor's own context. Should the pushed work fail,
+        // `sum` is poisoned and this function skipped: the client's request then ends in its timeout error
+        // (never a hang).
         caf::actor me = caf::actor_cast<caf::actor>(self);
         engine->PushSync(
             [me, id, sum](troupe::RunContext) {
