@@ -227,7 +227,7 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
                    "local: unused)");
   app_->add_option("--host", options_.host, "Address the scheduler listens on (and local servers)")->capture_default_str();
   app_->add_option("--port", options_.port, "The scheduler's port (0: any free one)")->check(CLI::Range(0, 65535));
-  app_->add_option("--env", options_.env, "K=V for every process (repeatable)");
+  app_->add_option("--env", options_.env, "K=V for every process (repeatable)")->allow_extra_args(false);
   app_->add_option("command", options_.command, "The worker command and its arguments (after --)")->required();
   app_->allow_extras(false);
 

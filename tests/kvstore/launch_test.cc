@@ -46,6 +46,17 @@ TEST(Launch, LocalJobRunsAndEveryProcessExitsZero) {
   EXPECT_EQ(Count(lines, "troupe launch: every process exited 0"), 1);
 }
 
+// --env before "--" must not swallow the worker's own options (a repeatable option in CLI11 takes every
+// argument up to the next option unless told not to).
+TEST(Launch, EnvOptionsLeaveTheWorkersOptionsAlone) {
+  const std::string worker = std::string("[ \"$A$B\" = 12 ] || exit 3; echo \"worker sees $1 $2\"; exec ") +
+                             TROUPE_DIST_NODE + " any_workers";
+  const auto [status, lines] =
+      Launch({"-n", "2", "-s", "1", "--env", "A=1", "--env", "B=2", "--", "sh", "-c", worker, "sh", "--x", "--y=1"});
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(Count(lines, "worker sees --x --y=1"), 2);
+}
+
 TEST(Launch, AFailingWorkerStopsTheJob) {
   const std::string worker = std::string("if [ \"$TROUPE_LAUNCH_INDEX\" = 1 ]; then echo failing on purpose; exit 1; fi; exec ") +
                              TROUPE_DIST_NODE + " any_workers";
