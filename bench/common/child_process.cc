@@ -208,4 +208,27 @@ void ChildCluster::Wait(int timeout_ms, std::vector<std::string>* failures) {
   }
 }
 
+int PrintWorkerResult(nlohmann::ordered_json result, const std::vector<std::string>& failures) {
+  result["failures"] = failures;
+  std::printf("RESULT %s\n", result.dump().c_str());
+  std::fflush(stdout);
+  return failures.empty() ? 0 : 1;
+}
+
+std::vector<nlohmann::ordered_json> CollectWorkerResults(const std::vector<std::unique_ptr<ChildProcess>>& workers,
+                                                 int timeout_ms, std::vector<std::string>* failures) {
+  std::vector<nlohmann::ordered_json> results;
+  for (const auto& w : workers) {
+    const auto line = w->ReadLine("RESULT ", timeout_ms);
+    if (!line) {
+      failures->push_back("a worker printed no result");
+    } else {
+      results.push_back(nlohmann::ordered_json::parse(line->substr(7)));
+      for (const auto& f : results.back()["failures"]) failures->push_back(f.get<std::string>());
+    }
+    if (const int st = w->Wait(timeout_ms); st != 0) failures->push_back("a worker exited " + std::to_string(st));
+  }
+  return results;
+}
+
 }  // namespace troupe::bench

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,5 +87,14 @@ class ChildCluster {
 
 // 32 random hex digits (a cluster token).
 std::string RandomHexToken();
+
+// The worker processes of a multi-process benchmark report one line, "RESULT <json>".
+// Worker side: prints `result` with result["failures"] = failures; returns the worker's exit status (0 when
+// there are no failures, else 1).
+int PrintWorkerResult(nlohmann::ordered_json result, const std::vector<std::string>& failures);
+// Coordinator side: each worker's result in order (a worker that printed none is left out), with every
+// worker's failures, a missing result and a non-zero exit status appended to *failures.
+std::vector<nlohmann::ordered_json> CollectWorkerResults(const std::vector<std::unique_ptr<ChildProcess>>& workers,
+                                                 int timeout_ms, std::vector<std::string>* failures);
 
 }  // namespace troupe::bench

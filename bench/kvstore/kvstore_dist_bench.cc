@@ -258,10 +258,7 @@ int RunWorker(const Resolved& r) {
   } catch (const std::exception& e) {
     failures.push_back(std::string("worker: ") + e.what());
   }
-  result["failures"] = failures;
-  std::printf("RESULT %s\n", result.dump().c_str());
-  std::fflush(stdout);
-  return failures.empty() ? 0 : 1;
+  return PrintWorkerResult(std::move(result), failures);
 }
 
 // --- the coordinator ---------------------------------------------------------------------------------
@@ -288,16 +285,7 @@ int RunCoordinator(const KVStoreDistBenchOptions& o) {
                                              std::to_string(r.latency_calls)},
           cluster.worker_env()));
     }
-    for (auto& w : ws) {
-      const auto res = w->ReadLine("RESULT ", kChildTimeoutMs);
-      if (!res) {
-        failures.push_back("a worker printed no result");
-        continue;
-      }
-      workers.push_back(Json::parse(res->substr(7)));
-      for (const auto& f : workers.back()["failures"]) failures.push_back(f.get<std::string>());
-      if (const int st = w->Wait(kChildTimeoutMs); st != 0) failures.push_back("a worker exited " + std::to_string(st));
-    }
+    workers = CollectWorkerResults(ws, kChildTimeoutMs, &failures);
     cluster.Wait(kChildTimeoutMs, &failures);
   }
   for (const std::string& f : tcp.failures) failures.push_back(f);

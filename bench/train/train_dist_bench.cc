@@ -116,10 +116,7 @@ int RunWorker(const TrainDistBenchOptions& o) {
   } catch (const std::exception& e) {
     failures.push_back(std::string("worker: ") + e.what());
   }
-  result["failures"] = failures;
-  std::printf("RESULT %s\n", result.dump().c_str());
-  std::fflush(stdout);
-  return failures.empty() ? 0 : 1;
+  return PrintWorkerResult(std::move(result), failures);
 }
 
 int RunCoordinator(const TrainDistBenchOptions& o) {
@@ -163,16 +160,7 @@ int RunCoordinator(const TrainDistBenchOptions& o) {
                                      std::to_string(r.batch), "--mnist-dir", o.mnist_dir},
             cluster.worker_env()));
       }
-      for (auto& p : ws) {
-        const auto res = p->ReadLine("RESULT ", kChildTimeoutMs);
-        if (!res) {
-          failures.push_back("a worker printed no result");
-          continue;
-        }
-        results.push_back(Json::parse(res->substr(7)));
-        for (const auto& f : results.back()["failures"]) failures.push_back(f.get<std::string>());
-        if (const int st = p->Wait(kChildTimeoutMs); st != 0) failures.push_back("a worker exited " + std::to_string(st));
-      }
+      results = CollectWorkerResults(ws, kChildTimeoutMs, &failures);
       cluster.Wait(kChildTimeoutMs, &failures);
     }
     // The slower worker sets the pace of a sync step; every worker must hold the same parameters.
