@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvstore/kvstore.h"
 
@@ -102,6 +103,62 @@ class DistNode {
 // until the scheduler has seen every node (up to connect_timeout_ms) and this worker reached every server.
 // Throws troupe::Error for another type, a refused hello, or a timeout.
 std::unique_ptr<KVStore> CreateDistKVStore(const std::string& type, const DistConfig& config);
+
+// A look into a running cluster from outside it (what `troupe shell --connect` uses): connects to the
+// scheduler with the cluster token as an observer, reads the node table, and asks the servers for their keys,
+// stored values and counters, or to checkpoint. An observer takes no part in rounds or barriers, sends no
+// heartbeats and is not counted as a node; it can come and go while the cluster runs.
+//
+// Thread-safety: one thread uses an observer. Calls block until the answers arrive or timeout_ms passes
+// (troupe::Error naming the node that did not answer).
+struct ClusterNodeInfo {
+  std::string role;     // "scheduler", "server", "worker"
+  int rank = -1;        // -1 for the scheduler, or a node that joined before the cluster formed
+  std::string address;  // host:port (port 0 for workers: they listen on nothing)
+  std::string state;    // "alive", "joining" (before the cluster formed), "left" (finished), "dead"
+  std::int64_t last_heartbeat_ms = 0;  // since the scheduler last heard from it (0 for the scheduler)
+};
+struct ClusterKeyInfo {
+  int key = 0;
+  int server = 0;                  // the server rank holding it (or this part of it)
+  std::string dtype;               // "float32", ...
+  std::vector<std::int64_t> shape;  // of this part
+  int part = 0, parts = 1;         // a big array is split over the servers in `parts` parts
+};
+struct ClusterServerStats {
+  int rank = 0;
+  std::int64_t keys = 0, pushes = 0, pulls = 0, updates = 0, bytes_in = 0, bytes_out = 0;
+  int workers = 0;   // connected workers
+  std::string mode;  // "sync", "async" or "unset"
+};
+
+class ClusterObserver {
+ public:
+  // Throws troupe::Error when the scheduler cannot be reached or refuses (wrong token, other version).
+  static std::unique_ptr<ClusterObserver> Connect(const std::string& scheduler_host, int scheduler_port,
+                                                  const std::string& token, int timeout_ms = 5000);
+  ~ClusterObserver();
+  ClusterObserver(const ClusterObserver&) = delete;
+  ClusterObserver& operator=(const ClusterObserver&) = delete;
+
+  // The scheduler first, then every node that joined, in arrival order; `cluster` gets "forming", "running" or
+  // "ending", and `broken` why sync rounds fail (a worker died), when given.
+  std::vector<ClusterNodeInfo> Nodes(std::string* cluster = nullptr, std::string* broken = nullptr);
+  // Every key of every live server, by key then part.
+  std::vector<ClusterKeyInfo> Keys();
+  // The stored value of `key` on the CPU (the parts of a split key joined into one flat array). Throws
+  // troupe::Error for a key no server holds.
+  NDArray Pull(int key);
+  std::vector<ClusterServerStats> Stats();
+  // Every live server writes its checkpoint (to `dir`, or its configured directory).
+  void Checkpoint(const std::string& dir = {});
+
+  struct Impl;
+
+ private:
+  explicit ClusterObserver(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 // MXNet's start-up rule: with DMLC_ROLE=scheduler or server in the environment, runs that role from
 // DistConfig::FromEnv() until the cluster ends and returns its exit status; returns -1 when DMLC_ROLE is

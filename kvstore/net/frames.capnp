@@ -18,6 +18,9 @@ enum Role {
   scheduler @0;  # Membership, rank assignment, barriers, heartbeats.
   server @1;     # Owns key ranges, sums pushes, runs the optimizer.
   worker @2;     # Computes gradients, pushes and pulls.
+  observer @3;   # Looks into a running cluster (troupe shell --connect): asks the scheduler for the node
+                 # table and servers for their keys, values and counters; takes no part in rounds or
+                 # barriers, sends no heartbeats, is not counted as a node. Protocol version 2.
 }
 
 # First frame on every connection, in both directions.

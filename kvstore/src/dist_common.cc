@@ -16,6 +16,8 @@ const char* RoleName(net::Role role) {
       return "server";
     case net::Role::kWorker:
       return "worker";
+    case net::Role::kObserver:
+      return "observer";
   }
   return "node";
 }

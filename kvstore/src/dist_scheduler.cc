@@ -88,6 +88,7 @@ class Scheduler {
   }
 
   void OnFrame(const caf::actor& conn, const net::Message& m) {
+    if (observers_.count(conn) != 0) return OnObserverFrame(conn, m);
     Member* node = Find(conn);
     if (node == nullptr) {
       if (refused_.count(conn) != 0) return;  // frames the refused node sent before it saw the refusal
@@ -105,6 +106,10 @@ class Scheduler {
   void OnHello(const caf::actor& conn, const net::Hello& hello) {
     if (std::string why = CheckHello(hello, config_.token); !why.empty()) return Refuse(conn, why);
     if (hello.role == net::Role::kScheduler) return Refuse(conn, "a second scheduler tried to join");
+    if (hello.role == net::Role::kObserver) {
+      observers_.insert(conn);
+      return Send(conn, net::Hello{net::Role::kScheduler, -1, net::kProtocolVersion, config_.token, config_.root_uri, 0});
+    }
     if (hello.role == net::Role::kServer && hello.port == 0) return Refuse(conn, "a server must announce its port");
     Member m;
     m.conn = conn;
@@ -191,6 +196,29 @@ class Scheduler {
     }
   }
 
+  // An observer asks for the node table: "nodes" answers with one ("node", "<role> <rank> <host:port> <state>
+  // <ms since its last frame>") per node that said hello (state alive, joining, left or dead), and
+  // ("cluster", "forming|running|ending") and ("broken", why) when a worker died.
+  void OnObserverFrame(const caf::actor& conn, const net::Message& m) {
+    const auto* c = std::get_if<net::Command>(&m);
+    if (c == nullptr) return;  // heartbeats and the like: observers need none
+    if (c->name != "nodes") {
+      return Send(conn, net::ErrorMsg{c->request_id, "the scheduler has no observer command '" + c->name + "' (nodes)",
+                                      -1, net::Role::kScheduler});
+    }
+    net::Command reply{c->request_id, "nodes", {}};
+    reply.args.emplace_back("cluster", !started_ ? "forming" : stopping_ ? "ending" : "running");
+    if (!broken_.empty()) reply.args.emplace_back("broken", broken_);
+    const auto now = Clock::now();
+    for (const Member& x : members_) {
+      const char* state = !x.alive ? (x.left ? "left" : "dead") : x.left ? "left" : started_ ? "alive" : "joining";
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - x.last_seen).count();
+      reply.args.emplace_back("node", std::string(RoleName(x.role)) + " " + std::to_string(x.rank) + " " + x.host +
+                                          ":" + std::to_string(x.port) + " " + state + " " + std::to_string(ms));
+    }
+    Send(conn, reply);
+  }
+
   void OnBarrier(Member& node, const net::Barrier& b) {
     if (node.role != net::Role::kWorker || b.group != net::kWorkerGroup) {
       return Send(node.conn, net::ErrorMsg{b.request_id, "only barriers of the worker group are supported", -1,
@@ -227,6 +255,7 @@ class Scheduler {
 
   void OnClosed(const caf::actor& conn, const std::string& why) {
     refused_.erase(conn);
+    if (observers_.erase(conn) != 0) return;
     Member* node = Find(conn);
     if (node == nullptr || !node->alive) return;
     if (node->left || (stopping_ && node->role == net::Role::kServer)) {
@@ -313,6 +342,7 @@ class Scheduler {
     for (const Member& m : members_) {
       if (m.alive) self_->send(m.conn, net::close_atom::value);
     }
+    for (const caf::actor& o : observers_) self_->send(o, net::close_atom::value);
     outcome_->Set(status, message);
     self_->quit();
   }
@@ -326,6 +356,7 @@ class Scheduler {
   std::vector<int> workers_;
   std::vector<std::pair<caf::actor, std::uint64_t>> barrier_;  // waiting workers
   std::set<caf::actor> refused_;  // connections refused (closing)
+  std::set<caf::actor> observers_;  // ClusterObserver connections (not members)
   std::string broken_;            // set when a worker died: barriers fail with it
   int dead_rank_ = -1;
   bool started_ = false, stopping_ = false, finished_ = false, died_ = false;

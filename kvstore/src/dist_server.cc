@@ -58,6 +58,7 @@ struct Entry {
 struct WorkerConn {
   int rank = -1;
   std::string host;
+  bool observer = false;  // a look into the cluster (ClusterObserver): pulls and reading commands only
 };
 
 // What a checkpoint holds (loaded before the actor starts, so that a bad one is an error at start-up).
@@ -179,8 +180,9 @@ class Server {
     if (it == workers_.end()) {
       const auto* hello = std::get_if<net::Hello>(&m);
       std::string why = hello == nullptr ? "the first frame of a connection must be a hello" : CheckHello(*hello, config_.token);
-      if (why.empty() && (hello->role != net::Role::kWorker || hello->rank < 0)) {
-        why = "only workers with a rank from the scheduler connect to a server";
+      const bool observer = hello != nullptr && hello->role == net::Role::kObserver;
+      if (why.empty() && !observer && (hello->role != net::Role::kWorker || hello->rank < 0)) {
+        why = "only workers with a rank from the scheduler (and observers) connect to a server";
       }
       if (!why.empty()) {
         std::fprintf(stderr, "troupe %s: refused a connection: %s\n", Me().c_str(), why.c_str());
@@ -188,15 +190,55 @@ class Server {
         self_->send(conn, net::close_atom::value);
         return;
       }
-      workers_[conn] = WorkerConn{hello->rank, hello->host};
+      workers_[conn] = WorkerConn{observer ? -1 : hello->rank, hello->host, observer};
       Send(conn, net::Hello{net::Role::kServer, rank_, net::kProtocolVersion, config_.token, config_.host, port_});
       return;
     }
     const WorkerConn& w = it->second;
+    if (w.observer) return OnObserverFrame(conn, m);
     if (const auto* t = std::get_if<net::TensorMsg>(&m)) return OnTensor(conn, w, *t);
     if (const auto* c = std::get_if<net::Command>(&m)) return OnWorkerCommand(conn, w, *c);
     if (std::holds_alternative<net::Heartbeat>(m)) return;
     Fail(conn, 0, Me() + " does not take this kind of frame");
+  }
+
+  // An observer reads: pulls of stored values (answered at once, never waiting for a round), "keys",
+  // "stats" and "checkpoint".
+  void OnObserverFrame(const caf::actor& conn, const net::Message& m) {
+    if (const auto* t = std::get_if<net::TensorMsg>(&m)) {
+      if (t->op != net::TensorOp::kPull) return Fail(conn, t->request_id, Me() + ": an observer can only pull");
+      auto it = entries_.find(t->key);
+      if (it == entries_.end()) {
+        return Fail(conn, t->request_id, Me() + " holds no key " + std::to_string(t->key));
+      }
+      return ReplyValue(conn, t->request_id, it->second);
+    }
+    const auto* c = std::get_if<net::Command>(&m);
+    if (c == nullptr) {
+      if (std::holds_alternative<net::Heartbeat>(m)) return;
+      return Fail(conn, 0, Me() + " does not take this kind of frame from an observer");
+    }
+    if (c->name == "checkpoint") return OnWorkerCommand(conn, WorkerConn{-1, "", true}, *c);
+    net::Command reply{c->request_id, c->name, {}};
+    if (c->name == "keys") {
+      // "<key> <dtype> <shape> <part>/<parts>" per key, in key order.
+      for (const auto& [key, e] : entries_) {
+        reply.args.emplace_back("key", std::to_string(key) + " " + DTypeName(e.stored.dtype()) + " " +
+                                           ShapeText(e.stored.shape().ToVector()) + " " +
+                                           std::to_string(e.part_index) + "/" + std::to_string(e.part_count));
+      }
+    } else if (c->name == "stats") {
+      int workers = 0;
+      for (const auto& [wc, wk] : workers_) workers += wk.observer ? 0 : 1;
+      reply.args = {{"rank", std::to_string(rank_)},        {"keys", std::to_string(entries_.size())},
+                    {"pushes", std::to_string(pushes_)},    {"pulls", std::to_string(pulls_)},
+                    {"updates", std::to_string(updates_)},  {"bytes_in", std::to_string(bytes_in_)},
+                    {"bytes_out", std::to_string(bytes_out_)}, {"workers", std::to_string(workers)},
+                    {"mode", !mode_set_ ? "unset" : sync_ ? "sync" : "async"}};
+    } else {
+      return Fail(conn, c->request_id, Me() + " has no observer command '" + c->name + "' (keys, stats, checkpoint)");
+    }
+    Send(conn, reply);
   }
 
   void OnSchedulerCommand(const net::Command& c) {
@@ -308,6 +350,8 @@ class Server {
                                             ShapeText(e.stored.shape().ToVector()) + " but the push has " +
                                             DTypeName(want) + ShapeText(t.value.shape));
       }
+      ++pushes_;
+      bytes_in_ += static_cast<std::int64_t>(t.value.data.size());
     }
     if (t.op == net::TensorOp::kPull) {
       if (sync_ && e.pushed.count(w.rank) != 0) {
@@ -438,6 +482,8 @@ class Server {
 
   void ReplyValue(const caf::actor& conn, std::uint64_t id, Entry& e) {
     const TBlob b = e.stored.data();  // up to date: every update was waited for
+    ++pulls_;
+    bytes_out_ += e.stored.Bytes();
     if (e.stored_hold == nullptr) e.stored_hold = std::make_shared<const NDArray>(e.stored);
     net::TensorPayload v{e.stored.dtype(), e.stored.shape().ToVector(),
                          net::Blob{{static_cast<const std::byte*>(b.dptr), e.stored.Bytes()}, e.stored_hold}};
@@ -479,6 +525,7 @@ class Server {
     if (it == workers_.end()) return;
     const WorkerConn w = it->second;
     workers_.erase(it);
+    if (w.observer) return;
     // A worker that closes without leaving died (the scheduler will say so too; the first notice counts).
     if (left_.count(w.rank) == 0) WorkerDied(w.rank, NodeName(net::Role::kWorker, w.rank, w.host) + " died: " + why);
   }
@@ -547,6 +594,8 @@ class Server {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::pair<std::string, std::string>> optimizer_args_;
   std::int64_t updates_ = 0;
+  // Observer statistics: pushes received (and their payload bytes), values sent back.
+  std::int64_t pushes_ = 0, pulls_ = 0, bytes_in_ = 0, bytes_out_ = 0;
   std::vector<float> scratch_;
   Clock::time_point last_seen_;
   std::uint64_t beats_ = 0;

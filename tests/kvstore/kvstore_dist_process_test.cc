@@ -6,7 +6,9 @@
 //   - kill -9 of a server, restarted from its checkpoint: training continues with the exact values; kill -9
 //     of a server that stays dead: the workers' calls fail naming it, within a bound;
 //   - a wrong token is refused, and hostile bytes on the server's and the scheduler's ports leave a
-//     well-behaved worker served.
+//     well-behaved worker served;
+//   - an observer (ClusterObserver, what `troupe shell --connect` uses) sees every node, the keys, a value
+//     the workers pushed and the servers' counters, and a killed worker as dead within the heartbeat timeout.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -22,9 +24,11 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/common/child_process.h"
+#include "kvstore/dist.h"
 #include "kvstore/net/internal/frame_codec.h"
 
 namespace troupe {
@@ -299,6 +303,62 @@ TEST(DistProcess, WrongTokenAndHostileClientsAreRefused) {
   EXPECT_EQ(worker->Wait(), 0);
   EXPECT_EQ(c.scheduler->Wait(), 0);
   EXPECT_EQ(c.servers[0]->Wait(), 0);
+}
+
+TEST(DistProcess, ObserverSeesTheClusterAndAKilledWorkerDead) {
+  Cluster c(2, 2);
+  EXPECT_THROW(ClusterObserver::Connect("127.0.0.1", c.scheduler_port, "not-the-token"), Error);
+  auto victim = c.Worker("round_then_block");
+  auto other = c.Worker("round_then_block");
+  victim->WaitLine("READY");
+  other->WaitLine("READY");
+  auto obs = ClusterObserver::Connect("127.0.0.1", c.scheduler_port, "process-test-token");
+
+  std::string cluster;
+  const auto nodes = obs->Nodes(&cluster);
+  EXPECT_EQ(cluster, "running");
+  std::map<std::string, int> alive;
+  for (const ClusterNodeInfo& n : nodes) alive[n.role] += n.state == "alive" ? 1 : 0;
+  EXPECT_EQ(alive["scheduler"], 1);
+  EXPECT_EQ(alive["server"], 2);
+  EXPECT_EQ(alive["worker"], 2);
+  for (const ClusterNodeInfo& n : nodes) {
+    if (n.role == "server") EXPECT_EQ(n.address, "127.0.0.1:" + std::to_string(c.server_ports[static_cast<std::size_t>(n.rank)]));
+  }
+
+  // Both workers pushed 1s once (no optimizer: the round's sum is the value).
+  const auto keys = obs->Keys();
+  ASSERT_EQ(keys.size(), 1u);
+  EXPECT_EQ(keys[0].key, 0);
+  EXPECT_EQ(keys[0].shape, (std::vector<std::int64_t>{4}));
+  EXPECT_EQ(obs->Pull(0).ToVector<float>(), std::vector<float>(4, 2.f));
+  EXPECT_THROW(obs->Pull(7), Error);
+  std::int64_t pushes = 0;
+  for (const ClusterServerStats& st : obs->Stats()) {
+    pushes += st.pushes;
+    EXPECT_EQ(st.workers, 2);
+  }
+  EXPECT_EQ(pushes, 2);
+
+  const auto killed = Clock::now();
+  victim->Signal(SIGKILL);
+  EXPECT_EQ(victim->Wait(), 128 + SIGKILL);
+  bool dead = false;
+  while (!dead && Clock::now() - killed < std::chrono::milliseconds(kHeartbeatTimeoutMs)) {
+    std::string broken;
+    int n_dead = 0;
+    for (const ClusterNodeInfo& n : obs->Nodes(nullptr, &broken)) n_dead += n.role == "worker" && n.state == "dead";
+    dead = n_dead == 1 && broken.find("died") != std::string::npos;
+    if (!dead) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the live answer, not syncing
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
+  EXPECT_TRUE(dead) << "the observer did not see the killed worker dead within " << kHeartbeatTimeoutMs << " ms";
+  std::printf("observer: the killed worker showed as dead %lld ms after kill -9\n", static_cast<long long>(ms));
+  obs.reset();
+  other->Signal(SIGKILL);
+  EXPECT_EQ(other->Wait(), 128 + SIGKILL);
+  EXPECT_EQ(c.scheduler->Wait(), 1);
+  for (auto& sv : c.servers) EXPECT_EQ(sv->Wait(), 0);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@
 namespace troupe::net {
 
 // The version this build speaks (Frame.version, Hello.protocolVersion). Bump on any incompatible change.
-inline constexpr std::uint32_t kProtocolVersion = 1;
+inline constexpr std::uint32_t kProtocolVersion = 2;  // 2: the observer role
 
 // Default cap on one frame's body (N above). A peer can make a decoder allocate up to this much (address
 // space; pages are touched only as bytes arrive), so pick the smallest bound the traffic allows.
@@ -58,7 +58,7 @@ struct Blob {
   friend bool operator==(const Blob& a, const Blob& b);
 };
 
-enum class Role : std::uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
+enum class Role : std::uint8_t { kScheduler = 0, kServer = 1, kWorker = 2, kObserver = 3 };
 
 // Bits of Barrier::group (ps-lite's groups).
 inline constexpr std::uint8_t kSchedulerGroup = 1;

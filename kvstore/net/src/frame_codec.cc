@@ -25,7 +25,8 @@ static_assert(sizeof(capnp::word) == sizeof(std::uint64_t) && alignof(capnp::wor
               "the frame buffer (uint64_t words) is read as capnp::word");
 static_assert(static_cast<int>(wire::Role::SCHEDULER) == static_cast<int>(Role::kScheduler) &&
               static_cast<int>(wire::Role::SERVER) == static_cast<int>(Role::kServer) &&
-              static_cast<int>(wire::Role::WORKER) == static_cast<int>(Role::kWorker));
+              static_cast<int>(wire::Role::WORKER) == static_cast<int>(Role::kWorker) &&
+              static_cast<int>(wire::Role::OBSERVER) == static_cast<int>(Role::kObserver));
 
 constexpr std::size_t kPrefixBytes = 8;
 
@@ -127,7 +128,7 @@ void CheckRank(std::int32_t rank, const std::string& where) {
 }
 
 void CheckRole(int role, const std::string& where) {
-  if (role < 0 || role > static_cast<int>(Role::kWorker)) {
+  if (role < 0 || role > static_cast<int>(Role::kObserver)) {
     throw Error(where + ": unknown role code " + std::to_string(role));
   }
 }
