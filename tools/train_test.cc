@@ -167,7 +167,7 @@ TEST_F(TrainCommandTest, TrainsOnIdxCsvAndRecordIO) {
 }
 
 TEST_F(TrainCommandTest, LenetLearns) {
-  const Result r = Train("--model lenet --data " + Data("idx") + " --epochs 2 --progress none --min-accuracy 0.5");
+  const Result r = Train("--model lenet --act relu --data " + Data("idx") + " --epochs 2 --progress none --min-accuracy 0.5");
   EXPECT_EQ(r.status, 0) << r.out;
 }
 
@@ -218,6 +218,8 @@ TEST_F(TrainCommandTest, RefusesBadUsageWithAMessage) {
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, HasSubstr("--resume needs --checkpoint"));
   r = Train("--model resnet");
+  EXPECT_EQ(r.status, 2);
+  r = Train("--model lenet --act sigmoid");
   EXPECT_EQ(r.status, 2);
   r = RunShell("env -u DMLC_PS_ROOT_PORT " + std::string(TROUPE_CLI_PATH) + " train --kvstore dist_sync");
   EXPECT_EQ(r.status, 1);
