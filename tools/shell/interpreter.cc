@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <set>
@@ -290,7 +291,10 @@ std::string Join(const std::vector<std::string>& v, const char* sep = ", ") {
 std::string ShapeText(const TShape& s) {
   if (s.ndim() == 0) return "()";
   std::string out;
-  for (int i = 0; i < s.ndim(); ++i) out += (i ? "x" : "") + std::to_string(s[i]);
+  for (int i = 0; i < s.ndim(); ++i) {
+    if (i > 0) out += 'x';
+    out += std::to_string(s[i]);
+  }
   return out;
 }
 
@@ -341,6 +345,21 @@ const Builtin* FindBuiltin(const std::string& name) {
     if (name == b.name) return &b;
   }
   return nullptr;
+}
+
+// A number as the shell prints it: integers without a decimal point, others in the shortest text that reads
+// back to the same double.
+std::string NumberText(double v) {
+  char buf[64];
+  if (v == std::floor(v) && std::abs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
 }
 
 std::vector<std::string> BuiltinNames() {
@@ -603,7 +622,7 @@ class Evaluator {
       if (a.expr && a.expr->kind != Expr::kVar) v = Eval(*a.expr);
       if (a.expr && a.expr->kind == Expr::kVar && vars_.count(a.expr->name) != 0) v = Eval(*a.expr);
       if (v && v->is_array) keyword_inputs.emplace_back(a.key, v->array);
-      else if (v) params.emplace_back(a.key, param_detail::PrintReal(v->number));
+      else if (v) params.emplace_back(a.key, NumberText(v->number));
       else params.emplace_back(a.key, Trim(a.raw));
     }
     std::unique_ptr<OperatorProperty> prop = OperatorProperty::Create(e.name);
@@ -801,7 +820,8 @@ Outcome Interpreter::Run(const std::string& raw) {
     std::size_t next = word_end;
     while (next < statement.size() && std::isspace(static_cast<unsigned char>(statement[next]))) ++next;
     const char follow = next < statement.size() ? statement[next] : '\0';
-    const bool bare_word = std::string("=([+-*/").find(follow) == std::string::npos || follow == '\0';
+    // (Arithmetic on a variable named like a command is not possible: `load /tmp/x.params` must be a command.)
+    const bool bare_word = std::string("=([").find(follow) == std::string::npos || follow == '\0';
     if (const auto it = commands_.find(first); it != commands_.end() && bare_word && follow != '#') {
       return {true, RunCommand(it->second, statement.substr(word_end))};
     }
@@ -841,7 +861,7 @@ Outcome Interpreter::Run(const std::string& raw) {
       return {};
     }
     if (!print) return {};
-    return {true, v.is_array ? Format(v.array) : param_detail::PrintReal(v.number)};
+    return {true, v.is_array ? Format(v.array) : NumberText(v.number)};
   } catch (const std::exception& e) {
     return {false, e.what()};
   } catch (...) {
