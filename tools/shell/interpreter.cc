@@ -455,6 +455,10 @@ class Evaluator {
       }
     }
     if (l.is_array && r.is_array) {
+      if (l.array.shape() != r.array.shape()) {  // NumPy's broadcasting, through the broadcast_* operators
+        const char* name = op == '+' ? "broadcast_add" : op == '-' ? "broadcast_sub" : op == '*' ? "broadcast_mul" : "broadcast_div";
+        return Arr(Invoke(name, {l.array, r.array}).at(0));
+      }
       switch (op) {
         case '+': return Arr(l.array + r.array);
         case '-': return Arr(l.array - r.array);
@@ -823,7 +827,9 @@ Outcome Interpreter::Run(const std::string& raw) {
     // (Arithmetic on a variable named like a command is not possible: `load /tmp/x.params` must be a command.)
     const bool bare_word = std::string("=([").find(follow) == std::string::npos || follow == '\0';
     if (const auto it = commands_.find(first); it != commands_.end() && bare_word && follow != '#') {
-      return {true, RunCommand(it->second, statement.substr(word_end))};
+      std::string text = RunCommand(it->second, statement.substr(word_end));
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      return {true, text};
     }
     if (statement.empty() || statement[0] == '#') return {};
 
@@ -999,7 +1005,8 @@ std::string Interpreter::HelpText() const {
       "\n"
       "Statements (several on a line with ';'; '#' starts a comment):\n"
       "  a = ones(2,3)                 assign\n"
-      "  b = a * 2 + 1                 arithmetic: + - * / on arrays and numbers, parentheses, unary minus\n"
+      "  b = a * 2 + 1                 arithmetic: + - * / on arrays and numbers, parentheses, unary minus;\n"
+      "                                arrays of different shapes broadcast as in NumPy\n"
       "  b  or  print b                print a value\n"
       "  b[1]  b[0:2]  b[-1]           index and slice the first axis\n"
       "  c = FullyConnected(data=a, weight=w, num_hidden=4, no_bias=true)\n"
@@ -1009,13 +1016,13 @@ std::string Interpreter::HelpText() const {
       "Built-in functions:\n";
   for (const auto& b : kBuiltins) {
     std::string u = b.usage;
-    u.resize(std::max<std::size_t>(u.size(), 42), ' ');
+    u.resize(std::max<std::size_t>(u.size(), 44), ' ');
     out += "  " + u + " " + b.summary + "\n";
   }
   out += "\nCommands:\n";
   for (const auto& [name, c] : commands_) {
     std::string u = c.usage;
-    u.resize(std::max<std::size_t>(u.size(), 30), ' ');
+    u.resize(std::max<std::size_t>(u.size(), 36), ' ');
     out += "  " + u + " " + c.summary + "\n";
   }
   out += "\nOperators (help OP for one; Tab completes names):\n";

@@ -5,7 +5,8 @@
 //   print expr | expr    prints the value: a number, or an NDArray as MXNet shows it
 //   COMMAND words...     help [OP], vars, del NAME..., wait, engine stats, profile start|stop|table|dump FILE,
 //                        load FILE, save FILE NAME..., quit (see Interpreter::HelpText)
-// Expressions: numbers, variables, + - * / with the usual precedence, unary minus, parentheses, slices on the
+// Expressions: numbers, variables, + - * / with the usual precedence (arrays of different shapes broadcast
+// as in NumPy, through the broadcast_* operators), unary minus, parentheses, slices on the
 // first axis (a[1], a[-1], a[0:2], a[:2]), built-in constructors (ones(2,3), zeros(2,3), full(2,3, 7),
 // arange(5), arange(1, 7, 2), uniform(2,3), normal(2,3), dot(a, b), reshape(a, 3, 2)) and every registered
 // operator: Op(expr, ..., input=expr, key=value, ...). Positional arguments and keywords whose value is an

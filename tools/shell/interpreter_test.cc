@@ -104,6 +104,8 @@ TEST(ShellInterpreter, ErrorsSuggestNamesAndLeaveStateIntact) {
   EXPECT_NE(o.text.find("did you mean: "), std::string::npos) << o.text;
   EXPECT_NE(o.text.find("FullyConnected"), std::string::npos) << o.text;
   EXPECT_EQ(Values(in, "a"), std::vector<float>(6, 1.0f));  // unchanged
+  Ok(&in, "r = a + arange(3)");  // broadcasting (2,3) with (3)
+  EXPECT_EQ(Values(in, "r"), (std::vector<float>{1, 2, 3, 1, 2, 3}));
   o = in.Run("a = a + ones(3,2)");
   EXPECT_FALSE(o.ok);
   EXPECT_EQ(in.Find("a")->shape(), TShape({2, 3}));

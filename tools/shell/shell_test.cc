@@ -238,6 +238,16 @@ TEST(ShellInteractive, ValuesErrorsCompletionCtrlCAndCtrlD) {
   EXPECT_EQ(pty.seen().find("zz  "), std::string::npos) << pty.seen();
   EXPECT_EQ(pty.seen().find("parse error"), std::string::npos) << pty.seen();
 
+  // Ctrl-C while a command runs: the command runs to its end (or, if it was quicker than the key, the
+  // empty line is cancelled); either way the shell and its variables stay.
+  pty.Send("big = dot(uniform(3000,3000), uniform(3000,3000)); wait\r");
+  ASSERT_TRUE(pty.WaitFor("; wait\r\n")) << pty.seen();  // libedit took the line: the command runs
+  pty.Send("\x03");
+  ASSERT_TRUE(pty.WaitForPrompt()) << pty.seen();
+  pty.Send("big[0][0:1] * 0 + longname\r");
+  ASSERT_TRUE(pty.WaitFor("[7.]\r\n<NDArray 1 @cpu(0)>")) << pty.seen();
+  ASSERT_TRUE(pty.WaitForPrompt()) << pty.seen();
+
   // Ctrl-D on an empty line leaves with status 0.
   pty.Send("\x04");
   EXPECT_EQ(pty.WaitExit(), 0) << pty.seen();
