@@ -95,9 +95,9 @@ struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
 struct CallArg {
-  std::string key;   // empty for a positional argument
-  ExprPtr expr;      // null when the value is not an expression (kernel=(3,3)): then only `raw` is used
-  std::string raw;   // the value's source text
+  std::string key;  // empty for a positional argument
+  ExprPtr expr;     // null when the value is not an expression (kernel=(3,3)): then only `raw` is used
+  std::string raw;  // the value's source text
   std::size_t pos = 0;
 };
 
@@ -448,37 +448,55 @@ class Evaluator {
     const char op = e.name[0];
     if (!l.is_array && !r.is_array) {
       switch (op) {
-        case '+': return Num(l.number + r.number);
-        case '-': return Num(l.number - r.number);
-        case '*': return Num(l.number * r.number);
-        default: return Num(l.number / r.number);
+        case '+':
+          return Num(l.number + r.number);
+        case '-':
+          return Num(l.number - r.number);
+        case '*':
+          return Num(l.number * r.number);
+        default:
+          return Num(l.number / r.number);
       }
     }
     if (l.is_array && r.is_array) {
       if (l.array.shape() != r.array.shape()) {  // NumPy's broadcasting, through the broadcast_* operators
-        const char* name = op == '+' ? "broadcast_add" : op == '-' ? "broadcast_sub" : op == '*' ? "broadcast_mul" : "broadcast_div";
+        const char* name = op == '+'   ? "broadcast_add"
+                           : op == '-' ? "broadcast_sub"
+                           : op == '*' ? "broadcast_mul"
+                                       : "broadcast_div";
         return Arr(Invoke(name, {l.array, r.array}).at(0));
       }
       switch (op) {
-        case '+': return Arr(l.array + r.array);
-        case '-': return Arr(l.array - r.array);
-        case '*': return Arr(l.array * r.array);
-        default: return Arr(l.array / r.array);
+        case '+':
+          return Arr(l.array + r.array);
+        case '-':
+          return Arr(l.array - r.array);
+        case '*':
+          return Arr(l.array * r.array);
+        default:
+          return Arr(l.array / r.array);
       }
     }
     if (l.is_array) {
       switch (op) {
-        case '+': return Arr(l.array + r.number);
-        case '-': return Arr(l.array - r.number);
-        case '*': return Arr(l.array * r.number);
-        default: return Arr(l.array / r.number);
+        case '+':
+          return Arr(l.array + r.number);
+        case '-':
+          return Arr(l.array - r.number);
+        case '*':
+          return Arr(l.array * r.number);
+        default:
+          return Arr(l.array / r.number);
       }
     }
     // number op array
     switch (op) {
-      case '+': return Arr(r.array + l.number);
-      case '-': return Arr(r.array * -1.0 + l.number);
-      case '*': return Arr(r.array * l.number);
+      case '+':
+        return Arr(r.array + l.number);
+      case '-':
+        return Arr(r.array * -1.0 + l.number);
+      case '*':
+        return Arr(r.array * l.number);
       default:
         return Arr(NDArray::Full(r.array.shape(), l.number, r.array.ctx(), r.array.dtype(), r.array.engine()) /
                    r.array);
@@ -503,8 +521,8 @@ class Evaluator {
       std::int64_t i = Integer(*e.begin, "an index");
       if (i < 0) i += n;
       if (i < 0 || i >= n) {
-        throw EvalError{e.begin->pos, "index " + std::to_string(i < 0 ? i - n : i) + " is out of range for axis 0 of size " +
-                                          std::to_string(n)};
+        throw EvalError{e.begin->pos, "index " + std::to_string(i < 0 ? i - n : i) +
+                                          " is out of range for axis 0 of size " + std::to_string(n)};
       }
       return Arr(a.At(i));
     }
@@ -554,7 +572,8 @@ class Evaluator {
     };
     auto array_arg = [&](std::size_t i) {
       Value v = Eval(*e.args[i].expr);
-      if (!v.is_array) throw EvalError{e.args[i].pos, name + ": argument " + std::to_string(i + 1) + " must be an array"};
+      if (!v.is_array)
+        throw EvalError{e.args[i].pos, name + ": argument " + std::to_string(i + 1) + " must be an array"};
       return v.array;
     };
     const Context cpu = Context::CPU();
@@ -564,8 +583,10 @@ class Evaluator {
       if (name == "ones") return Arr(NDArray::Ones(shape, cpu));
       if (name == "zeros") return Arr(NDArray::Zeros(shape, cpu));
       NDArray a(shape, cpu);
-      if (name == "uniform") a.SampleUniform(0, 1);
-      else a.SampleNormal(0, 1);
+      if (name == "uniform")
+        a.SampleUniform(0, 1);
+      else
+        a.SampleNormal(0, 1);
       return Arr(a);
     }
     if (name == "full") {
@@ -587,7 +608,8 @@ class Evaluator {
       const double count = std::ceil((stop - start) / step);
       if (count > 1e8) throw EvalError{e.pos, "arange: too many values"};
       std::vector<float> values;
-      for (std::int64_t i = 0; i < static_cast<std::int64_t>(count); ++i) values.push_back(static_cast<float>(start + i * step));
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(count); ++i)
+        values.push_back(static_cast<float>(start + i * step));
       return Arr(NDArray::FromVector(values, TShape({static_cast<std::int64_t>(values.size())})));
     }
     if (name == "dot") {
@@ -618,16 +640,21 @@ class Evaluator {
           throw EvalError{a.pos, a.key.empty() ? "a positional argument must be an array (give parameters as key=value)"
                                                : "input '" + a.key + "' must be an array"};
         }
-        if (a.key.empty()) positional.emplace_back(v.array, a.pos);
-        else keyword_inputs.emplace_back(a.key, v.array);
+        if (a.key.empty())
+          positional.emplace_back(v.array, a.pos);
+        else
+          keyword_inputs.emplace_back(a.key, v.array);
         continue;
       }
       std::optional<Value> v;
       if (a.expr && a.expr->kind != Expr::kVar) v = Eval(*a.expr);
       if (a.expr && a.expr->kind == Expr::kVar && vars_.count(a.expr->name) != 0) v = Eval(*a.expr);
-      if (v && v->is_array) keyword_inputs.emplace_back(a.key, v->array);
-      else if (v) params.emplace_back(a.key, NumberText(v->number));
-      else params.emplace_back(a.key, Trim(a.raw));
+      if (v && v->is_array)
+        keyword_inputs.emplace_back(a.key, v->array);
+      else if (v)
+        params.emplace_back(a.key, NumberText(v->number));
+      else
+        params.emplace_back(a.key, Trim(a.raw));
     }
     std::unique_ptr<OperatorProperty> prop = OperatorProperty::Create(e.name);
     prop->Init(params);
@@ -723,13 +750,18 @@ struct Printer {
     bool first = true;
     for (std::int64_t i : Shown(n)) {
       if (!first) {
-        if (axis == ndim - 1) *out += " ";
-        else *out += std::string(static_cast<std::size_t>(ndim - axis - 1), '\n') + std::string(axis + 1, ' ');
+        if (axis == ndim - 1)
+          *out += " ";
+        else
+          *out += std::string(static_cast<std::size_t>(ndim - axis - 1), '\n') + std::string(axis + 1, ' ');
       }
       first = false;
-      if (i < 0) *out += "...";
-      else if (axis == ndim - 1) *out += Cell(offset + static_cast<std::size_t>(i));
-      else Print(axis + 1, offset + static_cast<std::size_t>(i) * stride, out);
+      if (i < 0)
+        *out += "...";
+      else if (axis == ndim - 1)
+        *out += Cell(offset + static_cast<std::size_t>(i));
+      else
+        Print(axis + 1, offset + static_cast<std::size_t>(i) * stride, out);
     }
     *out += "]";
   }
@@ -840,7 +872,8 @@ Outcome Interpreter::Run(const std::string& raw) {
     try {
       tokens = Lex(statement);
       std::size_t start = 0;
-      if (tokens.size() >= 3 && tokens[0].kind == Tok::kIdent && tokens[1].kind == Tok::kPunct && tokens[1].text == "=") {
+      if (tokens.size() >= 3 && tokens[0].kind == Tok::kIdent && tokens[1].kind == Tok::kPunct &&
+          tokens[1].text == "=") {
         target = tokens[0].text;
         print = false;
         start = 2;
@@ -849,10 +882,19 @@ Outcome Interpreter::Run(const std::string& raw) {
       } else if (tokens[0].kind == Tok::kEnd) {
         return {};
       }
-      if (tokens[start].kind == Tok::kEnd) throw ParseError{tokens[start].begin, "expected an expression, found the end"};
+      if (tokens[start].kind == Tok::kEnd)
+        throw ParseError{tokens[start].begin, "expected an expression, found the end"};
       Parser parser(statement, std::vector<Token>(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.end()));
       expr = parser.ParseWhole();
     } catch (const ParseError& e) {
+      // `word word ...` where the first word is no variable: most likely a mistyped command.
+      if (tokens.size() >= 3 && tokens[0].kind == Tok::kIdent && tokens[1].kind == Tok::kIdent &&
+          vars_.count(tokens[0].text) == 0 && tokens[0].text != "print") {
+        std::vector<std::string> names;
+        for (const auto& [n, _] : commands_) names.push_back(n);
+        return {false, "unknown command '" + tokens[0].text + "'" + Suggest(tokens[0].text, names) +
+                           " ('help' lists the commands)"};
+      }
       return {false, "parse error at " + Located(statement, e.pos, e.message)};
     }
     Value v;
@@ -875,9 +917,7 @@ Outcome Interpreter::Run(const std::string& raw) {
   }
 }
 
-std::string Interpreter::RunCommand(const Command& command, const std::string& rest) {
-  return command.fn(Words(rest));
-}
+std::string Interpreter::RunCommand(const Command& command, const std::string& rest) { return command.fn(Words(rest)); }
 
 void Interpreter::AddCommand(const std::string& name, const std::string& usage, const std::string& summary,
                              CommandFn fn) {
@@ -897,35 +937,30 @@ void Interpreter::AddBuiltinCommands() {
   });
   AddCommand("del", "del NAME...", "forgets variables", [this](const std::vector<std::string>& a) {
     if (a.empty()) throw Error("usage: del NAME...");
-    for (const auto& n : a) {
-      if (vars_.count(n) == 0) throw Error("undefined variable '" + n + "'" + Suggest(n, VariableNames()));
-    }
+    for (const auto& n : a) Require(n);  // all or nothing
     for (const auto& n : a) vars_.erase(n);
     return std::string();
   });
   AddCommand("wait", "wait [NAME...]", "waits for the engine (or for the named arrays); reports a failed function",
              [this](const std::vector<std::string>& a) {
                if (a.empty()) Engine::Get()->WaitForAll();
-               for (const auto& n : a) {
-                 const NDArray* v = Find(n);
-                 if (v == nullptr) throw Error("undefined variable '" + n + "'" + Suggest(n, VariableNames()));
-                 v->WaitToRead();
-               }
+               for (const auto& n : a) Require(n).WaitToRead();
                return std::string();
              });
   AddCommand("engine", "engine stats", "functions pushed, completed and pending; queued and running per device",
              [](const std::vector<std::string>& a) {
                if (a.size() != 1 || a[0] != "stats") throw Error("usage: engine stats");
                const EngineStats s = Engine::Get()->Stats();
-               std::string out = std::string("engine: ") + EngineTypeName(Engine::Get()->type()) +
-                                 "\npushed " + std::to_string(s.pushed) + ", completed " + std::to_string(s.completed) +
+               std::string out = std::string("engine: ") + EngineTypeName(Engine::Get()->type()) + "\npushed " +
+                                 std::to_string(s.pushed) + ", completed " + std::to_string(s.completed) +
                                  ", skipped " + std::to_string(s.skipped) + ", pending " + std::to_string(s.pending);
                for (const auto& d : s.devices) {
                  out += "\n" + d.ctx.ToString() + " (" + std::to_string(d.workers) + " workers):";
                  for (int l = 0; l < kNumLanes; ++l) {
                    const LaneStats& ls = d.lanes[l];
-                   out += std::string("\n  ") + LaneName(static_cast<Lane>(l)) + ": queued " + std::to_string(ls.queued) +
-                          ", running " + std::to_string(ls.running) + ", executed " + std::to_string(ls.executed);
+                   out += std::string("\n  ") + LaneName(static_cast<Lane>(l)) + ": queued " +
+                          std::to_string(ls.queued) + ", running " + std::to_string(ls.running) + ", executed " +
+                          std::to_string(ls.executed);
                  }
                }
                return out;
@@ -981,11 +1016,7 @@ void Interpreter::AddBuiltinCommands() {
                if (names.empty()) names = VariableNames();
                if (names.empty()) throw Error("save: there are no variables to save");
                std::vector<NDArray> arrays;
-               for (const auto& n : names) {
-                 const NDArray* v = Find(n);
-                 if (v == nullptr) throw Error("undefined variable '" + n + "'" + Suggest(n, VariableNames()));
-                 arrays.push_back(*v);
-               }
+               for (const auto& n : names) arrays.push_back(Require(n));
                NDArray::Save(a[0], arrays, names);
                return "saved " + Join(names) + " to " + a[0];
              });
@@ -1034,8 +1065,9 @@ std::string Interpreter::HelpText() const {
     }
     line += " " + n;
   }
-  out += line + "\n\nThe cluster commands (nodes, kv, barrier, checkpoint) come with cluster mode (--connect), "
-                "which is not there yet.";
+  out += line +
+         "\n\nThe cluster commands (nodes, kv, barrier, checkpoint) come with cluster mode (--connect), "
+         "which is not there yet.";
   return out;
 }
 
@@ -1053,8 +1085,8 @@ std::string Interpreter::HelpFor(const std::string& name) const {
     if (!info->params.empty()) {
       out += "\nParameters:\n";
       for (const auto& p : info->params) {
-        out += "  " + p.name + " (" + p.type +
-               (p.required ? ", required" : ", optional, default=" + p.default_value) + "): " + p.description + "\n";
+        out += "  " + p.name + " (" + p.type + (p.required ? ", required" : ", optional, default=" + p.default_value) +
+               "): " + p.description + "\n";
         if (p.required) call.push_back(p.name + "=...");
       }
     }
@@ -1090,6 +1122,12 @@ std::vector<std::string> Interpreter::VariableNames() const {
   std::vector<std::string> out;
   for (const auto& [n, _] : vars_) out.push_back(n);
   return out;
+}
+
+const NDArray& Interpreter::Require(const std::string& name) const {
+  const NDArray* v = Find(name);
+  if (v == nullptr) throw Error("undefined variable '" + name + "'" + Suggest(name, VariableNames()));
+  return *v;
 }
 
 const NDArray* Interpreter::Find(const std::string& name) const {

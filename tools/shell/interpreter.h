@@ -11,7 +11,9 @@
 // arange(5), arange(1, 7, 2), uniform(2,3), normal(2,3), dot(a, b), reshape(a, 3, 2)) and every registered
 // operator: Op(expr, ..., input=expr, key=value, ...). Positional arguments and keywords whose value is an
 // array are the operator's inputs (ListArguments, then ListAuxiliaryStates); other keywords are parameters,
-// passed as text (quotes are removed: act_type=relu and act_type='relu' are the same).
+// passed as text (quotes are removed: act_type=relu and act_type='relu' are the same; quote a value that is
+// also a variable's name). An operator with several outputs gives its first. Variables hold arrays: `x = 3`
+// stores a 1-element array.
 //
 // Several statements may share a line, separated by ';'. `#` starts a comment.
 //
@@ -79,6 +81,8 @@ class Interpreter {
   std::vector<std::string> VariableNames() const;
   // Null when `name` is not a variable.
   const NDArray* Find(const std::string& name) const;
+  // The variable; throws troupe::Error (suggesting close names) when there is none.
+  const NDArray& Require(const std::string& name) const;
   void Set(const std::string& name, NDArray value);
 
   // MXNet's NDArray text: the values (NumPy style, summarised with "..." beyond 1000 elements) and

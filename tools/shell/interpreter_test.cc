@@ -104,7 +104,7 @@ TEST(ShellInterpreter, ErrorsSuggestNamesAndLeaveStateIntact) {
   EXPECT_NE(o.text.find("did you mean: "), std::string::npos) << o.text;
   EXPECT_NE(o.text.find("FullyConnected"), std::string::npos) << o.text;
   EXPECT_EQ(Values(in, "a"), std::vector<float>(6, 1.0f));  // unchanged
-  Ok(&in, "r = a + arange(3)");  // broadcasting (2,3) with (3)
+  Ok(&in, "r = a + arange(3)");                             // broadcasting (2,3) with (3)
   EXPECT_EQ(Values(in, "r"), (std::vector<float>{1, 2, 3, 1, 2, 3}));
   o = in.Run("a = a + ones(3,2)");
   EXPECT_FALSE(o.ok);
@@ -118,6 +118,9 @@ TEST(ShellInterpreter, ErrorsSuggestNamesAndLeaveStateIntact) {
   o = in.Run("c = FullyConnected(data=a, weight=a, bias=a, num_hidden=-4)");
   EXPECT_FALSE(o.ok);
   EXPECT_EQ(in.Find("c"), nullptr);
+  o = in.Run("engin stats");
+  EXPECT_FALSE(o.ok);
+  EXPECT_NE(o.text.find("unknown command 'engin'; did you mean: engine?"), std::string::npos) << o.text;
   // The interpreter goes on.
   EXPECT_EQ(Ok(&in, "a[0]").text, "[1. 1. 1.]\n<NDArray 3 @cpu(0)>");
 }

@@ -133,7 +133,8 @@ class Pty {
         cursor_ = at + text.size();
         return true;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0 || !ReadSome(static_cast<int>(left.count()))) return false;
     }
   }
@@ -160,7 +161,8 @@ class Pty {
   int WaitExit(int timeout_ms = 20000) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return -1;
       if (!ReadSome(static_cast<int>(left.count()))) break;
     }
