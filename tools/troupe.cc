@@ -2,8 +2,9 @@
 //
 // Today: `troupe bench <workload>` (tools/bench_command.h), `troupe im2rec` (tools/im2rec_command.h),
 // `troupe scheduler|server` (tools/dist_command.h; with no command and DMLC_ROLE set, the role runs),
-// `troupe launch` (tools/launch_command.h), `troupe shell` (tools/shell_command.h) and `troupe train` (tools/train_command.h). Each subcommand lives
-// in its own tools/<name>_command.{h,cc}; `troupe shell` (tools/shell_command.h) is the interactive shell.
+// `troupe launch` (tools/launch_command.h), `troupe train` (tools/train_command.h) and `troupe shell`
+// (tools/shell_command.h; its language is tools/shell/interpreter.h). Each subcommand lives in its own
+// tools/<name>_command.{h,cc}.
 //
 // Exit status: 0 success (and --help/--version), 1 a failed run (e.g. a benchmark's in-run check),
 // 2 bad usage (unknown subcommand, workload or option; missing or bad value).
@@ -16,10 +17,10 @@
 #include "kvstore/dist.h"
 #include "tools/bench_command.h"
 #include "tools/dist_command.h"
+#include "tools/im2rec_command.h"
 #include "tools/launch_command.h"
 #include "tools/shell_command.h"
 #include "tools/train_command.h"
-#include "tools/im2rec_command.h"
 
 #ifndef TROUPE_VERSION
 #define TROUPE_VERSION "unknown"

@@ -190,5 +190,15 @@ TEST(ShellInterpreter, CommandsLoadSaveDelWaitEngineProfile) {
   std::remove(trace.c_str());
 }
 
+TEST(ShellInterpreter, LoadsACheckpointsNamesAsVariables) {
+  const std::string path = ::testing::TempDir() + "/shell_interpreter_test_ckpt.params";
+  NDArray::Save(path, {NDArray::Ones(TShape({2, 2}), Context::CPU()), NDArray::Zeros(TShape({3}), Context::CPU())},
+                {"arg:fc1_weight", "aux:bn0_moving_mean"});
+  Interpreter in;
+  EXPECT_EQ(Ok(&in, "load " + path).text, "loaded 2 arrays: bn0_moving_mean (3) fc1_weight (2x2)");
+  EXPECT_EQ(Values(in, "fc1_weight"), std::vector<float>(4, 1.0f));
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace troupe::shell
