@@ -442,22 +442,26 @@ class Evaluator {
     throw EvalError{e.pos, "bad expression"};
   }
 
+  // l op r for numbers, arrays, or an array and a number (NDArray's operators).
+  template <typename L, typename R>
+  static auto Apply(char op, const L& l, const R& r) {
+    switch (op) {
+      case '+':
+        return l + r;
+      case '-':
+        return l - r;
+      case '*':
+        return l * r;
+      default:
+        return l / r;
+    }
+  }
+
   Value Binary(const Expr& e) {
     Value l = Eval(*e.lhs);
     Value r = Eval(*e.rhs);
     const char op = e.name[0];
-    if (!l.is_array && !r.is_array) {
-      switch (op) {
-        case '+':
-          return Num(l.number + r.number);
-        case '-':
-          return Num(l.number - r.number);
-        case '*':
-          return Num(l.number * r.number);
-        default:
-          return Num(l.number / r.number);
-      }
-    }
+    if (!l.is_array && !r.is_array) return Num(Apply(op, l.number, r.number));
     if (l.is_array && r.is_array) {
       if (l.array.shape() != r.array.shape()) {  // NumPy's broadcasting, through the broadcast_* operators
         const char* name = op == '+'   ? "broadcast_add"
@@ -466,41 +470,14 @@ class Evaluator {
                                        : "broadcast_div";
         return Arr(Invoke(name, {l.array, r.array}).at(0));
       }
-      switch (op) {
-        case '+':
-          return Arr(l.array + r.array);
-        case '-':
-          return Arr(l.array - r.array);
-        case '*':
-          return Arr(l.array * r.array);
-        default:
-          return Arr(l.array / r.array);
-      }
+      return Arr(Apply(op, l.array, r.array));
     }
-    if (l.is_array) {
-      switch (op) {
-        case '+':
-          return Arr(l.array + r.number);
-        case '-':
-          return Arr(l.array - r.number);
-        case '*':
-          return Arr(l.array * r.number);
-        default:
-          return Arr(l.array / r.number);
-      }
-    }
-    // number op array
-    switch (op) {
-      case '+':
-        return Arr(r.array + l.number);
-      case '-':
-        return Arr(r.array * -1.0 + l.number);
-      case '*':
-        return Arr(r.array * l.number);
-      default:
-        return Arr(NDArray::Full(r.array.shape(), l.number, r.array.ctx(), r.array.dtype(), r.array.engine()) /
-                   r.array);
-    }
+    if (l.is_array) return Arr(Apply(op, l.array, r.number));
+    // number op array: n - a = -a + n, n / a = full(n) / a.
+    if (op == '+' || op == '*') return Arr(Apply(op, r.array, l.number));
+    if (op == '-') return Arr(r.array * -1.0 + l.number);
+    const NDArray& a = r.array;
+    return Arr(NDArray::Full(a.shape(), l.number, a.ctx(), a.dtype(), a.engine()) / a);
   }
 
   std::int64_t Integer(const Expr& e, const char* what) {
