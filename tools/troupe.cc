@@ -2,8 +2,9 @@
 //
 // Today: `troupe bench <workload>` (tools/bench_command.h), `troupe im2rec` (tools/im2rec_command.h),
 // `troupe scheduler|server` (tools/dist_command.h; with no command and DMLC_ROLE set, the role runs),
-// `troupe launch` (tools/launch_command.h) and `troupe train` (tools/train_command.h). Each subcommand lives
-// in its own tools/<name>_command.{h,cc}; the shell is still to come.
+// `troupe launch` (tools/launch_command.h), `troupe train` (tools/train_command.h) and `troupe shell`
+// (tools/shell_command.h; its language is tools/shell/interpreter.h). Each subcommand lives in its own
+// tools/<name>_command.{h,cc}.
 //
 // Exit status: 0 success (and --help/--version), 1 a failed run (e.g. a benchmark's in-run check),
 // 2 bad usage (unknown subcommand, workload or option; missing or bad value).
@@ -16,9 +17,10 @@
 #include "kvstore/dist.h"
 #include "tools/bench_command.h"
 #include "tools/dist_command.h"
-#include "tools/launch_command.h"
-#include "tools/train_command.h"
 #include "tools/im2rec_command.h"
+#include "tools/launch_command.h"
+#include "tools/shell_command.h"
+#include "tools/train_command.h"
 
 #ifndef TROUPE_VERSION
 #define TROUPE_VERSION "unknown"
@@ -27,7 +29,7 @@
 namespace {
 
 constexpr int kExitUsage = 2;
-constexpr const char* kCommands = "bench, im2rec, launch, scheduler, server, train";
+constexpr const char* kCommands = "bench, im2rec, launch, scheduler, server, shell, train";
 
 }  // namespace
 
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
       "  troupe bench engine --json engine.json\n"
       "  troupe im2rec train.lst images/ train\n"
       "  troupe train --model lenet --epochs 5\n"
+      "  troupe shell -c 'a = ones(2,3); print a * 2 + 1'\n"
       "  troupe launch -n 2 -s 1 -- troupe train --kvstore dist_sync --batch-size 50\n"
       "  troupe launch -n 2 -s 1 -- ./my_worker\n"
       "  troupe scheduler --port 9091 --num-servers 1 --num-workers 2\n"
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
   troupe::tools::DistCommand dist(&app);
   troupe::tools::LaunchCommand launch(&app);
   troupe::tools::TrainCommand train(&app);
+  troupe::tools::ShellCommand shell(&app);
   // After the subcommands were added (they inherit it when created): an unknown command is collected and
   // reported below with the list of known ones, instead of CLI11's generic message.
   app.allow_extras();
@@ -76,6 +80,7 @@ int main(int argc, char** argv) {
     if (dist.chosen()) return dist.Run();
     if (launch.chosen()) return launch.Run();
     if (train.chosen()) return train.Run();
+    if (shell.chosen()) return shell.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     return 1;

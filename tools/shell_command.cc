@@ -1,0 +1,205 @@
+// `troupe shell` (see shell_command.h).
+#include "tools/shell_command.h"
+
+// libedit's readline-compatible API (Debian libedit-dev, BSD licensed).
+#include <editline/readline.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/shell/interpreter.h"
+
+namespace troupe::tools {
+namespace {
+
+// Runs the statements of `text`; prints outputs on stdout and errors on stderr. Returns the number of
+// failed statements; stops after `quit`.
+int RunText(shell::Interpreter* interp, const std::string& text) {
+  int failed = 0;
+  for (const std::string& statement : shell::Interpreter::SplitStatements(text)) {
+    const shell::Outcome o = interp->Run(statement);
+    if (o.ok && !o.text.empty()) std::printf("%s\n", o.text.c_str());
+    std::fflush(stdout);
+    if (!o.ok) {
+      std::fprintf(stderr, "error: %s\n", o.text.c_str());
+      std::fflush(stderr);
+      ++failed;
+    }
+    if (interp->quit_requested()) break;
+  }
+  return failed;
+}
+
+// --- the interactive loop -------------------------------------------------------------------------------
+
+shell::Interpreter* g_interp = nullptr;  // for the completion callback
+int g_sigint_pipe[2] = {-1, -1};         // SIGINT writes a byte here (self-pipe)
+bool g_line_cancelled = false;           // set by ReadChar when Ctrl-C cancelled the line
+
+void OnSigint(int) {
+  const char c = 1;
+  const int saved = errno;
+  [[maybe_unused]] const auto n = write(g_sigint_pipe[1], &c, 1);
+  errno = saved;
+}
+
+void DrainSigintPipe() {
+  char buf[64];
+  pollfd p{g_sigint_pipe[0], POLLIN, 0};
+  while (poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0) {
+    if (read(g_sigint_pipe[0], buf, sizeof buf) <= 0) break;
+  }
+}
+
+// libedit reads every key through this: it waits for a key or for Ctrl-C. Ctrl-C ends the line (the loop
+// drops it), which is how the typed text is cancelled without leaving the shell.
+int ReadChar(FILE* in) {
+  const int fd = fileno(in);
+  while (true) {
+    pollfd fds[2] = {{fd, POLLIN, 0}, {g_sigint_pipe[0], POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return EOF;
+    }
+    if ((fds[1].revents & POLLIN) != 0) {
+      DrainSigintPipe();
+      g_line_cancelled = true;
+      std::fputs("^C", stdout);
+      std::fflush(stdout);
+      return '\n';
+    }
+    if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      unsigned char c = 0;
+      const ssize_t n = read(fd, &c, 1);
+      if (n == 1) return c;
+      if (n < 0 && errno == EINTR) continue;
+      return EOF;
+    }
+  }
+}
+
+char* CompletionGenerator(const char* text, int state) {
+  static std::vector<std::string> matches;
+  static std::size_t next = 0;
+  if (state == 0) {
+    matches = g_interp->Completions(text);
+    next = 0;
+  }
+  return next < matches.size() ? strdup(matches[next++].c_str()) : nullptr;
+}
+
+char** Complete(const char* text, int, int) {
+  rl_attempted_completion_over = 1;  // no file-name completion
+  return rl_completion_matches(text, CompletionGenerator);
+}
+
+int RunInteractive(shell::Interpreter* interp, bool use_history) {
+  g_interp = interp;
+  if (pipe(g_sigint_pipe) != 0) throw std::runtime_error("shell: cannot create a pipe");
+  struct sigaction sa {};
+  sa.sa_handler = OnSigint;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old {};
+  sigaction(SIGINT, &sa, &old);
+
+  rl_readline_name = "troupe";
+  rl_catch_signals = 0;  // our handler, not libedit's (which re-raises the signal)
+  rl_getc_function = ReadChar;
+  rl_attempted_completion_function = Complete;
+  static char kBreaks[] = " \t\n=(),[]+-*/:;";
+  rl_basic_word_break_characters = kBreaks;
+  rl_completer_word_break_characters = kBreaks;
+
+  std::string history;
+  if (const char* home = std::getenv("HOME"); use_history && home != nullptr && *home != '\0') {
+    history = std::string(home) + "/.troupe_history";
+    read_history(history.c_str());
+    stifle_history(1000);
+  }
+  std::printf("troupe shell: 'help' for the language and the commands, Tab completes, Ctrl-D leaves\n");
+  std::fflush(stdout);
+  while (!interp->quit_requested()) {
+    g_line_cancelled = false;
+    char* raw = readline("troupe> ");
+    if (raw == nullptr) {  // Ctrl-D
+      std::printf("\n");
+      break;
+    }
+    std::string line = raw;
+    std::free(raw);
+    if (g_line_cancelled) continue;
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    add_history(line.c_str());
+    if (!history.empty()) write_history(history.c_str());
+    RunText(interp, line);
+    // Ctrl-C while the command ran: it could not be abandoned; say so instead of cancelling the next line.
+    pollfd p{g_sigint_pipe[0], POLLIN, 0};
+    if (poll(&p, 1, 0) > 0) {
+      DrainSigintPipe();
+      std::printf("(interrupted: the command ran to its end; the engine finishes what was pushed)\n");
+      std::fflush(stdout);
+    }
+  }
+  sigaction(SIGINT, &old, nullptr);
+  close(g_sigint_pipe[0]);
+  close(g_sigint_pipe[1]);
+  g_interp = nullptr;
+  return 0;
+}
+
+}  // namespace
+
+ShellCommand::ShellCommand(CLI::App* root) {
+  app_ = root->add_subcommand("shell", "An interactive shell: arrays, operators, the engine and the profiler");
+  app_->add_option("-c,--command", command_,
+                   "Run these statements (separated by ';' or newlines) and exit, instead of reading stdin");
+  app_->add_flag("--no-history", no_history_, "Neither read nor write ~/.troupe_history");
+  app_->footer(
+      "On a terminal: line editing, history in ~/.troupe_history, Tab completes operator, function, command "
+      "and variable names; Ctrl-C cancels the line being typed, Ctrl-D (or quit) leaves. With -c, or with a "
+      "script on stdin, the statements run in order and every error is printed (error: ... on stderr) "
+      "without stopping the rest. Type 'help' in the shell for the language and the commands, 'help OP' for "
+      "an operator's inputs and parameters. Cluster commands (--connect, nodes, kv, barrier, checkpoint) come "
+      "with cluster mode, which is not there yet.\n"
+      "Exit status: 0 when every statement succeeded (an interactive session always exits 0), 1 when one "
+      "failed, 2 on bad usage.\n\n"
+      "Examples:\n"
+      "  troupe shell\n"
+      "      interactive\n"
+      "  troupe shell -c 'a = ones(2,3); b = a * 2 + 1; print b'\n"
+      "      prints [[3. 3. 3.] [3. 3. 3.]] as MXNet shows an NDArray\n"
+      "  troupe shell -c 'x = uniform(4,8); w = ones(3,8); FullyConnected(x, w, num_hidden=3, no_bias=true)'\n"
+      "      any registered operator: inputs by position or name, the rest are its parameters\n"
+      "  troupe shell -c 'help FullyConnected'\n"
+      "      an operator's inputs and parameters\n"
+      "  troupe shell -c 'load model-0003.params; vars'\n"
+      "      the arrays of a checkpoint as variables\n"
+      "  troupe shell -c 'profile start; a = dot(uniform(512,512), uniform(512,512)); wait; profile stop'\n"
+      "      the engine's functions and their times\n"
+      "  troupe shell < script.txt\n"
+      "      a script, one statement a line; exit status 1 if any failed\n");
+}
+
+bool ShellCommand::chosen() const { return app_->parsed(); }
+
+int ShellCommand::Run() {
+  shell::Interpreter interp;
+  if (!app_->get_option("--command")->empty()) return RunText(&interp, command_) == 0 ? 0 : 1;
+  if (isatty(STDIN_FILENO) == 0) {
+    int failed = 0;
+    for (std::string line; !interp.quit_requested() && std::getline(std::cin, line);) failed += RunText(&interp, line);
+    return failed == 0 ? 0 : 1;
+  }
+  return RunInteractive(&interp, !no_history_);
+}
+
+}  // namespace troupe::tools

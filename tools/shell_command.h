@@ -1,0 +1,38 @@
+// `troupe shell`: an interactive shell over NDArrays, the operator registry, the engine and the profiler
+// (the language is tools/shell/interpreter.h). Three ways in:
+//   - a terminal on stdin: line editing, history (~/.troupe_history) and Tab completion of operator,
+//     function, command and variable names through libedit's readline API; Ctrl-C cancels the line being
+//     typed (a running command finishes: the engine's pushed functions cannot be abandoned), Ctrl-D exits;
+//   - `-c TEXT`: runs the statements in TEXT (separated by ';' or newlines) and exits;
+//   - a script on stdin (not a terminal): runs it line by line, with no prompt.
+// Errors print "error: ..." on stderr and the shell goes on with the next statement.
+//
+// Exit status: 0 when every statement succeeded (always 0 interactively), 1 when one failed (-c and
+// scripts still run the rest), 2 on bad usage.
+//
+// Thread-safety: none needed; used from main() only. The interactive loop installs a SIGINT handler while
+// it runs.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace troupe::tools {
+
+class ShellCommand {
+ public:
+  // Adds the `shell` subcommand to `root`.
+  explicit ShellCommand(CLI::App* root);
+  bool chosen() const;
+  int Run();
+
+ private:
+  CLI::App* app_ = nullptr;
+  std::string command_;  // -c
+  bool no_history_ = false;
+};
+
+}  // namespace troupe::tools
