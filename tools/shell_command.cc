@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "kvstore/dist.h"
+#include "tools/shell/cluster_commands.h"
 #include "tools/shell/interpreter.h"
 
 namespace troupe::tools {
@@ -163,13 +165,20 @@ ShellCommand::ShellCommand(CLI::App* root) {
   app_->add_option("-c,--command", command_,
                    "Run these statements (separated by ';' or newlines) and exit, instead of reading stdin");
   app_->add_flag("--no-history", no_history_, "Neither read nor write ~/.troupe_history");
+  app_->add_option("--connect", connect_,
+                   "HOST:PORT of a running cluster's scheduler: adds nodes, kv and checkpoint (the token is read "
+                   "from TROUPE_CLUSTER_TOKEN)");
+  app_->add_option("--timeout-ms", timeout_ms_, "How long a cluster command waits for an answer")
+      ->check(CLI::Range(1, 3600000))
+      ->capture_default_str();
   app_->footer(
       "On a terminal: line editing, history in ~/.troupe_history, Tab completes operator, function, command "
       "and variable names; Ctrl-C cancels the line being typed, Ctrl-D (or quit) leaves. With -c, or with a "
       "script on stdin, the statements run in order and every error is printed (error: ... on stderr) "
       "without stopping the rest. Type 'help' in the shell for the language and the commands, 'help OP' for "
-      "an operator's inputs and parameters. Cluster commands (--connect, nodes, kv, barrier, checkpoint) come "
-      "with cluster mode, which is not there yet.\n"
+      "an operator's inputs and parameters. With --connect the shell observes a running cluster (it takes no "
+      "part in rounds and is not counted) and gains: nodes (role, rank, address, state, last heard), kv keys, "
+      "kv pull KEY [NAME], kv stats (per server) and checkpoint [DIR]; barrier is for workers only.\n"
       "Exit status: 0 when every statement succeeded (an interactive session always exits 0), 1 when one "
       "failed, 2 on bad usage.\n\n"
       "Examples:\n"
@@ -186,13 +195,36 @@ ShellCommand::ShellCommand(CLI::App* root) {
       "  troupe shell -c 'profile start; a = dot(uniform(512,512), uniform(512,512)); wait; profile stop'\n"
       "      the engine's functions and their times\n"
       "  troupe shell < script.txt\n"
-      "      a script, one statement a line; exit status 1 if any failed\n");
+      "      a script, one statement a line; exit status 1 if any failed\n"
+      "  TROUPE_CLUSTER_TOKEN=s3cret troupe shell --connect 127.0.0.1:9091 -c 'nodes; kv keys; kv pull 0 w'\n"
+      "      a running cluster's nodes, keys and a stored value (kept as w)\n");
 }
 
 bool ShellCommand::chosen() const { return app_->parsed(); }
 
 int ShellCommand::Run() {
   shell::Interpreter interp;
+  if (!connect_.empty()) {
+    const auto colon = connect_.rfind(':');
+    char* end = nullptr;
+    const long port = colon == std::string::npos ? 0 : std::strtol(connect_.c_str() + colon + 1, &end, 10);
+    if (colon == std::string::npos || colon == 0 || *end != '\0' || port < 1 || port > 65535) {
+      std::fprintf(stderr, "troupe shell: --connect wants HOST:PORT (the scheduler's), not '%s'\n", connect_.c_str());
+      return 2;
+    }
+    const char* token = std::getenv("TROUPE_CLUSTER_TOKEN");
+    if (token == nullptr || *token == '\0') {
+      std::fprintf(stderr, "troupe shell: set TROUPE_CLUSTER_TOKEN to the cluster's token to connect\n");
+      return 2;
+    }
+    try {
+      shell::AddClusterCommands(&interp, ClusterObserver::Connect(connect_.substr(0, colon), static_cast<int>(port),
+                                                                  token, timeout_ms_));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe shell: cannot connect to %s: %s\n", connect_.c_str(), e.what());
+      return 1;
+    }
+  }
   if (!app_->get_option("--command")->empty()) return RunText(&interp, command_) == 0 ? 0 : 1;
   if (isatty(STDIN_FILENO) == 0) {
     int failed = 0;

@@ -6,6 +6,8 @@
 //   - `-c TEXT`: runs the statements in TEXT (separated by ';' or newlines) and exits;
 //   - a script on stdin (not a terminal): runs it line by line, with no prompt.
 // Errors print "error: ..." on stderr and the shell goes on with the next statement.
+// With --connect HOST:PORT (the cluster's scheduler; the token from TROUPE_CLUSTER_TOKEN) the shell is an
+// observer of a running cluster and has its commands too: nodes, kv keys|pull|stats, checkpoint.
 //
 // Exit status: 0 when every statement succeeded (always 0 interactively), 1 when one failed (-c and
 // scripts still run the rest), 2 on bad usage.
@@ -33,6 +35,8 @@ class ShellCommand {
   CLI::App* app_ = nullptr;
   std::string command_;  // -c
   bool no_history_ = false;
+  std::string connect_;  // --connect HOST:PORT: cluster mode (tools/shell/cluster_commands.h)
+  int timeout_ms_ = 5000;
 };
 
 }  // namespace troupe::tools

@@ -281,6 +281,9 @@ TrainCommand::TrainCommand(CLI::App* root) {
   app_->add_option("--act", o.act, "LeNet's activation: tanh (MXNet's example) or relu")
       ->check(CLI::IsMember({"tanh", "relu"}))
       ->capture_default_str();
+  app_->add_option("--dropout", o.dropout, "LeNet: Dropout with this probability before the last layer (0: none)")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   app_->add_option("--data", o.data, "fashion-mnist, idx:DIR, csv:DIR or rec:DIR")->capture_default_str();
   app_->add_option("--kvstore", o.kvstore, "local, device, nccl, dist_sync, dist_async or dist_device_sync")
       ->check(CLI::IsMember({"local", "device", "nccl", "dist_sync", "dist_async", "dist_device_sync"}))
@@ -387,7 +390,7 @@ int RunTrain(const TrainOptions& o) {
   fit.kvstore = o.kvstore;
   fit.store = store;
 
-  Module mod(o.model == "mlp" ? models::MLP() : models::LeNet(10, o.act), {"data"}, {"softmax_label"}, devices);
+  Module mod(o.model == "mlp" ? models::MLP() : models::LeNet(10, o.act, o.dropout), {"data"}, {"softmax_label"}, devices);
   // The loss (cross-entropy) beside the accuracy Fit keeps: from the batch the iterator holds.
   auto loss = EvalMetric::Create("ce");
   double final_accuracy = std::nan("");

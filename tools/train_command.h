@@ -22,6 +22,7 @@ namespace troupe::tools {
 struct TrainOptions {
   std::string model = "mlp";             // mlp | lenet
   std::string act = "tanh";              // lenet's activation: tanh (MXNet's LeNet) | relu
+  double dropout = 0;                    // lenet: Dropout before the last layer (0: none)
   std::string data = "fashion-mnist";    // fashion-mnist | idx:DIR | csv:DIR | rec:DIR
   std::string kvstore = "local";         // local | device | nccl | dist_sync | dist_async | dist_device_sync
   std::string devices = "cpu:0";         // cpu:0,cpu:1 | gpu:0 ...

@@ -17,8 +17,9 @@ Symbol MLP(int num_classes = 10, const std::vector<int>& hidden = {128, 64});
 
 // LeNet-style: conv1 (5x5, 20 filters) -> tanh -> max pool 2x2 -> conv2 (5x5, 50) -> tanh -> max pool 2x2
 // -> Flatten -> fc1 (500) -> tanh -> fc2 (num_classes) -> SoftmaxOutput, as MXNet's example/image-
-// classification/symbols/lenet.py. act: "tanh" (as there) or "relu".
-Symbol LeNet(int num_classes = 10, const std::string& act = "tanh");
+// classification/symbols/lenet.py. act: "tanh" (as there) or "relu". dropout > 0 adds Dropout(p = dropout)
+// between fc1's activation and fc2 (named drop1).
+Symbol LeNet(int num_classes = 10, const std::string& act = "tanh", double dropout = 0);
 
 }  // namespace models
 }  // namespace troupe

@@ -7,6 +7,7 @@
 // exits 0 when every check held (1 otherwise, with the reason on stderr).
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -173,6 +174,27 @@ int AnyWorkers() {
   return 0;
 }
 
+// For the shell's cluster test (tests/kvstore/shell_cluster_test.cc): key 0 (4 floats) and key 1 (1500,
+// split over the servers when the big-array bound is 1000), one round each (worker r pushes r + 1 into key
+// 0 and ones into key 1), READY, then waits for a line on the FIFO named by TROUPE_TEST_FIFO (opening it
+// blocks until the test opens it for writing; launch gives workers no stdin) and leaves in order.
+int PushThenWait() {
+  const char* fifo = std::getenv("TROUPE_TEST_FIFO");
+  if (fifo == nullptr) throw Error("push_then_wait needs TROUPE_TEST_FIFO");
+  auto kv = Join("dist_sync");
+  kv->Init({0, 1}, {dist_test::Filled(TShape{4}, 0.f), dist_test::Filled(TShape{1500}, 0.f)});
+  NDArray a(TShape{4}, Context::CPU(0)), b(TShape{1500}, Context::CPU(0));
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, static_cast<float>(kv->rank() + 1))}, {a});
+  kv->PushPull({1}, {dist_test::Filled(TShape{1500}, 1.f)}, {b});
+  a.WaitToRead();
+  b.WaitToRead();
+  Say("READY");
+  std::ifstream go(fifo);
+  std::string line;
+  std::getline(go, line);
+  return 0;
+}
+
 // A well-behaved worker while the test attacks the nodes' ports: READY, wait for GO, then rounds.
 int ServeWhileAttacked() {
   auto kv = Join("dist_sync");
@@ -213,6 +235,7 @@ int Main(int argc, char** argv) {
     if (name == "serve_while_attacked") return ServeWhileAttacked();
     if (name == "leave_then_restart") return LeaveThenRestart();
     if (name == "any_workers") return AnyWorkers();
+    if (name == "push_then_wait") return PushThenWait();
     if (name == "round_then_expect_server_death") return RoundThenExpectServerDeath();
     if (name == "expect_refused") return ExpectRefused();
     const auto& all = dist_test::Scenarios();

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "ops/param.h"
+
 namespace troupe {
 namespace models {
 
@@ -18,7 +20,7 @@ Symbol MLP(int num_classes, const std::vector<int>& hidden) {
   return Symbol::Create("SoftmaxOutput", {}, std::vector<Symbol>{x, Symbol::Variable("softmax_label")}, "softmax");
 }
 
-Symbol LeNet(int num_classes, const std::string& act) {
+Symbol LeNet(int num_classes, const std::string& act, double dropout) {
   Symbol x = Symbol::Variable("data");
   x = Symbol::Create("Convolution", {{"kernel", "(5, 5)"}, {"num_filter", "20"}}, {x}, "conv1");
   x = Symbol::Create("Activation", {{"act_type", act}}, {x}, act + "1");
@@ -29,6 +31,7 @@ Symbol LeNet(int num_classes, const std::string& act) {
   x = Symbol::Create("Flatten", {}, {x}, "flatten");
   x = Symbol::Create("FullyConnected", {{"num_hidden", "500"}}, {x}, "fc1");
   x = Symbol::Create("Activation", {{"act_type", act}}, {x}, act + "3");
+  if (dropout > 0) x = Symbol::Create("Dropout", {{"p", param_detail::PrintReal(dropout)}}, {x}, "drop1");
   x = Symbol::Create("FullyConnected", {{"num_hidden", std::to_string(num_classes)}}, {x}, "fc2");
   return Symbol::Create("SoftmaxOutput", {}, std::vector<Symbol>{x, Symbol::Variable("softmax_label")}, "softmax");
 }

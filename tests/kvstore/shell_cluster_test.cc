@@ -1,0 +1,183 @@
+// `troupe shell --connect` against real clusters on 127.0.0.1 (issue 10's cluster mode):
+//   - a cluster started by `troupe launch -n 2 -s 2`: `nodes` lists the scheduler, both servers and both
+//     workers as alive; `kv keys` shows a small key and a key split over both servers; `kv pull` shows the
+//     values the workers pushed (and keeps one as a variable the shell computes with); `kv stats` counts the
+//     pushes; a wrong token is refused; then the workers leave and launch exits 0;
+//   - a cluster started role by role (launch would stop everything when a worker dies): after kill -9 of a
+//     worker, `nodes` shows it dead within the heartbeat timeout.
+// The workers are tests/kvstore/dist_node's push_then_wait: they hold still on a FIFO until the test is done.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/common/child_process.h"
+
+namespace troupe {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+constexpr int kTimeoutMs = 60000;
+constexpr int kHeartbeatTimeoutMs = 3000;
+constexpr const char* kToken = "shell-cluster-test-token";
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+class ShellCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("troupe_shell_cluster_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    fifo_ = (dir_ / "go").string();
+    ASSERT_EQ(::mkfifo(fifo_.c_str(), 0600), 0);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // `troupe shell --connect 127.0.0.1:PORT -c TEXT` with the token (unless another is given).
+  Result Shell(int port, const std::string& text, const std::string& token = kToken) {
+    const std::string out = (dir_ / "shell.txt").string();
+    const std::string cmd = "TROUPE_CLUSTER_TOKEN=" + token + " " + TROUPE_CLI_PATH + " shell --connect 127.0.0.1:" +
+                            std::to_string(port) + " -c '" + text + "' > " + out + " 2>&1 < /dev/null";
+    const int raw = std::system(cmd.c_str());
+    Result r;
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    std::ifstream in(out);
+    r.out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return r;
+  }
+
+  // Releases every push_then_wait worker: opening the FIFO for writing unblocks their reads.
+  void ReleaseWorkers() {
+    std::ofstream go(fifo_);
+    go << "GO\nGO\n";
+  }
+
+  std::map<std::string, std::string> Env() const {
+    return {{"DMLC_PS_ROOT_URI", "127.0.0.1"},
+            {"TROUPE_CLUSTER_TOKEN", kToken},
+            {"TROUPE_HEARTBEAT_INTERVAL_MS", "300"},
+            {"TROUPE_HEARTBEAT_TIMEOUT_MS", std::to_string(kHeartbeatTimeoutMs)},
+            {"TROUPE_KVSTORE_BIGARRAY_BOUND", "1000"},
+            {"TROUPE_TEST_FIFO", fifo_}};
+  }
+
+  fs::path dir_;
+  std::string fifo_;
+};
+
+int PortOf(const std::string& line) { return std::stoi(line.substr(line.rfind(':') + 1)); }
+
+int Count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
+  bench::ChildProcess launch("troupe launch",
+                             {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "2", "--", TROUPE_DIST_NODE, "push_then_wait"},
+                             Env(), /*merge_stderr=*/true);
+  const auto sched = launch.ReadLine("[scheduler] troupe scheduler: listening on", kTimeoutMs);
+  ASSERT_TRUE(sched.has_value());
+  const int port = PortOf(*sched);
+  for (int i = 0; i < 2; ++i) {
+    const auto ready = launch.ReadLine("[worker ", kTimeoutMs);  // the workers print nothing else
+    ASSERT_TRUE(ready.has_value());
+    EXPECT_THAT(*ready, HasSubstr("READY"));
+  }
+
+  Result r = Shell(port, "nodes; kv keys; kv pull 0 w; kv pull 1; kv stats; print w + 1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("cluster running"));
+  // The rows of the nodes table (the role column is 10 wide).
+  EXPECT_EQ(Count(r.out, "\nscheduler  - "), 1) << r.out;
+  EXPECT_EQ(Count(r.out, "\nserver     "), 2) << r.out;
+  EXPECT_EQ(Count(r.out, "\nworker     "), 2) << r.out;
+  EXPECT_EQ(Count(r.out, " alive "), 5) << r.out;
+  // kv keys: key 0 whole on one server, key 1 in two parts.
+  EXPECT_THAT(r.out, HasSubstr("1/1"));
+  EXPECT_THAT(r.out, HasSubstr("1/2"));
+  EXPECT_THAT(r.out, HasSubstr("2/2"));
+  // Worker 0 pushed 1s and worker 1 2s into key 0; both pushed 1s into key 1 (1500 values, joined flat).
+  EXPECT_THAT(r.out, HasSubstr("[3. 3. 3. 3.]\n<NDArray 4 @cpu(0)>"));
+  EXPECT_THAT(r.out, HasSubstr("<NDArray 1500 @cpu(0)>"));
+  EXPECT_THAT(r.out, HasSubstr("[4. 4. 4. 4.]"));  // w + 1: the pulled value is a shell variable
+  EXPECT_THAT(r.out, HasSubstr("pushes"));
+  EXPECT_EQ(Count(r.out, "server 0: ") + Count(r.out, "server 1: "), 2) << r.out;
+
+  r = Shell(port, "nodes", "not-the-token");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("wrong cluster token"));
+  r = Shell(port, "kv pull 99; kv frobnicate; barrier");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("no server holds key 99"));
+  EXPECT_THAT(r.out, HasSubstr("kv keys"));
+  EXPECT_THAT(r.out, HasSubstr("not one of its workers"));
+
+  ReleaseWorkers();
+  std::vector<std::string> lines;
+  while (launch.ReadSome(&lines)) {
+  }
+  EXPECT_EQ(launch.Wait(kTimeoutMs), 0);
+}
+
+TEST_F(ShellCluster, ShowsAKilledWorkerDeadWithinTheHeartbeatTimeout) {
+  auto env = Env();
+  env["DMLC_NUM_SERVER"] = "1";
+  env["DMLC_NUM_WORKER"] = "2";
+  env["DMLC_PS_ROOT_PORT"] = "0";
+  bench::ChildProcess scheduler("scheduler", {TROUPE_CLI_PATH, "scheduler"}, env);
+  const auto line = scheduler.ReadLine("troupe scheduler: listening on", kTimeoutMs);
+  ASSERT_TRUE(line.has_value());
+  const int port = PortOf(*line);
+  env["DMLC_PS_ROOT_PORT"] = std::to_string(port);
+  bench::ChildProcess server("server", {TROUPE_CLI_PATH, "server"}, env);
+  env["DMLC_ROLE"] = "worker";
+  auto victim = std::make_unique<bench::ChildProcess>("worker", std::vector<std::string>{TROUPE_DIST_NODE, "push_then_wait"}, env);
+  bench::ChildProcess survivor("worker", {TROUPE_DIST_NODE, "push_then_wait"}, env);
+  ASSERT_TRUE(victim->ReadLine("READY", kTimeoutMs).has_value());
+  ASSERT_TRUE(survivor.ReadLine("READY", kTimeoutMs).has_value());
+  EXPECT_EQ(Count(Shell(port, "nodes").out, " alive "), 4);  // the scheduler, the server, two workers
+
+  const auto killed = Clock::now();
+  victim->Signal(SIGKILL);
+  EXPECT_EQ(victim->Wait(kTimeoutMs), 128 + SIGKILL);
+  Result r;
+  bool dead = false;
+  while (!dead && Clock::now() - killed < std::chrono::milliseconds(kHeartbeatTimeoutMs)) {
+    r = Shell(port, "nodes");  // each call is a new observer asking the scheduler
+    dead = r.status == 0 && Count(r.out, " dead ") == 1;
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
+  EXPECT_TRUE(dead) << "not shown dead within " << kHeartbeatTimeoutMs << " ms:\n" << r.out;
+  EXPECT_THAT(r.out, HasSubstr("rounds fail: worker"));
+  std::printf("shell: the killed worker showed as dead %lld ms after kill -9\n", static_cast<long long>(ms));
+
+  ReleaseWorkers();
+  EXPECT_EQ(survivor.Wait(kTimeoutMs), 0);
+  EXPECT_EQ(scheduler.Wait(kTimeoutMs), 1);  // a worker died: the run did not end in order
+  EXPECT_EQ(server.Wait(kTimeoutMs), 0);
+}
+
+}  // namespace
+}  // namespace troupe
