@@ -4,6 +4,7 @@
 // libedit's readline-compatible API (Debian libedit-dev, BSD licensed).
 #include <editline/readline.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,9 +14,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <exception>
+#include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "actors/error.h"
 #include "kvstore/dist.h"
 #include "tools/shell/cluster_commands.h"
 #include "tools/shell/interpreter.h"
@@ -59,6 +65,52 @@ void DrainSigintPipe() {
   pollfd p{g_sigint_pipe[0], POLLIN, 0};
   while (poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0) {
     if (read(g_sigint_pipe[0], buf, sizeof buf) <= 0) break;
+  }
+}
+
+// The interactive waiter (Interpreter::SetWaiter): the blocking call runs on a helper thread; this thread
+// waits for it or for Ctrl-C. At Ctrl-C the statement fails and the shell is back; the helper (holding its
+// own references) finishes in the background. Its completion goes through an eventfd both sides own, so a
+// late write never hits a closed descriptor.
+struct Completion {
+  int fd = eventfd(0, EFD_CLOEXEC);
+  std::exception_ptr error;
+  ~Completion() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+std::vector<std::shared_ptr<Completion>> g_abandoned;  // waits given up at Ctrl-C, still running
+
+void InterruptibleWait(const std::function<void()>& block) {
+  auto done = std::make_shared<Completion>();
+  if (done->fd < 0) return block();  // no eventfd: wait here, uninterruptible
+  std::thread([block, done] {
+    try {
+      block();
+    } catch (...) {
+      done->error = std::current_exception();
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = write(done->fd, &one, sizeof one);
+  }).detach();
+  while (true) {
+    pollfd fds[2] = {{done->fd, POLLIN, 0}, {g_sigint_pipe[0], POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      throw Error("shell: poll failed while waiting");
+    }
+    if ((fds[0].revents & POLLIN) != 0) {
+      std::uint64_t v = 0;
+      [[maybe_unused]] const auto n = read(done->fd, &v, sizeof v);
+      if (done->error) std::rethrow_exception(done->error);
+      return;
+    }
+    if ((fds[1].revents & POLLIN) != 0) {
+      DrainSigintPipe();
+      g_abandoned.push_back(done);
+      throw Error("interrupted: the shell is back; the engine finishes what was pushed in the background");
+    }
   }
 }
 
@@ -127,6 +179,7 @@ int RunInteractive(shell::Interpreter* interp, bool use_history) {
     read_history(history.c_str());
     stifle_history(1000);
   }
+  interp->SetWaiter(InterruptibleWait);
   std::printf("troupe shell: 'help' for the language and the commands, Tab completes, Ctrl-D leaves\n");
   std::fflush(stdout);
   while (!interp->quit_requested()) {
@@ -143,14 +196,23 @@ int RunInteractive(shell::Interpreter* interp, bool use_history) {
     add_history(line.c_str());
     if (!history.empty()) write_history(history.c_str());
     RunText(interp, line);
-    // Ctrl-C while the command ran: it could not be abandoned; say so instead of cancelling the next line.
-    pollfd p{g_sigint_pipe[0], POLLIN, 0};
-    if (poll(&p, 1, 0) > 0) {
-      DrainSigintPipe();
-      std::printf("(interrupted: the command ran to its end; the engine finishes what was pushed)\n");
+    // Ctrl-C while a command ran that does not wait on the engine (pushing is quick): it is done; drop the key
+    // instead of cancelling the next line.
+    DrainSigintPipe();
+  }
+  interp->SetWaiter(nullptr);
+  // The helpers of interrupted waits block in the engine: the process must not end (and destroy the engine)
+  // under them.
+  for (const auto& done : g_abandoned) {
+    pollfd p{done->fd, POLLIN, 0};
+    if (poll(&p, 1, 0) == 0) {
+      std::printf("waiting for the engine to finish what was pushed...\n");
       std::fflush(stdout);
+      while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+      }
     }
   }
+  g_abandoned.clear();
   sigaction(SIGINT, &old, nullptr);
   close(g_sigint_pipe[0]);
   close(g_sigint_pipe[1]);
@@ -173,7 +235,8 @@ ShellCommand::ShellCommand(CLI::App* root) {
       ->capture_default_str();
   app_->footer(
       "On a terminal: line editing, history in ~/.troupe_history, Tab completes operator, function, command "
-      "and variable names; Ctrl-C cancels the line being typed, Ctrl-D (or quit) leaves. With -c, or with a "
+      "and variable names; Ctrl-C cancels the line being typed or interrupts a wait on the engine (wait, printing "
+      "an array; the engine finishes in the background), Ctrl-D (or quit) leaves. With -c, or with a "
       "script on stdin, the statements run in order and every error is printed (error: ... on stderr) "
       "without stopping the rest. Type 'help' in the shell for the language and the commands, 'help OP' for "
       "an operator's inputs and parameters. With --connect the shell observes a running cluster (it takes no "

@@ -2,7 +2,9 @@
 // (the language is tools/shell/interpreter.h). Three ways in:
 //   - a terminal on stdin: line editing, history (~/.troupe_history) and Tab completion of operator,
 //     function, command and variable names through libedit's readline API; Ctrl-C cancels the line being
-//     typed (a running command finishes: the engine's pushed functions cannot be abandoned), Ctrl-D exits;
+//     typed, or interrupts a command waiting on the engine (`wait`, printing an array): the shell is back
+//     and the engine finishes what was pushed in the background (pushed functions cannot be abandoned; the
+//     shell waits for them before it exits); Ctrl-D exits;
 //   - `-c TEXT`: runs the statements in TEXT (separated by ';' or newlines) and exits;
 //   - a script on stdin (not a terminal): runs it line by line, with no prompt.
 // Errors print "error: ..." on stderr and the shell goes on with the next statement.

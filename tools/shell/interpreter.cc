@@ -886,6 +886,10 @@ Outcome Interpreter::Run(const std::string& raw) {
       return {};
     }
     if (!print) return {};
+    if (v.is_array) {
+      const NDArray a = v.array;
+      Block([a] { a.WaitToRead(); });  // interruptible (SetWaiter); Format then finds it ready
+    }
     return {true, v.is_array ? Format(v.array) : NumberText(v.number)};
   } catch (const std::exception& e) {
     return {false, e.what()};
@@ -920,8 +924,11 @@ void Interpreter::AddBuiltinCommands() {
   });
   AddCommand("wait", "wait [NAME...]", "waits for the engine (or for the named arrays); reports a failed function",
              [this](const std::vector<std::string>& a) {
-               if (a.empty()) Engine::Get()->WaitForAll();
-               for (const auto& n : a) Require(n).WaitToRead();
+               if (a.empty()) Block([] { Engine::Get()->WaitForAll(); });
+               for (const auto& n : a) {
+                 const NDArray arr = Require(n);
+                 Block([arr] { arr.WaitToRead(); });
+               }
                return std::string();
              });
   AddCommand("engine", "engine stats", "functions pushed, completed and pending; queued and running per device",

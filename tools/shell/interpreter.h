@@ -77,6 +77,21 @@ class Interpreter {
   // Set by `quit` / `exit`.
   bool quit_requested() const { return quit_; }
 
+  // How the interpreter blocks on the engine (`wait`, printing an array): `waiter(block)` runs `block`
+  // (which holds its own copies of what it waits for, so it may outlive the statement). The default runs it
+  // here. The interactive front end runs it on a helper thread and gives up at Ctrl-C by throwing
+  // troupe::Error: the statement fails ("interrupted"), the shell is back, and the engine finishes what was
+  // pushed in the background.
+  using Waiter = std::function<void(const std::function<void()>& block)>;
+  void SetWaiter(Waiter waiter) { waiter_ = std::move(waiter); }
+  void Block(const std::function<void()>& block) const {
+    if (waiter_) {
+      waiter_(block);
+    } else {
+      block();
+    }
+  }
+
   // The variables.
   std::vector<std::string> VariableNames() const;
   // Null when `name` is not a variable.
@@ -102,6 +117,7 @@ class Interpreter {
   std::map<std::string, NDArray> vars_;
   std::map<std::string, Command> commands_;
   bool quit_ = false;
+  Waiter waiter_;
 };
 
 }  // namespace troupe::shell

@@ -240,11 +240,12 @@ TEST(ShellInteractive, ValuesErrorsCompletionCtrlCAndCtrlD) {
   EXPECT_EQ(pty.seen().find("zz  "), std::string::npos) << pty.seen();
   EXPECT_EQ(pty.seen().find("parse error"), std::string::npos) << pty.seen();
 
-  // Ctrl-C while a command runs: the command runs to its end (or, if it was quicker than the key, the
-  // empty line is cancelled); either way the shell and its variables stay.
+  // Ctrl-C while `wait` waits for a long product (54 GFLOP: seconds here): the wait is interrupted, the shell
+  // is back at once, and the product goes on; printing from it later waits for it.
   pty.Send("big = dot(uniform(3000,3000), uniform(3000,3000)); wait\r");
   ASSERT_TRUE(pty.WaitFor("; wait\r\n")) << pty.seen();  // libedit took the line: the command runs
   pty.Send("\x03");
+  ASSERT_TRUE(pty.WaitFor("interrupted: the shell is back")) << pty.seen();
   ASSERT_TRUE(pty.WaitForPrompt()) << pty.seen();
   pty.Send("big[0][0:1] * 0 + longname\r");
   ASSERT_TRUE(pty.WaitFor("[7.]\r\n<NDArray 1 @cpu(0)>")) << pty.seen();
