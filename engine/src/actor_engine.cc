@@ -17,6 +17,7 @@
 // lane -> a worker runs it -> Finish records errors and versions, posts kComplete to the shard(s), runs or
 // submits the continuation -> the shards release the variables, grant waiters and recycle the block.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -32,6 +33,7 @@
 #include "actors/internal/wakeable.h"
 #include "actors/runtime.h"
 #include "engine/internal/engines.h"
+#include "engine/internal/profile_clock.h"
 
 namespace troupe {
 class Opr;
@@ -42,11 +44,6 @@ namespace {
 
 class ActorEngine;
 struct OprBlock;
-
-std::int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 class ActorVar final : public Var {
  public:
@@ -409,8 +406,13 @@ class ActorEngine final : public Engine {
   std::mutex error_mu_;
   std::exception_ptr global_error_;  // guarded by error_mu_
   std::atomic<bool> profiling_{false};
-  std::mutex profile_mu_;
-  std::vector<ProfileRecord> profile_;  // guarded by profile_mu_
+  // Profile records (raw ProfileTicks until TakeProfile converts them), sharded by worker thread so that
+  // recording takes an uncontended lock.
+  struct ProfileShard {
+    std::mutex mu;
+    std::vector<ProfileRecord> records;
+  };
+  std::array<ProfileShard, 16> profile_shards_;
   bool stopping_ = false;
 };
 
@@ -976,7 +978,7 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
     }
     if (poison) break;
   }
-  if (b->profiling) b->begin_ns = NowNs();
+  if (b->profiling) b->begin_ns = ProfileTicks();
 
   OprBlock* next = nullptr;
   if (poison && !NeverSkipped(o->prop)) {
@@ -1051,9 +1053,11 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, bool on_wor
     for (ActorVar* v : o->mutable_vars) v->BumpVersion();
   }
   if (b->profiling) {
-    ProfileRecord r{o->name, b->ctx, static_cast<int>(b->lane), CurrentThreadId(), b->begin_ns, NowNs()};
-    std::lock_guard<std::mutex> lock(profile_mu_);
-    profile_.push_back(std::move(r));
+    const int thread = CurrentThreadId();
+    ProfileShard& shard = profile_shards_[static_cast<std::size_t>(thread) % profile_shards_.size()];
+    const std::int64_t end = ProfileTicks();
+    std::lock_guard<std::mutex> lock(shard.mu);  // uncontended: a shard per worker thread, mostly
+    shard.records.push_back(ProfileRecord{o->name, b->ctx, static_cast<int>(b->lane), thread, b->begin_ns, end});
   }
   const auto raw = reinterpret_cast<std::uintptr_t>(b->next.exchange(kChainClosed, std::memory_order_acq_rel));
   auto* next = reinterpret_cast<OprBlock*>(raw & ~(kChainClosedBits | kInheritsHolds));
@@ -1088,8 +1092,21 @@ void ActorEngine::RunOrSubmitContinuation(OprBlock* next, const WorkerInfo* work
 }
 
 std::vector<ProfileRecord> ActorEngine::TakeProfile() {
-  std::lock_guard<std::mutex> lock(profile_mu_);
-  return std::exchange(profile_, {});
+  std::vector<ProfileRecord> out;
+  for (ProfileShard& shard : profile_shards_) {
+    // Moved out, keeping the shard's capacity: recording in steady state then neither grows nor faults.
+    std::lock_guard<std::mutex> lock(shard.mu);
+    out.insert(out.end(), std::make_move_iterator(shard.records.begin()), std::make_move_iterator(shard.records.end()));
+    shard.records.clear();
+  }
+  if (out.empty()) return out;
+  const TickConverter ticks;
+  for (ProfileRecord& r : out) {
+    r.begin_ns = ticks.ToNs(r.begin_ns);
+    r.end_ns = ticks.ToNs(r.end_ns);
+  }
+  std::sort(out.begin(), out.end(), [](const ProfileRecord& a, const ProfileRecord& b) { return a.begin_ns < b.begin_ns; });
+  return out;
 }
 
 EngineStats ActorEngine::Stats() const {

@@ -12,6 +12,7 @@
 #include "actors/internal/lane_group.h"
 #include "actors/runtime.h"
 #include "engine/internal/engines.h"
+#include "engine/internal/profile_clock.h"
 
 namespace troupe::internal {
 namespace {
@@ -40,10 +41,6 @@ class Opr {
 namespace troupe::internal {
 namespace {
 
-std::int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 class NaiveEngine final : public Engine {
  public:
@@ -139,8 +136,18 @@ class NaiveEngine final : public Engine {
 
   void SetProfiling(bool on) override { profiling_.store(on, std::memory_order_relaxed); }
   std::vector<ProfileRecord> TakeProfile() override {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    return std::exchange(profile_, {});
+    std::vector<ProfileRecord> out;
+    {
+      std::lock_guard<std::recursive_mutex> lock(mu_);
+      out = std::exchange(profile_, {});
+    }
+    if (out.empty()) return out;
+    const TickConverter ticks;  // records hold ProfileTicks
+    for (ProfileRecord& r : out) {
+      r.begin_ns = ticks.ToNs(r.begin_ns);
+      r.end_ns = ticks.ToNs(r.end_ns);
+    }
+    return out;
   }
   EngineStats Stats() const override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
@@ -169,7 +176,7 @@ class NaiveEngine final : public Engine {
     }
     std::exception_ptr error;
     const bool record = profiling || profiling_.load(std::memory_order_relaxed);
-    const std::int64_t begin = record ? NowNs() : 0;
+    const std::int64_t begin = record ? ProfileTicks() : 0;
     if (poison && !NeverSkipped(op.prop)) {
       error = poison;
       ++stats_.skipped;
@@ -190,7 +197,7 @@ class NaiveEngine final : public Engine {
       error = slot->TakeError();
       free_slots_.push_back(slot);
     }
-    if (record) profile_.push_back(ProfileRecord{op.name, ctx, 0, internal::CurrentThreadId(), begin, NowNs()});
+    if (record) profile_.push_back(ProfileRecord{op.name, ctx, 0, internal::CurrentThreadId(), begin, ProfileTicks()});
     if (error) {
       for (NaiveVar* v : op.mutable_vars) v->error = error;
       if (!global_error_) global_error_ = error;

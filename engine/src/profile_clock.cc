@@ -1,0 +1,66 @@
+// Timestamps for the engine's profile records: see engine/internal/profile_clock.h.
+#include "engine/internal/profile_clock.h"
+
+#include <chrono>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+namespace troupe::internal {
+namespace {
+
+std::int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::int64_t RawTicks() {
+#if defined(__x86_64__)
+  return static_cast<std::int64_t>(__rdtsc());
+#else
+  return SteadyNs();
+#endif
+}
+
+// The first ticks and steady time taken together: the calibration's start.
+struct Anchor {
+  std::int64_t ticks = RawTicks();
+  std::int64_t ns = SteadyNs();
+};
+
+const Anchor& First() {
+  static const Anchor anchor;
+  return anchor;
+}
+
+}  // namespace
+
+std::int64_t ProfileTicks() {
+  (void)First();  // a relaxed check after the first call
+  return RawTicks();
+}
+
+TickConverter::TickConverter() {
+  const Anchor& a = First();
+  Anchor now;
+  // At least 1 ms between the two readings, so that reading jitter stays below 1e-4 of the rate.
+  while (now.ns - a.ns < 1000000) now = Anchor();
+  ticks0_ = a.ticks;
+  ns0_ = a.ns;
+  const double dticks = static_cast<double>(now.ticks - a.ticks);
+  const double dns = static_cast<double>(now.ns - a.ns);
+#if defined(__x86_64__)
+  ns_per_tick_ = dticks > 0 && dns > 0 ? dns / dticks : 1.0;
+#else
+  ns_per_tick_ = 1.0;  // ticks are nanoseconds already
+  (void)dticks;
+  (void)dns;
+#endif
+}
+
+std::int64_t TickConverter::ToNs(std::int64_t ticks) const {
+  return ns0_ + static_cast<std::int64_t>(static_cast<double>(ticks - ticks0_) * ns_per_tick_);
+}
+
+}  // namespace troupe::internal
