@@ -63,6 +63,9 @@ bool ProcessGone(int pid);
 // The path of the running executable (/proc/self/exe), to start copies of it in other roles.
 std::string SelfExe();
 
+// A TCP connection to 127.0.0.1:port (blocking connect): its descriptor, or -1 (nothing is left open).
+int ConnectLoopback(int port);
+
 // A distributed KVStore cluster's scheduler and servers on loopback as child processes (copies of this
 // executable, the roles through DMLC_ROLE), with a random cluster token, for `workers` workers that the
 // caller starts with worker_env(). The scheduler and the servers end once every worker has left.

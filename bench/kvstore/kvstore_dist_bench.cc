@@ -91,12 +91,8 @@ struct Header {
 };
 
 int RunTcpPeer(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) {
     std::fprintf(stderr, "troupe bench kvstore-dist (tcp peer): cannot connect to port %d\n", port);
     return 1;
   }

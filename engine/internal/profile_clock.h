@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "engine/engine.h"
 
 namespace troupe::internal {
 
@@ -21,5 +24,8 @@ class TickConverter {
   std::int64_t ticks0_, ns0_;
   double ns_per_tick_;
 };
+
+// Converts records taken with ProfileTicks to steady-clock nanoseconds, in place (each engine's TakeProfile).
+void ProfileTicksToNs(std::vector<ProfileRecord>* records);
 
 }  // namespace troupe::internal

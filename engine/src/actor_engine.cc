@@ -1099,12 +1099,7 @@ std::vector<ProfileRecord> ActorEngine::TakeProfile() {
     out.insert(out.end(), std::make_move_iterator(shard.records.begin()), std::make_move_iterator(shard.records.end()));
     shard.records.clear();
   }
-  if (out.empty()) return out;
-  const TickConverter ticks;
-  for (ProfileRecord& r : out) {
-    r.begin_ns = ticks.ToNs(r.begin_ns);
-    r.end_ns = ticks.ToNs(r.end_ns);
-  }
+  ProfileTicksToNs(&out);  // the records hold ProfileTicks
   std::sort(out.begin(), out.end(), [](const ProfileRecord& a, const ProfileRecord& b) { return a.begin_ns < b.begin_ns; });
   return out;
 }

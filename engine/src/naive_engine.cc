@@ -141,12 +141,7 @@ class NaiveEngine final : public Engine {
       std::lock_guard<std::recursive_mutex> lock(mu_);
       out = std::exchange(profile_, {});
     }
-    if (out.empty()) return out;
-    const TickConverter ticks;  // records hold ProfileTicks
-    for (ProfileRecord& r : out) {
-      r.begin_ns = ticks.ToNs(r.begin_ns);
-      r.end_ns = ticks.ToNs(r.end_ns);
-    }
+    ProfileTicksToNs(&out);  // the records hold ProfileTicks
     return out;
   }
   EngineStats Stats() const override {

@@ -63,4 +63,13 @@ std::int64_t TickConverter::ToNs(std::int64_t ticks) const {
   return ns0_ + static_cast<std::int64_t>(static_cast<double>(ticks - ticks0_) * ns_per_tick_);
 }
 
+void ProfileTicksToNs(std::vector<ProfileRecord>* records) {
+  if (records->empty()) return;
+  const TickConverter ticks;
+  for (ProfileRecord& r : *records) {
+    r.begin_ns = ticks.ToNs(r.begin_ns);
+    r.end_ns = ticks.ToNs(r.end_ns);
+  }
+}
+
 }  // namespace troupe::internal

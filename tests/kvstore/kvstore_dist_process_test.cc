@@ -239,22 +239,9 @@ TEST(DistProcess, RestartedServerKnowsWhichWorkersLeft) {
   std::filesystem::remove_all(dir);
 }
 
-int ConnectRaw(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Sends `bytes`, then waits for the peer to close the connection (it refused them).
 bool RefusedAndClosed(int port, const std::vector<std::byte>& bytes) {
-  const int fd = ConnectRaw(port);
+  const int fd = bench::ConnectLoopback(port);
   if (fd < 0) return false;
   std::size_t off = 0;
   while (off < bytes.size()) {
@@ -294,7 +281,7 @@ TEST(DistProcess, WrongTokenAndHostileClientsAreRefused) {
     const auto hello = net::EncodeFrame(net::Hello{net::Role::kWorker, 0, net::kProtocolVersion, "wrong", "127.0.0.1", 0});
     EXPECT_TRUE(RefusedAndClosed(port, hello)) << "wrong token, port " << port;
     // A truncated frame: half a hello, then the client goes away.
-    const int fd = ConnectRaw(port);
+    const int fd = bench::ConnectLoopback(port);
     ASSERT_GE(fd, 0);
     EXPECT_EQ(::send(fd, hello.data(), hello.size() / 2, MSG_NOSIGNAL), static_cast<ssize_t>(hello.size() / 2));
     ::close(fd);

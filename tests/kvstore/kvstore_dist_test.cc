@@ -17,6 +17,7 @@
 #include "actors/error.h"
 #include "kvstore/dist.h"
 #include "kvstore/net/internal/frame_codec.h"
+#include "bench/common/child_process.h"
 #include "tests/kvstore/dist_scenarios.h"
 
 namespace troupe {
@@ -145,20 +146,6 @@ std::vector<std::byte> HelloFrame(const std::string& token) {
   return net::EncodeFrame(net::Hello{net::Role::kWorker, 0, net::kProtocolVersion, token, "127.0.0.1", 0});
 }
 
-// A raw TCP client (the hostile one).
-int ConnectRaw(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<std::uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 void SendRaw(int fd, const std::vector<std::byte>& bytes) {
   std::size_t off = 0;
   while (off < bytes.size()) {
@@ -193,7 +180,7 @@ TEST(DistKVStore, HostileClientsLeaveTheServerServing) {
   float want = 0.f;
   for (int port : {server->port(), scheduler->port()}) {
     for (int kind = 0; kind < 4; ++kind) {
-      const int fd = ConnectRaw(port);
+      const int fd = bench::ConnectLoopback(port);
       ASSERT_GE(fd, 0);
       std::vector<std::byte> bytes;
       if (kind == 0) {  // random bytes

@@ -58,7 +58,8 @@ int Count(const Lines& lines, const std::string& needle) {
   return n;
 }
 
-// Waits for `ready` up to `timeout_ms`, checking every 10 ms.
+// Waits for `ready` up to `timeout_ms`, checking every 10 ms: for sshd's port to accept connections, for
+// which there is no event to wait on (sshd -D prints nothing when it listens).
 template <typename F>
 bool WaitUntil(F ready, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
