@@ -34,6 +34,7 @@
 #include "actors/runtime.h"
 #include "engine/internal/engines.h"
 #include "engine/internal/profile_clock.h"
+#include "engine/internal/profile_log.h"
 
 namespace troupe {
 class Opr;
@@ -406,13 +407,7 @@ class ActorEngine final : public Engine {
   std::mutex error_mu_;
   std::exception_ptr global_error_;  // guarded by error_mu_
   std::atomic<bool> profiling_{false};
-  // Profile records (raw ProfileTicks until TakeProfile converts them), sharded by worker thread so that
-  // recording takes an uncontended lock.
-  struct ProfileShard {
-    std::mutex mu;
-    std::vector<ProfileRecord> records;
-  };
-  std::array<ProfileShard, 16> profile_shards_;
+  ProfileLog profile_;  // the functions run while profiling
   bool stopping_ = false;
 };
 
@@ -1052,13 +1047,7 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, bool on_wor
   if (!o->internal_barrier && o->prop != FnProperty::kDeleteVar) {
     for (ActorVar* v : o->mutable_vars) v->BumpVersion();
   }
-  if (b->profiling) {
-    const int thread = CurrentThreadId();
-    ProfileShard& shard = profile_shards_[static_cast<std::size_t>(thread) % profile_shards_.size()];
-    const std::int64_t end = ProfileTicks();
-    std::lock_guard<std::mutex> lock(shard.mu);  // uncontended: a shard per worker thread, mostly
-    shard.records.push_back(ProfileRecord{o->name, b->ctx, static_cast<int>(b->lane), thread, b->begin_ns, end});
-  }
+  if (b->profiling) profile_.Record(o->name, b->ctx, static_cast<int>(b->lane), b->begin_ns, ProfileTicks());
   const auto raw = reinterpret_cast<std::uintptr_t>(b->next.exchange(kChainClosed, std::memory_order_acq_rel));
   auto* next = reinterpret_cast<OprBlock*>(raw & ~(kChainClosedBits | kInheritsHolds));
   // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
@@ -1091,18 +1080,7 @@ void ActorEngine::RunOrSubmitContinuation(OprBlock* next, const WorkerInfo* work
   }
 }
 
-std::vector<ProfileRecord> ActorEngine::TakeProfile() {
-  std::vector<ProfileRecord> out;
-  for (ProfileShard& shard : profile_shards_) {
-    // Moved out, keeping the shard's capacity: recording in steady state then neither grows nor faults.
-    std::lock_guard<std::mutex> lock(shard.mu);
-    out.insert(out.end(), std::make_move_iterator(shard.records.begin()), std::make_move_iterator(shard.records.end()));
-    shard.records.clear();
-  }
-  ProfileTicksToNs(&out);  // the records hold ProfileTicks
-  std::sort(out.begin(), out.end(), [](const ProfileRecord& a, const ProfileRecord& b) { return a.begin_ns < b.begin_ns; });
-  return out;
-}
+std::vector<ProfileRecord> ActorEngine::TakeProfile() { return profile_.Take(); }
 
 EngineStats ActorEngine::Stats() const {
   EngineStats s;

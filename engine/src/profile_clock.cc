@@ -3,46 +3,26 @@
 
 #include <chrono>
 
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
-
 namespace troupe::internal {
-namespace {
 
-std::int64_t SteadyNs() {
+std::int64_t SteadyClockNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-std::int64_t RawTicks() {
-#if defined(__x86_64__)
-  return static_cast<std::int64_t>(__rdtsc());
-#else
-  return SteadyNs();
-#endif
-}
+namespace {
 
-// The first ticks and steady time taken together: the calibration's start.
+// Ticks and steady time taken together: the calibration's start, when the library loads (before any record).
 struct Anchor {
-  std::int64_t ticks = RawTicks();
-  std::int64_t ns = SteadyNs();
+  std::int64_t ticks = ProfileTicks();
+  std::int64_t ns = SteadyClockNs();
 };
-
-const Anchor& First() {
-  static const Anchor anchor;
-  return anchor;
-}
+const Anchor load_anchor;
 
 }  // namespace
 
-std::int64_t ProfileTicks() {
-  (void)First();  // a relaxed check after the first call
-  return RawTicks();
-}
-
 TickConverter::TickConverter() {
-  const Anchor& a = First();
+  const Anchor& a = load_anchor;
   Anchor now;
   // At least 1 ms between the two readings, so that reading jitter stays below 1e-4 of the rate.
   while (now.ns - a.ns < 1000000) now = Anchor();
