@@ -36,6 +36,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -142,8 +143,16 @@ class ClusterObserver {
   ClusterObserver& operator=(const ClusterObserver&) = delete;
 
   // The scheduler first, then every node that joined, in arrival order; `cluster` gets "forming", "running" or
-  // "ending", and `broken` why sync rounds fail (a worker died), when given.
-  std::vector<ClusterNodeInfo> Nodes(std::string* cluster = nullptr, std::string* broken = nullptr);
+  // "ending", `broken` why sync rounds fail (a worker died), and `barriers` how many barrier rounds the
+  // workers have completed, when given.
+  std::vector<ClusterNodeInfo> Nodes(std::string* cluster = nullptr, std::string* broken = nullptr,
+                                     std::int64_t* barriers = nullptr);
+  // Waits until the workers have completed barrier round `round` (1, 2, ...; 0: the round after those
+  // completed when the scheduler gets the request) and returns it. The observer is not a worker: it neither
+  // joins nor delays the round. Waits as long as the round may still come; throws troupe::Error when it
+  // cannot (a worker died, every worker left, the scheduler went away) or when `cancelled` (asked every
+  // 100 ms) returns true.
+  std::int64_t Barrier(std::int64_t round = 0, const std::function<bool()>& cancelled = {});
   // Every key of every live server, by key then part.
   std::vector<ClusterKeyInfo> Keys();
   // The stored value of `key` on the CPU (the parts of a split key joined into one flat array). Throws

@@ -68,6 +68,14 @@ void DrainSigintPipe() {
   }
 }
 
+// The interactive interrupt check (Interpreter::SetInterruptCheck): whether Ctrl-C was pressed (consumed).
+bool TakeSigint() {
+  pollfd p{g_sigint_pipe[0], POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0 || (p.revents & POLLIN) == 0) return false;
+  DrainSigintPipe();
+  return true;
+}
+
 // The interactive waiter (Interpreter::SetWaiter): the blocking call runs on a helper thread; this thread
 // waits for it or for Ctrl-C. At Ctrl-C the statement fails and the shell is back; the helper (holding its
 // own references) finishes in the background. Its completion goes through an eventfd both sides own, so a
@@ -180,6 +188,7 @@ int RunInteractive(shell::Interpreter* interp, bool use_history) {
     stifle_history(1000);
   }
   interp->SetWaiter(InterruptibleWait);
+  interp->SetInterruptCheck(TakeSigint);
   std::printf("troupe shell: 'help' for the language and the commands, Tab completes, Ctrl-D leaves\n");
   std::fflush(stdout);
   while (!interp->quit_requested()) {
@@ -201,6 +210,7 @@ int RunInteractive(shell::Interpreter* interp, bool use_history) {
     DrainSigintPipe();
   }
   interp->SetWaiter(nullptr);
+  interp->SetInterruptCheck(nullptr);
   // The helpers of interrupted waits block in the engine: the process must not end (and destroy the engine)
   // under them.
   for (const auto& done : g_abandoned) {
@@ -236,12 +246,13 @@ ShellCommand::ShellCommand(CLI::App* root) {
   app_->footer(
       "On a terminal: line editing, history in ~/.troupe_history, Tab completes operator, function, command "
       "and variable names; Ctrl-C cancels the line being typed or interrupts a wait on the engine (wait, printing "
-      "an array; the engine finishes in the background), Ctrl-D (or quit) leaves. With -c, or with a "
+      "an array; the engine finishes in the background) or barrier, Ctrl-D (or quit) leaves. With -c, or with a "
       "script on stdin, the statements run in order and every error is printed (error: ... on stderr) "
       "without stopping the rest. Type 'help' in the shell for the language and the commands, 'help OP' for "
       "an operator's inputs and parameters. With --connect the shell observes a running cluster (it takes no "
       "part in rounds and is not counted) and gains: nodes (role, rank, address, state, last heard), kv keys, "
-      "kv pull KEY [NAME], kv stats (per server) and checkpoint [DIR]; barrier is for workers only.\n"
+      "kv pull KEY [NAME], kv stats (per server), checkpoint [DIR] and barrier [ROUND] (waits until the "
+      "workers complete that barrier round, by default their next; the shell neither joins nor delays it).\n"
       "Exit status: 0 when every statement succeeded (an interactive session always exits 0), 1 when one "
       "failed, 2 on bad usage.\n\n"
       "Examples:\n"

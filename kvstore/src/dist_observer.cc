@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -68,12 +69,19 @@ struct ClusterObserver::Impl {
   bool IsClosed(const caf::actor& conn) const { return std::find(closed.begin(), closed.end(), conn) != closed.end(); }
 
   // Waits for the frame from `conn` that answers request `id` (a Hello when id is 0). An error frame for
-  // the request (or for the connection) and a closed connection throw, naming `who`.
-  net::Message Await(const caf::actor& conn, std::uint64_t id, const std::string& who) {
+  // the request (or for the connection) and a closed connection throw, naming `who`. With `cancelled`, it
+  // waits without a deadline, asking `cancelled` every 100 ms (true: throws "interrupted").
+  net::Message Await(const caf::actor& conn, std::uint64_t id, const std::string& who,
+                     const std::function<bool()>& cancelled = {}) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) throw Error("ClusterObserver: no answer from " + who + " within " + std::to_string(timeout_ms) + " ms");
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (cancelled) {
+        if (cancelled()) throw Error("ClusterObserver: interrupted while waiting for " + who);
+        left = std::chrono::milliseconds(100);
+      } else if (left.count() <= 0) {
+        throw Error("ClusterObserver: no answer from " + who + " within " + std::to_string(timeout_ms) + " ms");
+      }
       std::optional<net::Message> got;
       std::string error;
       (*self)->receive(
@@ -108,15 +116,17 @@ struct ClusterObserver::Impl {
     return conn;
   }
 
-  net::Message Request(const caf::actor& conn, net::Message m, std::uint64_t id, const std::string& who) {
+  net::Message Request(const caf::actor& conn, net::Message m, std::uint64_t id, const std::string& who,
+                       const std::function<bool()>& cancelled = {}) {
     (*self)->send(conn, net::send_atom::value, std::move(m));
-    return Await(conn, id, who);
+    return Await(conn, id, who, cancelled);
   }
 
   net::Command Command(const caf::actor& conn, const std::string& name, const std::string& who,
-                       std::vector<std::pair<std::string, std::string>> args = {}) {
+                       std::vector<std::pair<std::string, std::string>> args = {},
+                       const std::function<bool()>& cancelled = {}) {
     const std::uint64_t id = next_id++;
-    net::Message answer = Request(conn, net::Command{id, name, std::move(args)}, id, who);
+    net::Message answer = Request(conn, net::Command{id, name, std::move(args)}, id, who, cancelled);
     if (auto* c = std::get_if<net::Command>(&answer)) return std::move(*c);
     return net::Command{id, "ack", {}};  // an Ack: done, nothing to report
   }
@@ -135,11 +145,12 @@ struct ClusterObserver::Impl {
     return out;
   }
 
-  std::vector<ClusterNodeInfo> Nodes(std::string* cluster, std::string* broken) {
+  std::vector<ClusterNodeInfo> Nodes(std::string* cluster, std::string* broken, std::int64_t* barriers = nullptr) {
     const net::Command c = Command(scheduler, "nodes", "the scheduler at " + scheduler_address);
     std::vector<ClusterNodeInfo> nodes{{"scheduler", -1, scheduler_address, "alive", 0}};
     for (const auto& [k, v] : c.args) {
       if (k == "cluster" && cluster) *cluster = v;
+      if (k == "barriers" && barriers) *barriers = ToInt(v, "barrier count");
       if (k == "broken" && broken) *broken = v;
       if (k != "node") continue;
       const auto w = Words(v);
@@ -173,8 +184,20 @@ std::unique_ptr<ClusterObserver> ClusterObserver::Connect(const std::string& sch
   return std::unique_ptr<ClusterObserver>(new ClusterObserver(std::move(impl)));
 }
 
-std::vector<ClusterNodeInfo> ClusterObserver::Nodes(std::string* cluster, std::string* broken) {
-  return impl_->Nodes(cluster, broken);
+std::vector<ClusterNodeInfo> ClusterObserver::Nodes(std::string* cluster, std::string* broken,
+                                                    std::int64_t* barriers) {
+  return impl_->Nodes(cluster, broken, barriers);
+}
+
+std::int64_t ClusterObserver::Barrier(std::int64_t round, const std::function<bool()>& cancelled) {
+  std::vector<std::pair<std::string, std::string>> args;
+  if (round > 0) args.emplace_back("round", std::to_string(round));
+  const net::Command c = impl_->Command(impl_->scheduler, "barrier", "the scheduler at " + impl_->scheduler_address,
+                                        std::move(args), cancelled ? cancelled : [] { return false; });
+  for (const auto& [k, v] : c.args) {
+    if (k == "round") return ToInt(v, "barrier round");
+  }
+  throw Error("ClusterObserver: the scheduler's barrier answer names no round");
 }
 
 std::vector<ClusterKeyInfo> ClusterObserver::Keys() {

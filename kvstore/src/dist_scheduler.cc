@@ -2,6 +2,7 @@
 // death notices and the orderly end. One actor; every connection is a broker of it (kvstore/net).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <set>
 #include <string>
@@ -198,16 +199,20 @@ class Scheduler {
 
   // An observer asks for the node table: "nodes" answers with one ("node", "<role> <rank> <host:port> <state>
   // <ms since its last frame>") per node that said hello (state alive, joining, left or dead), and
-  // ("cluster", "forming|running|ending") and ("broken", why) when a worker died.
+  // ("cluster", "forming|running|ending"), ("barriers", rounds completed) and ("broken", why) when a worker
+  // died. "barrier" (optional ("round", N), default the next one) answers ("round", N) once the workers have
+  // completed barrier round N: at once if they have, with an error if no such round can come.
   void OnObserverFrame(const caf::actor& conn, const net::Message& m) {
     const auto* c = std::get_if<net::Command>(&m);
     if (c == nullptr) return;  // heartbeats and the like: observers need none
+    if (c->name == "barrier") return OnObserverBarrier(conn, *c);
     if (c->name != "nodes") {
-      return Send(conn, net::ErrorMsg{c->request_id, "the scheduler has no observer command '" + c->name + "' (nodes)",
-                                      -1, net::Role::kScheduler});
+      return Send(conn, net::ErrorMsg{c->request_id, "the scheduler has no observer command '" + c->name +
+                                                         "' (nodes, barrier)", -1, net::Role::kScheduler});
     }
     net::Command reply{c->request_id, "nodes", {}};
     reply.args.emplace_back("cluster", !started_ ? "forming" : stopping_ ? "ending" : "running");
+    reply.args.emplace_back("barriers", std::to_string(barrier_rounds_));
     if (!broken_.empty()) reply.args.emplace_back("broken", broken_);
     const auto now = Clock::now();
     for (const Member& x : members_) {
@@ -233,6 +238,48 @@ class Scheduler {
     if (barrier_.empty() || static_cast<int>(barrier_.size()) < ActiveWorkers()) return;
     for (const auto& [conn, id] : barrier_) Send(conn, net::Ack{id, std::nullopt});
     barrier_.clear();
+    ++barrier_rounds_;
+    AnswerObserverBarriers();
+  }
+
+  void OnObserverBarrier(const caf::actor& conn, const net::Command& c) {
+    std::int64_t round = barrier_rounds_ + 1;
+    for (const auto& [k, v] : c.args) {
+      if (k != "round") continue;
+      char* end = nullptr;
+      round = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || round < 1) {
+        return Send(conn, net::ErrorMsg{c.request_id, "barrier: the round must be a positive integer, not '" + v + "'",
+                                        -1, net::Role::kScheduler});
+      }
+    }
+    observer_barriers_.push_back({conn, c.request_id, round});
+    AnswerObserverBarriers();
+    if (!observer_barriers_.empty() && observer_barriers_.back().request_id == c.request_id &&
+        observer_barriers_.back().conn == conn) {
+      std::fprintf(stderr, "troupe scheduler: an observer waits for the workers' barrier round %lld (%lld completed)\n",
+                   static_cast<long long>(round), static_cast<long long>(barrier_rounds_));
+    }
+  }
+
+  // Answers the observers whose round has come, and fails the others when no further round can come.
+  void AnswerObserverBarriers() {
+    std::string never;
+    if (!broken_.empty()) never = "no further barrier round can complete: " + broken_;
+    if (stopping_) never = "no further barrier round can complete: every worker has left";
+    std::vector<ObserverBarrier> waiting;
+    for (ObserverBarrier& b : observer_barriers_) {
+      if (b.round <= barrier_rounds_) {
+        Send(b.conn, net::Command{b.request_id, "barrier", {{"round", std::to_string(b.round)},
+                                                            {"completed", std::to_string(barrier_rounds_)}}});
+      } else if (!never.empty()) {
+        Send(b.conn, net::ErrorMsg{b.request_id, never + " (" + std::to_string(barrier_rounds_) + " completed)", -1,
+                                   net::Role::kScheduler});
+      } else {
+        waiting.push_back(std::move(b));
+      }
+    }
+    observer_barriers_ = std::move(waiting);
   }
 
   void OnCommand(Member& node, const net::Command& c) {
@@ -255,7 +302,12 @@ class Scheduler {
 
   void OnClosed(const caf::actor& conn, const std::string& why) {
     refused_.erase(conn);
-    if (observers_.erase(conn) != 0) return;
+    if (observers_.erase(conn) != 0) {
+      observer_barriers_.erase(std::remove_if(observer_barriers_.begin(), observer_barriers_.end(),
+                                              [&](const ObserverBarrier& b) { return b.conn == conn; }),
+                               observer_barriers_.end());
+      return;
+    }
     Member* node = Find(conn);
     if (node == nullptr || !node->alive) return;
     if (node->left || (stopping_ && node->role == net::Role::kServer)) {
@@ -277,6 +329,7 @@ class Scheduler {
       dead_rank_ = node.rank;
       for (const auto& [conn, id] : barrier_) Send(conn, net::ErrorMsg{id, broken_, dead_rank_, net::Role::kWorker});
       barrier_.clear();
+      AnswerObserverBarriers();
     }
     const net::Command notice{0, "node_dead", {{"role", RoleName(node.role)}, {"rank", std::to_string(node.rank)},
                                                {"message", what}}};
@@ -299,6 +352,7 @@ class Scheduler {
         if (!members_[static_cast<std::size_t>(idx)].alive) died_ = true;
       }
       Broadcast(net::Role::kServer, net::Command{0, "stop", {}});
+      AnswerObserverBarriers();
     }
     for (const Member& m : members_) {
       if (m.alive && m.role == net::Role::kServer) return;
@@ -355,6 +409,13 @@ class Scheduler {
   std::vector<int> servers_;      // rank -> index in members_ (-1 before the start)
   std::vector<int> workers_;
   std::vector<std::pair<caf::actor, std::uint64_t>> barrier_;  // waiting workers
+  std::int64_t barrier_rounds_ = 0;                            // barrier rounds the workers completed
+  struct ObserverBarrier {
+    caf::actor conn;
+    std::uint64_t request_id;
+    std::int64_t round;
+  };
+  std::vector<ObserverBarrier> observer_barriers_;  // observers waiting for a round
   std::set<caf::actor> refused_;  // connections refused (closing)
   std::set<caf::actor> observers_;  // ClusterObserver connections (not members)
   std::string broken_;            // set when a worker died: barriers fail with it

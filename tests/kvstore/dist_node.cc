@@ -177,8 +177,9 @@ int AnyWorkers() {
 // For the shell's cluster test (tests/kvstore/shell_cluster_test.cc): key 0 (4 floats) and key 1 (1500,
 // split over the servers when the big-array bound is 1000), one round each (worker r pushes r + 1 into key
 // 0 and ones into key 1), READY, then waits for a line on the FIFO named by TROUPE_TEST_FIFO (opening it
-// blocks until the test opens it for writing; launch gives workers no stdin) and leaves in order.
-int PushThenWait() {
+// blocks until the test opens it for writing; launch gives workers no stdin), takes part in one barrier
+// when `barrier` (push_wait_barrier) and leaves in order.
+int PushThenWait(bool barrier) {
   const char* fifo = std::getenv("TROUPE_TEST_FIFO");
   if (fifo == nullptr) throw Error("push_then_wait needs TROUPE_TEST_FIFO");
   auto kv = Join("dist_sync");
@@ -192,6 +193,7 @@ int PushThenWait() {
   std::ifstream go(fifo);
   std::string line;
   std::getline(go, line);
+  if (barrier) kv->Barrier();
   return 0;
 }
 
@@ -235,7 +237,8 @@ int Main(int argc, char** argv) {
     if (name == "serve_while_attacked") return ServeWhileAttacked();
     if (name == "leave_then_restart") return LeaveThenRestart();
     if (name == "any_workers") return AnyWorkers();
-    if (name == "push_then_wait") return PushThenWait();
+    if (name == "push_then_wait") return PushThenWait(false);
+    if (name == "push_wait_barrier") return PushThenWait(true);
     if (name == "round_then_expect_server_death") return RoundThenExpectServerDeath();
     if (name == "expect_refused") return ExpectRefused();
     const auto& all = dist_test::Scenarios();

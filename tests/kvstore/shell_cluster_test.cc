@@ -2,10 +2,13 @@
 //   - a cluster started by `troupe launch -n 2 -s 2`: `nodes` lists the scheduler, both servers and both
 //     workers as alive; `kv keys` shows a small key and a key split over both servers; `kv pull` shows the
 //     values the workers pushed (and keeps one as a variable the shell computes with); `kv stats` counts the
-//     pushes; a wrong token is refused; then the workers leave and launch exits 0;
+//     pushes; a wrong token is refused; `barrier` waits until the workers complete their next barrier
+//     round (the test releases them only once the scheduler logs the shell's wait); then the workers leave
+//     and launch exits 0;
 //   - a cluster started role by role (launch would stop everything when a worker dies): after kill -9 of a
-//     worker, `nodes` shows it dead within the heartbeat timeout.
-// The workers are tests/kvstore/dist_node's push_then_wait: they hold still on a FIFO until the test is done.
+//     worker, `nodes` shows it dead within the heartbeat timeout, and `barrier` says no round can come.
+// The workers are tests/kvstore/dist_node's push_then_wait (push_wait_barrier in the launched cluster): they
+// hold still on a FIFO until the test is done.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -95,7 +98,7 @@ int Count(const std::string& text, const std::string& needle) {
 
 TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
   bench::ChildProcess launch("troupe launch",
-                             {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "2", "--", TROUPE_DIST_NODE, "push_then_wait"},
+                             {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "2", "--", TROUPE_DIST_NODE, "push_wait_barrier"},
                              Env(), /*merge_stderr=*/true);
   const auto sched = launch.ReadLine("[scheduler] troupe scheduler: listening on", kTimeoutMs);
   ASSERT_TRUE(sched.has_value());
@@ -106,9 +109,9 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
     EXPECT_THAT(*ready, HasSubstr("READY"));
   }
 
-  Result r = Shell(port, "nodes; kv keys; kv pull 0 w; kv pull 1; kv stats; print w + 1");
+  Result r = Shell(port, "nodes; kv keys; kv pull 0 w; kv pull 1; kv stats; print w + 1; barrier 1");
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("cluster running"));
+  EXPECT_THAT(r.out, HasSubstr("cluster running; barrier rounds completed: 1"));
   // The rows of the nodes table (the role column is 10 wide).
   EXPECT_EQ(Count(r.out, "\nscheduler  - "), 1) << r.out;
   EXPECT_EQ(Count(r.out, "\nserver     "), 2) << r.out;
@@ -124,17 +127,34 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
   EXPECT_THAT(r.out, HasSubstr("[4. 4. 4. 4.]"));  // w + 1: the pulled value is a shell variable
   EXPECT_THAT(r.out, HasSubstr("pushes"));
   EXPECT_EQ(Count(r.out, "server 0: ") + Count(r.out, "server 1: "), 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("the workers completed barrier round 1"));  // Init's: answered at once
 
   r = Shell(port, "nodes", "not-the-token");
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("wrong cluster token"));
-  r = Shell(port, "kv pull 99; kv frobnicate; barrier");
+  r = Shell(port, "kv pull 99; kv frobnicate; barrier 0");
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("no server holds key 99"));
   EXPECT_THAT(r.out, HasSubstr("kv keys"));
-  EXPECT_THAT(r.out, HasSubstr("not one of its workers"));
+  EXPECT_THAT(r.out, HasSubstr("'0' is not a round number"));
 
+  // `barrier` waits for the workers' next round (round 1 was Init's): they reach it only after the test
+  // releases them, which it does once the scheduler has logged the shell's wait.
+  bench::ChildProcess waiter("shell barrier",
+                             {TROUPE_CLI_PATH, "shell", "--connect", "127.0.0.1:" + std::to_string(port), "-c",
+                              "barrier; nodes"},
+                             {{"TROUPE_CLUSTER_TOKEN", kToken}}, /*merge_stderr=*/true);
+  ASSERT_TRUE(launch.ReadLine("[scheduler] troupe scheduler: an observer waits for the workers' barrier round 2 (1 "
+                              "completed)", kTimeoutMs).has_value());
   ReleaseWorkers();
+  const auto waited = waiter.ReadLine("the workers completed barrier round", kTimeoutMs);
+  ASSERT_TRUE(waited.has_value());
+  EXPECT_EQ(*waited, "the workers completed barrier round 2");
+  const auto after = waiter.ReadLine("cluster ", kTimeoutMs);  // nodes ran after it
+  ASSERT_TRUE(after.has_value());
+  EXPECT_THAT(*after, HasSubstr("barrier rounds completed: 2"));
+  EXPECT_EQ(waiter.Wait(kTimeoutMs), 0);
+
   std::vector<std::string> lines;
   while (launch.ReadSome(&lines)) {
   }
@@ -171,6 +191,9 @@ TEST_F(ShellCluster, ShowsAKilledWorkerDeadWithinTheHeartbeatTimeout) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
   EXPECT_TRUE(dead) << "not shown dead within " << kHeartbeatTimeoutMs << " ms:\n" << r.out;
   EXPECT_THAT(r.out, HasSubstr("rounds fail: worker"));
+  r = Shell(port, "barrier");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("no further barrier round can complete: worker"));
   std::printf("shell: the killed worker showed as dead %lld ms after kill -9\n", static_cast<long long>(ms));
 
   ReleaseWorkers();

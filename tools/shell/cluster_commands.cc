@@ -58,8 +58,10 @@ void AddClusterCommands(Interpreter* interp, std::shared_ptr<ClusterObserver> ob
   interp->AddCommand("nodes", "nodes", "the cluster's nodes: role, rank, address, state, last heard",
                      [observer](const std::vector<std::string>&) {
                        std::string cluster, broken;
-                       const auto nodes = observer->Nodes(&cluster, &broken);
-                       std::string out = "cluster " + cluster + "\n" +
+                       std::int64_t barriers = 0;
+                       const auto nodes = observer->Nodes(&cluster, &broken, &barriers);
+                       std::string out = "cluster " + cluster + "; barrier rounds completed: " +
+                                         std::to_string(barriers) + "\n" +
                                          Row({{"role", 10}, {"rank", 5}, {"address", 22}, {"state", 8}, {"last heard", 0}});
                        for (const ClusterNodeInfo& n : nodes) {
                          const bool scheduler = n.role == "scheduler";
@@ -114,11 +116,22 @@ void AddClusterCommands(Interpreter* interp, std::shared_ptr<ClusterObserver> ob
                        observer->Checkpoint(args.empty() ? std::string() : args[0]);
                        return "checkpoint written by every live server";
                      });
-  interp->AddCommand("barrier", "barrier", "(workers only) why the shell cannot take part in a barrier",
-                     [](const std::vector<std::string>&) -> std::string {
-                       throw Error("barrier: the shell observes the cluster and is not one of its workers; a barrier "
-                                   "counts the workers only (call KVStore::Barrier in the worker program)");
-                     });
+  interp->AddCommand(
+      "barrier", "barrier [ROUND]",
+      "wait until the workers complete barrier ROUND (default: their next); the shell does not take part",
+      [observer, interp](const std::vector<std::string>& args) -> std::string {
+        if (args.size() > 1) throw Error("barrier: at most one round number");
+        std::int64_t round = 0;
+        if (!args.empty()) {
+          char* end = nullptr;
+          round = std::strtoll(args[0].c_str(), &end, 10);
+          if (args[0].empty() || *end != '\0' || round < 1) {
+            throw Error("barrier: '" + args[0] + "' is not a round number (1, 2, ...)");
+          }
+        }
+        const std::int64_t done = observer->Barrier(round, [interp] { return interp->Interrupted(); });
+        return "the workers completed barrier round " + std::to_string(done);
+      });
 }
 
 }  // namespace troupe::shell

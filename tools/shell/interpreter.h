@@ -92,6 +92,13 @@ class Interpreter {
     }
   }
 
+  // Whether the user asked to interrupt the command that runs (Ctrl-C in the interactive front end): a
+  // command that waits on something other than the engine (the cluster's `barrier`) asks now and then. The
+  // default check says never.
+  using InterruptCheck = std::function<bool()>;
+  void SetInterruptCheck(InterruptCheck check) { interrupt_check_ = std::move(check); }
+  bool Interrupted() const { return interrupt_check_ && interrupt_check_(); }
+
   // The variables.
   std::vector<std::string> VariableNames() const;
   // Null when `name` is not a variable.
@@ -118,6 +125,7 @@ class Interpreter {
   std::map<std::string, Command> commands_;
   bool quit_ = false;
   Waiter waiter_;
+  InterruptCheck interrupt_check_;
 };
 
 }  // namespace troupe::shell
