@@ -153,6 +153,9 @@ int CheckLauncher(const LaunchOptions& o, std::vector<SshHost>* hosts) {
     std::fprintf(stderr, "troupe launch: %s\n", message.c_str());
     return 2;
   };
+  if (o.keep_going && (o.launcher == "mpi" || o.launcher == "slurm")) {
+    return usage("--keep-going is for --launcher local or ssh (mpirun and srun stop a job whose task failed)");
+  }
   if (o.launcher == "local") {
     if (!o.hostfile.empty()) return usage("-H/--hostfile is for --launcher ssh or mpi");
     return 0;
@@ -191,7 +194,9 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       "(from the environment, else a random one) and TROUPE_LAUNCH_INDEX (the worker's index in launch, "
       "0..n-1; its KVStore rank is the scheduler's). Every line a process prints (stdout and stderr) is shown "
       "as '[worker 1] ...'. When a process fails, launch stops the others and prints one line per process "
-      "(mpi, slurm: mpirun/srun stop the job's other tasks and each task prints its own last line); Ctrl-C "
+      "(mpi, slurm: mpirun/srun stop the job's other tasks and each task prints its own last line); with "
+      "--keep-going (local, ssh) the others go on, and the cluster's survivors can be looked at with 'troupe "
+      "shell --connect' (the scheduler's address is in its 'listening on' line). Ctrl-C "
       "stops everything. Exit status: 0 when every process exited 0, 1 when one failed, 130 when "
       "interrupted, 2 on bad usage.\n\n"
       "Launchers:\n"
@@ -228,6 +233,8 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
   app_->add_option("--host", options_.host, "Address the scheduler listens on (and local servers)")->capture_default_str();
   app_->add_option("--port", options_.port, "The scheduler's port (0: any free one)")->check(CLI::Range(0, 65535));
   app_->add_option("--env", options_.env, "K=V for every process (repeatable)")->allow_extra_args(false);
+  app_->add_flag("--keep-going", options_.keep_going,
+                 "local, ssh: when a process fails, leave the others running (launch still exits 1 at the end)");
   app_->add_option("command", options_.command, "The worker command and its arguments (after --)")->required();
   app_->allow_extras(false);
 
@@ -401,7 +408,10 @@ int RunLaunch(const LaunchOptions& o) {
       }
       if (p.status < 0) {
         p.status = p.child->Wait(0);
-        if (p.status > 0 && !failed) {
+        if (p.status > 0 && o.keep_going) {
+          failed = true;
+          std::fprintf(stderr, "%s; the others keep going (--keep-going)\n", Describe(p).c_str());
+        } else if (p.status > 0 && !failed) {
           failed = true;
           std::fprintf(stderr, "%s; stopping the others\n", Describe(p).c_str());
           StopAll(procs);

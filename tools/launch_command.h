@@ -33,6 +33,7 @@ struct LaunchOptions {
   std::string hostfile;            // ssh: the hosts; mpi: mpirun's --hostfile
   std::string launcher_args;       // extra arguments for ssh / mpirun / srun, split at whitespace
   std::vector<std::string> command;  // the worker command
+  bool keep_going = false;           // local, ssh: a failed process does not stop the others
 };
 
 // Runs the job; returns launch's exit status: 0 when every process exited 0, 1 when one failed, 130 after

@@ -337,6 +337,9 @@ TEST(LaunchSlurm, WithoutSrunIsAClearError) {
   EXPECT_EQ(Count(lines, "--launcher slurm needs 'srun' on PATH"), 1);
   EXPECT_EQ(Launch({"--launcher", "slurm", "-H", "hosts", "-n", "2", "--", "true"}).first, 2)
       << "a host file is not for slurm";
+  const auto [keep_status, keep_lines] = Launch({"--launcher", "slurm", "--keep-going", "-n", "2", "--", "true"});
+  EXPECT_EQ(keep_status, 2);
+  EXPECT_EQ(Count(keep_lines, "--keep-going is for --launcher local or ssh"), 1);
 }
 
 // No Slurm here: a stand-in srun (a shell script) starts --ntasks copies of the command with SLURM_PROCID

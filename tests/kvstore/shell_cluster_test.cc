@@ -5,8 +5,9 @@
 //     pushes; a wrong token is refused; `barrier` waits until the workers complete their next barrier
 //     round (the test releases them only once the scheduler logs the shell's wait); then the workers leave
 //     and launch exits 0;
-//   - a cluster started role by role (launch would stop everything when a worker dies): after kill -9 of a
-//     worker, `nodes` shows it dead within the heartbeat timeout, and `barrier` says no round can come.
+//   - a cluster started by `troupe launch --keep-going` (without it launch stops everything when a worker
+//     dies): after kill -9 of a worker, `nodes` shows it dead within the heartbeat timeout, and `barrier`
+//     says no round can come.
 // The workers are tests/kvstore/dist_node's push_then_wait (push_wait_barrier in the launched cluster): they
 // hold still on a FIFO until the test is done.
 #include <gmock/gmock.h>
@@ -24,6 +25,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -162,26 +164,28 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
 }
 
 TEST_F(ShellCluster, ShowsAKilledWorkerDeadWithinTheHeartbeatTimeout) {
-  auto env = Env();
-  env["DMLC_NUM_SERVER"] = "1";
-  env["DMLC_NUM_WORKER"] = "2";
-  env["DMLC_PS_ROOT_PORT"] = "0";
-  bench::ChildProcess scheduler("scheduler", {TROUPE_CLI_PATH, "scheduler"}, env);
-  const auto line = scheduler.ReadLine("troupe scheduler: listening on", kTimeoutMs);
-  ASSERT_TRUE(line.has_value());
-  const int port = PortOf(*line);
-  env["DMLC_PS_ROOT_PORT"] = std::to_string(port);
-  bench::ChildProcess server("server", {TROUPE_CLI_PATH, "server"}, env);
-  env["DMLC_ROLE"] = "worker";
-  auto victim = std::make_unique<bench::ChildProcess>("worker", std::vector<std::string>{TROUPE_DIST_NODE, "push_then_wait"}, env);
-  bench::ChildProcess survivor("worker", {TROUPE_DIST_NODE, "push_then_wait"}, env);
-  ASSERT_TRUE(victim->ReadLine("READY", kTimeoutMs).has_value());
-  ASSERT_TRUE(survivor.ReadLine("READY", kTimeoutMs).has_value());
+  // --keep-going: launch would otherwise stop the whole cluster as soon as the worker dies.
+  bench::ChildProcess launch("troupe launch",
+                             {TROUPE_CLI_PATH, "launch", "--keep-going", "-n", "2", "-s", "1", "--", TROUPE_DIST_NODE,
+                              "push_then_wait"},
+                             Env(), /*merge_stderr=*/true);
+  const auto sched = launch.ReadLine("[scheduler] troupe scheduler: listening on", kTimeoutMs);
+  ASSERT_TRUE(sched.has_value());
+  const int port = PortOf(*sched);
+  // "troupe launch: started ...; pids SCHEDULER SERVER WORKER0 WORKER1"
+  const auto started = launch.ReadLine("troupe launch: started", kTimeoutMs);
+  ASSERT_TRUE(started.has_value());
+  std::vector<int> pids;
+  {
+    std::istringstream words(started->substr(started->find("pids") + 4));
+    for (int pid; words >> pid;) pids.push_back(pid);
+  }
+  ASSERT_EQ(pids.size(), 4u) << *started;
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(launch.ReadLine("[worker ", kTimeoutMs).has_value());  // READY
   EXPECT_EQ(Count(Shell(port, "nodes").out, " alive "), 4);  // the scheduler, the server, two workers
 
   const auto killed = Clock::now();
-  victim->Signal(SIGKILL);
-  EXPECT_EQ(victim->Wait(kTimeoutMs), 128 + SIGKILL);
+  ASSERT_EQ(::kill(pids[2], SIGKILL), 0);  // worker 0
   Result r;
   bool dead = false;
   while (!dead && Clock::now() - killed < std::chrono::milliseconds(kHeartbeatTimeoutMs)) {
@@ -191,15 +195,25 @@ TEST_F(ShellCluster, ShowsAKilledWorkerDeadWithinTheHeartbeatTimeout) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
   EXPECT_TRUE(dead) << "not shown dead within " << kHeartbeatTimeoutMs << " ms:\n" << r.out;
   EXPECT_THAT(r.out, HasSubstr("rounds fail: worker"));
+  EXPECT_EQ(Count(r.out, " alive "), 3) << r.out;  // launch kept the others running
   r = Shell(port, "barrier");
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, HasSubstr("no further barrier round can complete: worker"));
   std::printf("shell: the killed worker showed as dead %lld ms after kill -9\n", static_cast<long long>(ms));
 
   ReleaseWorkers();
-  EXPECT_EQ(survivor.Wait(kTimeoutMs), 0);
-  EXPECT_EQ(scheduler.Wait(kTimeoutMs), 1);  // a worker died: the run did not end in order
-  EXPECT_EQ(server.Wait(kTimeoutMs), 0);
+  std::vector<std::string> lines;
+  while (launch.ReadSome(&lines)) {
+  }
+  EXPECT_EQ(launch.Wait(kTimeoutMs), 1);  // a worker died: launch reports the failure at the end
+  std::string text;
+  for (const std::string& l : lines) text += l + "\n";
+  EXPECT_THAT(text, HasSubstr("worker 0 (pid " + std::to_string(pids[2]) + ") killed by signal 9; the others keep "
+                              "going (--keep-going)"));
+  // The survivor and the server ran on and ended in order; the scheduler reports the death.
+  EXPECT_THAT(text, HasSubstr("worker 1 (pid " + std::to_string(pids[3]) + ") exited 0"));
+  EXPECT_THAT(text, HasSubstr("server 0 (pid " + std::to_string(pids[1]) + ") exited 0"));
+  EXPECT_THAT(text, HasSubstr("scheduler (pid " + std::to_string(pids[0]) + ") exited 1"));
 }
 
 }  // namespace
