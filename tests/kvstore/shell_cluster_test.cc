@@ -2,7 +2,7 @@
 //   - a cluster started by `troupe launch -n 2 -s 2`: `nodes` lists the scheduler, both servers and both
 //     workers as alive; `kv keys` shows a small key and a key split over both servers; `kv pull` shows the
 //     values the workers pushed (and keeps one as a variable the shell computes with); `kv stats` counts the
-//     pushes; a wrong token is refused; `barrier` waits until the workers complete their next barrier
+//     pushes; a wrong token is refused; on a terminal, Ctrl-C interrupts a `barrier`; `barrier` waits until the workers complete their next barrier
 //     round (the test releases them only once the scheduler logs the shell's wait); then the workers leave
 //     and launch exits 0;
 //   - a cluster started by `troupe launch --keep-going` (without it launch stops everything when a worker
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench/common/child_process.h"
+#include "tools/shell/pty_harness.h"
 
 namespace troupe {
 namespace {
@@ -139,6 +140,27 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
   EXPECT_THAT(r.out, HasSubstr("no server holds key 99"));
   EXPECT_THAT(r.out, HasSubstr("kv keys"));
   EXPECT_THAT(r.out, HasSubstr("'0' is not a round number"));
+
+  // Interactively, on a terminal: Ctrl-C interrupts a barrier no worker will reach (they wait on the
+  // FIFO), the shell is back, and the next command works.
+  {
+    test::Pty pty({TROUPE_CLI_PATH, "shell", "--no-history", "--connect", "127.0.0.1:" + std::to_string(port)},
+                  dir_.string(), {{"TROUPE_CLUSTER_TOKEN", kToken}});
+    ASSERT_TRUE(pty.started());
+    ASSERT_TRUE(pty.WaitForPrompt()) << pty.seen();
+    pty.Send("barrier\r");
+    // The scheduler logs the wait: the request is in, and only Ctrl-C can end it now.
+    ASSERT_TRUE(launch.ReadLine("[scheduler] troupe scheduler: an observer waits for the workers' barrier round 2",
+                                kTimeoutMs).has_value());
+    pty.Send("\x03");
+    ASSERT_TRUE(pty.WaitFor("interrupted while waiting for the scheduler")) << pty.seen();
+    ASSERT_TRUE(pty.WaitForPrompt()) << pty.seen();
+    pty.Send("nodes\r");
+    ASSERT_TRUE(pty.WaitFor("barrier rounds completed: 1")) << pty.seen();
+    ASSERT_TRUE(pty.WaitForPrompt()) << pty.seen();
+    pty.Send("\x04");
+    EXPECT_EQ(pty.WaitExit(), 0) << pty.seen();
+  }
 
   // `barrier` waits for the workers' next round (round 1 was Init's): they reach it only after the test
   // releases them, which it does once the scheduler has logged the shell's wait.
