@@ -56,7 +56,9 @@ enum class FnProperty : int {
   kCopyFromGPU = 1,     // a copy from GPU to CPU: runs on the GPU's copy-out lane
   kCopyToGPU = 2,       // a copy from CPU to GPU: runs on the GPU's copy-in lane
   kCPUPrioritized = 3,  // runs on the CPU device's priority lane
-  kAsync = 4,           // cheap to start; completes later through its callback
+  kAsync = 4,           // cheap to start; completes later through its callback. On CPU the actor engine starts it
+                        // in the dependency shard that grants it (no hop to a worker), as MXNet starts kAsync on
+                        // the pushing thread: it must not block
   kDeleteVar = 5,       // deletes a variable (DeleteVariable); never skipped
   kGPUPrioritized = 6,  // runs on the GPU's priority lane
   kNoSkip = 7,          // runs even when a variable it touches is poisoned

@@ -893,7 +893,7 @@ class KVStoreDist final : public KVStore {
         }
       }
     };
-    k.proto.engine()->PushAsync(std::move(fn), Context::CPU(0), reads, writes, FnProperty::kNormal, priority,
+    k.proto.engine()->PushAsync(std::move(fn), Context::CPU(0), reads, writes, FnProperty::kAsync, priority,
                                 op == net::TensorOp::kPull ? "kvstore_dist_pull" : "kvstore_dist_push");
     for (const NDArray& c : outs.copies) CopyFromTo(outs.target, c, priority);
   }
