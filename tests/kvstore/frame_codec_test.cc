@@ -141,17 +141,32 @@ TEST(FrameCodecTest, SixtyFourMiBTensorRoundTrips) {
   EXPECT_FALSE(decoder.Next().has_value());
 }
 
-// EncodeFrameTo hands out pieces whose concatenation is EncodeFrame's frame, for every kind of message.
+// EncodeFrameTo hands out, in one call, pieces whose concatenation is EncodeFrame's frame, for every kind
+// of message.
 TEST(FrameCodecTest, EncodeFrameToPiecesMakeTheSameFrame) {
   for (const Message& m : AllKinds()) {
     std::vector<std::byte> joined;
-    int pieces = 0;
-    EncodeFrameTo(m, [&](const std::byte* p, std::size_t n) {
-      joined.insert(joined.end(), p, p + n);
-      ++pieces;
+    std::size_t pieces = 0;
+    int calls = 0;
+    EncodeFrameTo(m, [&](FramePieces ps) {
+      for (const auto& p : ps) joined.insert(joined.end(), p.begin(), p.end());
+      pieces += ps.size();
+      ++calls;
     });
     EXPECT_EQ(joined, EncodeFrame(m)) << KindOf(m);
-    EXPECT_GE(pieces, 2) << "the prefix comes as a piece of its own";
+    EXPECT_EQ(calls, 1) << KindOf(m);
+    EXPECT_GE(pieces, 2u) << "the prefix comes as a piece of its own";
+  }
+  // A tensor's bytes are not copied into the pieces: one piece points into the caller's buffer.
+  {
+    std::vector<std::byte> data(4096 * 4, std::byte{7});
+    Message m = TensorMsg{TensorOp::kPush, 9, 3, 0, 1, TensorPayload{DType::kFloat32, {4096}, Blob::View(data)}, 0,
+                          false, 0.0f};
+    bool points_into_caller = false;
+    EncodeFrameTo(m, [&](FramePieces ps) {
+      for (const auto& p : ps) points_into_caller |= p.data() == data.data() && p.size() == data.size();
+    });
+    EXPECT_TRUE(points_into_caller);
   }
   // ValidateMessage refuses what EncodeFrame refuses.
   Message bad = TensorMsg{TensorOp::kPush, 1, 0, 0, 1, TensorPayload{DType::kFloat32, {3}, BlobOf(Bytes(8, 1))}, 0,

@@ -153,11 +153,13 @@ struct EncodeOptions {
 };
 std::vector<std::byte> EncodeFrame(const Message& message, const EncodeOptions& options);
 
-// The same bytes, handed to `sink` piece by piece (the prefix, the segment table, each segment) instead of
-// one buffer: a tensor's bytes go from the caller's memory straight to the sink (a connection's write
-// buffer), with no frame-sized copy in between. The tensors' memory must stay valid and unchanged until
+// The same bytes as pieces (the prefix, the segment table, each segment), handed to `sink` in one call
+// instead of one buffer: a tensor's bytes stay in the caller's memory (the piece points there), so a
+// connection can hand them to the socket in one gathered write with no frame-sized copy in between. The
+// pieces are valid only during the call; the tensors' memory must stay valid and unchanged until
 // EncodeFrameTo returns.
-using FrameSink = std::function<void(const std::byte* data, std::size_t size)>;
+using FramePieces = std::span<const std::span<const std::byte>>;
+using FrameSink = std::function<void(FramePieces pieces)>;
 // EncodeFrame's checks alone (troupe::Error as EncodeFrame throws it): a sender that hands a message to
 // another thread for encoding checks it first, where its error can still reach the caller.
 void ValidateMessage(const Message& message);

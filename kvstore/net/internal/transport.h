@@ -8,10 +8,12 @@
 //                                                 ended inside a frame or a frame was refused (the
 //                                                 broker logs the reason to stderr and closes the socket).
 // and takes from it
-//   (send_atom, net::Message) encode the message straight into the connection's write buffer (tensor
-//                             bytes copied once, from the sender's memory, which must stay valid and
-//                             unchanged until the broker has handled the message: hold it through the
-//                             Blob's owner, or until the answer arrives),
+//   (send_atom, net::Message) encode the message and write it: while nothing is queued on the connection,
+//                             straight from the sender's memory to the socket in one gathered write
+//                             (tensor bytes not copied in user space); what the socket does not take
+//                             then is copied once into CAF's write buffer. The sender's memory must stay
+//                             valid and unchanged until the broker has handled the message: hold it
+//                             through the Blob's owner, or until the answer arrives,
 //   (send_atom, SharedBytes)  write one frame encoded beforehand (EncodeShared; e.g. one for many peers),
 //   (close_atom)              flush what is queued, close, quit.
 // Reading: the broker reads each frame's 8-byte prefix, then exactly its body. A body of 64 KiB or more is

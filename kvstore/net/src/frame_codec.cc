@@ -433,18 +433,34 @@ unsigned FirstSegmentWords(const Message& message) {
   return static_cast<unsigned>(std::min<std::size_t>(EstimateWords(message), 1u << 28));
 }
 
-// Writes every piece of the message to a callback (kvstore/net/internal/frame_codec.h, EncodeFrameTo).
+// Hands the frame's pieces to a callback in one call (kvstore/net/internal/frame_codec.h, EncodeFrameTo):
+// capnp::writeMessage writes the segment table and the segments with one gathered write.
 class SinkStream final : public kj::OutputStream {
  public:
-  SinkStream(const FrameSink& sink, std::size_t* written) : sink_(sink), written_(written) {}
+  SinkStream(const FrameSink& sink, std::span<const std::byte> prefix) : sink_(sink), prefix_(prefix) {}
   void write(const void* buffer, size_t size) override {
-    *written_ += size;
-    sink_(static_cast<const std::byte*>(buffer), size);
+    const kj::ArrayPtr<const kj::byte> piece(static_cast<const kj::byte*>(buffer), size);
+    write(kj::arrayPtr(&piece, 1));
   }
+  void write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    std::vector<std::span<const std::byte>> all;
+    all.reserve(pieces.size() + 1);
+    all.push_back(prefix_);
+    for (const auto& p : pieces) {
+      all.emplace_back(reinterpret_cast<const std::byte*>(p.begin()), p.size());
+      written_ += p.size();
+    }
+    ++calls_;
+    sink_(FramePieces(all));
+  }
+  std::size_t written() const { return written_; }
+  int calls() const { return calls_; }
 
  private:
   const FrameSink& sink_;
-  std::size_t* written_;
+  std::span<const std::byte> prefix_;
+  std::size_t written_ = 0;
+  int calls_ = 0;
 };
 
 }  // namespace
@@ -452,7 +468,12 @@ class SinkStream final : public kj::OutputStream {
 std::vector<std::byte> EncodeFrame(const Message& message, const EncodeOptions& options) {
   std::vector<std::byte> out;
   out.reserve(kPrefixBytes + 8 * FirstSegmentWords(message));
-  EncodeFrameTo(message, [&out](const std::byte* p, std::size_t n) { out.insert(out.end(), p, p + n); }, options);
+  EncodeFrameTo(
+      message,
+      [&out](FramePieces pieces) {
+        for (const auto& p : pieces) out.insert(out.end(), p.begin(), p.end());
+      },
+      options);
   return out;
 }
 
@@ -471,13 +492,12 @@ void EncodeFrameTo(const Message& message, const FrameSink& sink, const EncodeOp
     const std::size_t body = capnp::computeSerializedSizeInWords(builder) * sizeof(capnp::word);
     std::byte prefix[kPrefixBytes];
     for (std::size_t i = 0; i < kPrefixBytes; ++i) prefix[i] = static_cast<std::byte>((body >> (8 * i)) & 0xff);
-    sink(prefix, kPrefixBytes);
-    std::size_t written = 0;
-    SinkStream stream(sink, &written);
+    SinkStream stream(sink, std::span<const std::byte>(prefix, kPrefixBytes));
     capnp::writeMessage(stream, builder);
-    if (written != body) {
-      throw Error("EncodeFrame: Cap'n Proto wrote " + std::to_string(written) + " bytes, expected " +
-                  std::to_string(body) + " (a bug in the codec)");
+    if (stream.written() != body || stream.calls() != 1) {
+      throw Error("EncodeFrame: Cap'n Proto wrote " + std::to_string(stream.written()) + " bytes in " +
+                  std::to_string(stream.calls()) + " writes, expected " + std::to_string(body) +
+                  " in one (a bug in the codec)");
     }
   } catch (const kj::Exception& e) {
     // Reachable only with options.check off (e.g. a blob over Cap'n Proto's limit).

@@ -8,7 +8,12 @@
 #include <thread>
 #include <future>
 #include <map>
+#include <deque>
 #include <mutex>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <cerrno>
 
 #include "actors/error.h"
 
@@ -61,6 +66,77 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   std::map<std::size_t, std::vector<std::unique_ptr<std::vector<char>>>> free_;
 };
 
+// Past this, a frame that the socket stops taking is handed to CAF a piece at a time: CAF writes the piece
+// when the socket has room again and says so (data_transferred_msg), and the rest goes out directly then.
+constexpr std::size_t kNudgeBytes = std::size_t{64} << 10;
+
+// A frame waiting to be written: the pieces that view the message's tensors (kept alive and unchanged by
+// `hold`'s owners: see transport.h) and copies of the rest (the prefix, Cap'n Proto's segment table and
+// small segments, which live only while EncodeFrameTo runs).
+struct OutFrame {
+  OutFrame(const Message& m, FramePieces pieces);
+  bool done() const { return next == pieces.size(); }
+  std::size_t left() const;
+  void Advance(std::size_t n);
+
+  Message hold;
+  std::vector<std::byte> copied;
+  std::vector<std::span<const std::byte>> pieces;
+  std::size_t next = 0;    // the first piece not wholly written
+  std::size_t offset = 0;  // bytes of it written
+};
+
+// The tensor bytes of a message that an owner keeps alive (a borrowed view is copied instead).
+std::vector<std::span<const std::byte>> OwnedTensorBytes(const Message& m) {
+  std::vector<std::span<const std::byte>> out;
+  auto add = [&out](const Blob& b) {
+    if (b.owner != nullptr && b.size() > 0) out.push_back(b.bytes);
+  };
+  if (const auto* t = std::get_if<TensorMsg>(&m)) add(t->value.data);
+  if (const auto* a = std::get_if<Ack>(&m); a != nullptr && a->value) add(a->value->data);
+  return out;
+}
+
+OutFrame::OutFrame(const Message& m, FramePieces in) : hold(m) {
+  const auto owned = OwnedTensorBytes(hold);
+  auto viewed = [&owned](std::span<const std::byte> p) {
+    return std::any_of(owned.begin(), owned.end(), [&p](std::span<const std::byte> o) {
+      return p.data() >= o.data() && p.data() + p.size() <= o.data() + o.size();
+    });
+  };
+  std::size_t copy_bytes = 0;
+  for (const auto& p : in) copy_bytes += viewed(p) ? 0 : p.size();
+  copied.reserve(copy_bytes);
+  pieces.reserve(in.size());
+  for (const auto& p : in) {
+    if (p.empty()) continue;
+    if (viewed(p)) {
+      pieces.push_back(p);
+    } else {
+      copied.insert(copied.end(), p.begin(), p.end());  // no reallocation: reserved above
+      pieces.emplace_back(copied.data() + copied.size() - p.size(), p.size());
+    }
+  }
+}
+
+std::size_t OutFrame::left() const {
+  std::size_t n = 0;
+  for (std::size_t i = next; i < pieces.size(); ++i) n += pieces[i].size();
+  return n - offset;
+}
+
+void OutFrame::Advance(std::size_t n) {
+  while (n > 0 && next < pieces.size()) {
+    const std::size_t here = std::min(n, pieces[next].size() - offset);
+    offset += here;
+    n -= here;
+    if (offset == pieces[next].size()) {
+      ++next;
+      offset = 0;
+    }
+  }
+}
+
 struct ConnState {
   explicit ConnState(std::size_t max_frame_bytes)
       : decoder(max_frame_bytes), pool(std::make_shared<BufferPool>()) {}
@@ -70,7 +146,60 @@ struct ConnState {
   bool done = false;
   bool in_body = false;   // the next read is a body (else a prefix)
   bool adopting = false;  // that body is read into a pool buffer
+  // Writing. Frames wait in `out` (oldest first) until written. `caf_pending`: bytes handed to CAF's write
+  // buffer and not yet on the socket, as CAF last reported them (data_transferred_msg, delivered in the
+  // same thread as it happens); while it is 0 CAF has nothing queued, so bytes may go to the socket
+  // directly without changing the stream's order.
+  std::deque<OutFrame> out;
+  std::size_t caf_pending = 0;
+  bool direct = true;  // false after a direct write failed (or when closing): CAF writes the rest
 };
+
+// Writes what it can of the waiting frames. While CAF has nothing queued, bytes go from the frames'
+// memory to the socket in gathered non-blocking writes (tensor bytes are not copied in user space). When
+// the socket is full, the next kNudgeBytes are copied into CAF's write buffer: CAF writes them once the
+// socket drains and reports it, and that report calls Pump again. With direct writes off, CAF takes all.
+void Pump(caf::io::broker* self, caf::io::connection_handle hdl, ConnState& st) {
+  const int fd = static_cast<int>(hdl.id());
+  while (!st.out.empty()) {
+    OutFrame& f = st.out.front();
+    while (st.caf_pending == 0 && st.direct && !f.done()) {
+      iovec iov[16];
+      msghdr mh{};
+      mh.msg_iov = iov;
+      for (std::size_t i = f.next; i < f.pieces.size() && mh.msg_iovlen < std::size(iov); ++i) {
+        const std::size_t skip = i == f.next ? f.offset : 0;
+        iov[mh.msg_iovlen].iov_base = const_cast<std::byte*>(f.pieces[i].data() + skip);
+        iov[mh.msg_iovlen].iov_len = f.pieces[i].size() - skip;
+        ++mh.msg_iovlen;
+      }
+      const ssize_t n = ::sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        f.Advance(static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      // EAGAIN: the socket is full. Any other error: CAF's write meets it too and closes the connection the
+      // usual way (connection_closed_msg).
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) st.direct = false;
+      break;
+    }
+    if (!f.done() && (st.caf_pending == 0 || !st.direct)) {
+      std::size_t n = st.direct ? std::min(kNudgeBytes, f.left()) : f.left();
+      st.caf_pending += n;
+      while (n > 0) {
+        const auto& p = f.pieces[f.next];
+        const std::size_t here = std::min(n, p.size() - f.offset);
+        self->write(hdl, here, p.data() + f.offset);
+        f.Advance(here);
+        n -= here;
+      }
+    }
+    if (!f.done()) break;
+    st.out.pop_front();
+  }
+  if (st.caf_pending > 0) self->flush(hdl);
+}
 
 caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle hdl, caf::actor owner,
                                std::size_t max_frame_bytes, FrameHook hook) {
@@ -82,6 +211,7 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     std::fprintf(stderr, "troupe kvstore: cannot set TCP_NODELAY on the connection from %s\n", st->peer.c_str());
   }
   self->configure_read(hdl, caf::io::receive_policy::exactly(kPrefixBytes));
+  self->ack_writes(hdl, true);  // Pump needs to know when CAF's queue is empty
   self->monitor(owner);
   // The owner is gone: nobody reads this connection any more.
   self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
@@ -93,7 +223,6 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     self->close(hdl);
     self->quit();
   };
-  auto write = [self, hdl, st](const std::byte* p, std::size_t n) { self->write(hdl, n, p); };
   return {
       [self, hdl, owner, st, finish, hook](caf::io::new_data_msg& msg) {
         if (st->done) return;
@@ -132,25 +261,34 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
         }
         if (!error.empty()) finish(error, true);
       },
-      [self, hdl, st, write, finish](send_atom, const Message& m) {
+      [self, hdl, st, finish](send_atom, const Message& m) {
         if (st->done) return;
         try {
-          EncodeFrameTo(m, write);
+          EncodeFrameTo(m, [&](FramePieces pieces) { st->out.emplace_back(m, pieces); });
         } catch (const std::exception& e) {
-          // The sender checked the message (ValidateMessage), so this is out of memory or a bug. Part of the
-          // frame may be written: the stream is unusable. Closing tells the owner, which fails the requests
-          // waiting on this connection instead of leaving them hanging.
+          // The sender checked the message (ValidateMessage), so this is out of memory or a bug (nothing of
+          // the frame was queued: the pieces arrive only once encoded). The request it carried
+          // is lost, so closing tells the owner, which fails the requests waiting on this connection
+          // instead of leaving them hanging.
           return finish(std::string("a frame could not be encoded: ") + e.what(), true);
         }
-        self->flush(hdl);
+        Pump(self, hdl, *st);
       },
       [self, hdl, st](send_atom, const SharedBytes& bytes) {
         if (st->done) return;
-        self->write(hdl, bytes->size(), bytes->data());
-        self->flush(hdl);
+        // Small (one frame encoded for many peers): copied with the frame's other small pieces.
+        const std::span<const std::byte> piece(*bytes);
+        st->out.emplace_back(Message{}, FramePieces(&piece, 1));
+        Pump(self, hdl, *st);
+      },
+      [self, hdl, st](const caf::io::data_transferred_msg& msg) {
+        st->caf_pending = msg.remaining;
+        if (!st->done && st->caf_pending == 0) Pump(self, hdl, *st);
       },
       [self, hdl, st](close_atom) {
         if (st->done) return;
+        st->direct = false;  // everything waiting goes to CAF, which writes it before closing
+        Pump(self, hdl, *st);
         st->done = true;
         self->flush(hdl);
         self->close(hdl);  // graceful: queued bytes are written first
