@@ -40,10 +40,11 @@ struct Waiter {
 struct Entry {
   NDArray stored;
   NDArray merged;
-  // Replies view `stored` until their broker has encoded them; each holds a copy of this pointer. Before
-  // the server writes an array a reply may still view (use_count > 1), it takes fresh memory instead
-  // (copy-on-write), so a reply always carries the value it was made with. In a sync round every reply
-  // is encoded long before the next round's pushes arrive, so the copy is rare.
+  // Replies view `stored` until their broker has written them to the socket (kvstore/net/internal/
+  // transport.h); each holds a copy of this pointer. Before the server writes an array a reply may still
+  // view (use_count > 1), it takes fresh memory instead (copy-on-write), so a reply always carries the value
+  // it was made with. In a sync round every reply is written before the workers can push the next round,
+  // so the copy is rare; in dist_async a push may arrive while a reply is still being written.
   std::shared_ptr<const NDArray> stored_hold, merged_hold;
   std::uint32_t part_index = 0;
   std::uint32_t part_count = 1;

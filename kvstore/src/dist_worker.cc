@@ -796,7 +796,8 @@ class KVStoreDist final : public KVStore {
 
   // One part's frame: the part of `b` (or the compressed codes) for init/push/pushPull, the request for
   // a pull.
-  // The message views the bytes of `b` (or `codes`); `owner` keeps them alive until the broker encoded it.
+  // The message views the bytes of `b` (or `codes`); `owner` keeps them alive until the broker wrote it to
+  // the socket.
   net::Message TensorFrame(net::TensorOp op, int key, const Key& k, std::size_t p, const TBlob& b, std::uint64_t id,
                            const std::shared_ptr<const void>& owner, const TBlob* codes = nullptr,
                            float threshold = 0.f, int priority = 0) {
@@ -837,7 +838,8 @@ class KVStoreDist final : public KVStore {
     }
     TBlob data;
     std::vector<TBlob> codes;
-    // The arrays whose bytes the frames view, kept alive until every frame was encoded.
+    // The arrays whose bytes the frames view, kept alive until every frame was written (and unchanged: this
+    // function holds them until the answers arrive).
     auto held = std::make_shared<std::vector<NDArray>>();
     if (!src.array.is_none()) {
       if (src.compressed.empty()) {

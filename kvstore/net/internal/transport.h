@@ -8,12 +8,16 @@
 //                                                 ended inside a frame or a frame was refused (the
 //                                                 broker logs the reason to stderr and closes the socket).
 // and takes from it
-//   (send_atom, net::Message) encode the message and write it: while nothing is queued on the connection,
-//                             straight from the sender's memory to the socket in one gathered write
-//                             (tensor bytes not copied in user space); what the socket does not take
-//                             then is copied once into CAF's write buffer. The sender's memory must stay
-//                             valid and unchanged until the broker has handled the message: hold it
-//                             through the Blob's owner, or until the answer arrives,
+//   (send_atom, net::Message) encode the message and queue it; frames are written in order, straight from
+//                             the sender's memory to the socket in gathered non-blocking writes while
+//                             CAF has nothing queued (tensor bytes are not copied in user space), and
+//                             64 KiB at a time through CAF's write buffer when the socket is full (CAF
+//                             reports when it drained, and direct writes resume). So a tensor whose Blob
+//                             has an owner may be read after the handler returned, until the socket took
+//                             it: the owner keeps it valid, and the sender must not change it until the
+//                             answer arrives (the worker: its engine function holds the array) or while
+//                             the owner is shared (the server: copy-on-write of stored values). A Blob
+//                             without an owner is copied before the handler returns,
 //   (send_atom, SharedBytes)  write one frame encoded beforehand (EncodeShared; e.g. one for many peers),
 //   (close_atom)              flush what is queued, close, quit.
 // Reading: the broker reads each frame's 8-byte prefix, then exactly its body. A body of 64 KiB or more is
