@@ -110,15 +110,14 @@ struct ClusterObserver::Impl {
   caf::actor Open(const std::string& address, const std::string& who) {
     const auto [host, port] = net::SplitHostPort(address);
     caf::actor conn = net::Connect(net->system(), host, port, caf::actor_cast<caf::actor>(*self), kObserverMaxFrame, 0);
-    (*self)->send(conn, net::send_atom::value,
-                  net::Message{net::Hello{net::Role::kObserver, -1, net::kProtocolVersion, token, "", 0}});
+    net::Send(conn, net::Message{net::Hello{net::Role::kObserver, -1, net::kProtocolVersion, token, "", 0}});
     Await(conn, 0, who);
     return conn;
   }
 
   net::Message Request(const caf::actor& conn, net::Message m, std::uint64_t id, const std::string& who,
                        const std::function<bool()>& cancelled = {}) {
-    (*self)->send(conn, net::send_atom::value, std::move(m));
+    net::Send(conn, m);
     return Await(conn, id, who, cancelled);
   }
 

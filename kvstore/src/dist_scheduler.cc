@@ -52,7 +52,7 @@ class Scheduler {
     return nullptr;
   }
   std::string Name(const Member& m) const { return NodeName(m.role, m.rank, m.host); }
-  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, m); }
+  void Send(const caf::actor& conn, const net::Message& m) { net::Send(conn, m); }
   void Refuse(const caf::actor& conn, const std::string& why) {
     std::fprintf(stderr, "troupe scheduler: refused a node: %s\n", why.c_str());
     refused_.insert(conn);
@@ -296,7 +296,7 @@ class Scheduler {
   void Broadcast(net::Role role, const net::Message& m) {
     const net::SharedBytes bytes = net::EncodeShared(m);
     for (const Member& x : members_) {
-      if (x.alive && x.role == role) self_->send(x.conn, net::send_atom::value, bytes);
+      if (x.alive && x.role == role) net::Send(x.conn, bytes);
     }
   }
 
@@ -371,7 +371,7 @@ class Scheduler {
         Death(m, "no heartbeat for " + std::to_string(config_.heartbeat_timeout_ms) + " ms");
         continue;
       }
-      self_->send(m.conn, net::send_atom::value, beat);
+      net::Send(m.conn, beat);
     }
     if (!started_ && now - born_ > std::chrono::milliseconds(config_.connect_timeout_ms)) {
       int s = 0, w = 0;

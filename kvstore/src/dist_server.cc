@@ -148,8 +148,9 @@ class Server {
   }
 
  private:
-  // Encoded by the connection's broker (a value reply views `stored`: see Entry::stored_hold).
-  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, m); }
+  // Written on this thread when nothing waits on the connection, else by its broker (a value reply views
+  // `stored`: see Entry::stored_hold).
+  void Send(const caf::actor& conn, const net::Message& m) { net::Send(conn, m); }
   void Fail(const caf::actor& conn, std::uint64_t id, const std::string& why, int dead_rank = -1) {
     Send(conn, net::ErrorMsg{id, why, dead_rank, net::Role::kWorker});
   }

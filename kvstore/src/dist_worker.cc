@@ -204,19 +204,19 @@ class WorkerActor {
     Clock::time_point deadline;
   };
 
-  void Send(const caf::actor& conn, const net::Message& m) { self_->send(conn, net::send_atom::value, m); }
+  void Send(const caf::actor& conn, const net::Message& m) { net::Send(conn, m); }
 
   std::string ServerName(int r) const {
     const std::string& a = servers_[static_cast<std::size_t>(r)].address;
     return NodeName(net::Role::kServer, r, a.substr(0, a.rfind(':')));
   }
 
-  // `frame` was checked by the caller (ValidateMessage) and is encoded by the connection's broker.
+  // `frame` was checked by the caller (ValidateMessage).
   void Request(int target, std::uint64_t id, const net::Message& frame, const ReplyFn& fn) {
     if (!failed_.empty()) return fn(Reply{failed_, std::nullopt});
     if (target == kScheduler) {
       requests_->Add(target, id, fn);
-      self_->send(scheduler_, net::send_atom::value, frame);
+      net::Send(scheduler_, frame);
       return;
     }
     if (target < 0 || target >= static_cast<int>(servers_.size())) {
@@ -229,7 +229,7 @@ class WorkerActor {
       return;
     }
     requests_->Add(target, id, fn);
-    self_->send(s.conn, net::send_atom::value, frame);
+    net::Send(s.conn, frame);
   }
 
   int TargetOf(const caf::actor& conn) const {
@@ -889,7 +889,7 @@ class KVStoreDist final : public KVStore {
         const int server = kp->parts[p].server;
         // Straight to the server's broker when it is up (one hop less); else through the actor.
         if (caf::actor conn = requests_->RegisterIfUp(server, id, reply)) {
-          caf::anon_send(conn, net::send_atom::value, std::move(frame));
+          net::Send(conn, frame);
         } else {
           caf::anon_send(actor_, request_atom::value, server, id, std::move(frame), std::move(reply));
         }

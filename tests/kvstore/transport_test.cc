@@ -1,9 +1,10 @@
 // The transport of the distributed KVStore (kvstore/net/internal/transport.h) on its own: a connection
-// broker writing to a peer that reads concurrently on a real loopback TCP connection. A connection writes
-// frames straight from the senders' memory while nothing is queued and hands CAF the rest when the socket
-// is full; these tests send bursts far larger than the socket's buffers, mixing big tensors, small ones,
-// borrowed views and frames encoded beforehand, and check that every frame arrives whole, byte for byte,
-// in the order it was sent, and that a close comes after everything queued.
+// broker writing to a peer that reads concurrently on a real loopback TCP connection. Send writes frames
+// straight from the senders' memory (on the sender's thread) while nothing waits before them, and the
+// broker queues the rest and hands CAF what the socket does not take; these tests send bursts far larger
+// than the socket's buffers, mixing big tensors, small ones, borrowed views and frames encoded beforehand,
+// from one thread and from several at once, and check that every frame arrives whole, byte for byte, in
+// the order it was sent, and that a close comes after everything queued.
 #include "kvstore/net/internal/transport.h"
 
 #include <gtest/gtest.h>
@@ -193,9 +194,9 @@ TEST_F(TransportTest, BurstArrivesWholeAndInOrder) {
   }
   for (const Message& m : sent) {
     if (std::holds_alternative<Heartbeat>(m)) {
-      caf::anon_send(conn_, send_atom::value, EncodeShared(m));  // encoded beforehand, as for many peers
+      Send(conn_, EncodeShared(m));  // encoded beforehand, as for many peers
     } else {
-      caf::anon_send(conn_, send_atom::value, m);
+      Send(conn_, m);
     }
   }
   ExpectPeerRead(sent);
@@ -207,9 +208,49 @@ TEST_F(TransportTest, BigFramesOneByOneThenClose) {
   std::vector<Message> sent;
   for (std::uint64_t i = 1; i <= 12; ++i) {
     sent.push_back(OwnedTensor(i, (std::size_t{4} << 20) + 8 * i));
-    caf::anon_send(conn_, send_atom::value, sent.back());
+    Send(conn_, sent.back());
   }
   ExpectPeerRead(sent);
+}
+
+// Several threads send at once, as a worker's engine threads and its actor do: a sender writes straight to
+// the socket only when nothing waits before its frame, so each thread's frames arrive in its order, whole,
+// and none is lost — big ones (the socket fills mid-frame, and the rest waits in the broker) among small.
+TEST_F(TransportTest, ConcurrentSendersKeepEachThreadsOrder) {
+  constexpr int kThreads = 4;
+  constexpr std::uint64_t kPerThread = 1000;
+  std::vector<std::vector<Message>> sent(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    for (std::uint64_t i = 0; i < kPerThread; ++i) {
+      const std::uint64_t id = static_cast<std::uint64_t>(t) * 1000000 + i + 1;
+      // A big frame fills the socket, and the small ones behind it wait in the broker's mailbox and queue.
+      const std::size_t bytes = i % 100 == 0 ? (std::size_t{4} << 20) + 8 * i : 16 + 8 * (i % 7);
+      sent[t].push_back(OwnedTensor(id, bytes));
+    }
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (const Message& m : sent[t]) Send(conn_, m);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_TRUE(peer_.WaitFrames(kThreads * kPerThread, std::chrono::seconds(120))) << "frames stalled in the sender";
+  caf::anon_send(conn_, close_atom::value);
+  std::string error;
+  const std::vector<Message> got = peer_.Finish(&error);
+  EXPECT_EQ(error, "");
+  ASSERT_EQ(got.size(), kThreads * kPerThread);
+  std::vector<std::uint64_t> next(kThreads, 0);  // per thread: the index of the frame expected next
+  for (const Message& m : got) {
+    const std::uint64_t id = IdOf(m);
+    const int t = static_cast<int>(id / 1000000);
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, kThreads);
+    ASSERT_LT(next[t], kPerThread) << "thread " << t << " sent no more frames";
+    EXPECT_TRUE(m == sent[t][next[t]]) << "thread " << t << ": frame " << next[t] << " out of order or changed";
+    ++next[t];
+  }
 }
 
 }  // namespace

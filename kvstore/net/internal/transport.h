@@ -8,24 +8,25 @@
 //                                                 ended inside a frame or a frame was refused (the
 //                                                 broker logs the reason to stderr and closes the socket).
 // and takes from it
-//   (send_atom, net::Message) encode the message and queue it; frames are written in order, straight from
-//                             the sender's memory to the socket in gathered non-blocking writes while
-//                             CAF has nothing queued (tensor bytes are not copied in user space), and
-//                             64 KiB at a time through CAF's write buffer when the socket is full (CAF
-//                             reports when it drained, and direct writes resume). So a tensor whose Blob
-//                             has an owner may be read after the handler returned, until the socket took
-//                             it: the owner keeps it valid, and the sender must not change it until the
-//                             answer arrives (the worker: its engine function holds the array) or while
-//                             the owner is shared (the server: copy-on-write of stored values). A Blob
-//                             without an owner is copied before the handler returns,
-//   (send_atom, SharedBytes)  write one frame encoded beforehand (EncodeShared; e.g. one for many peers),
+//   frames, through Send (from any thread): written in the order they were handed over, straight from the
+//                             sender's memory to the socket on the sender's thread when nothing waits
+//                             before them (no hand-off to the broker: a small frame costs one system call),
+//                             else queued in the broker, which writes them directly while CAF has nothing
+//                             queued and 64 KiB at a time through CAF's write buffer when the socket is
+//                             full (CAF reports when it drained, and direct writes resume). Tensor bytes are
+//                             not copied in user space, so a tensor whose Blob has an owner may be read
+//                             after Send returned, until the socket took it: the owner keeps it valid, and
+//                             the sender must not change it until the answer arrives (the worker: its
+//                             engine function holds the array) or while the owner is shared (the server:
+//                             copy-on-write of stored values). A Blob without an owner is copied before
+//                             Send returns.
 //   (close_atom)              flush what is queued, close, quit.
 // Reading: the broker reads each frame's 8-byte prefix, then exactly its body. A body of 64 KiB or more is
 // read into a buffer of its own (from a pool of the connection) that the decoded message then owns: no
 // copy between the socket and the consumer (DESIGN.md §4).
 // A broker quits (closing its socket) when its owner terminates, so nothing outlives a node.
 //
-// Thread-safety: Listen/Connect may be called from any thread; everything else is actor messages.
+// Thread-safety: Listen, Connect and Send may be called from any thread; everything else is actor messages.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +45,6 @@ namespace troupe::net {
 // An encoded frame shared between the thread that encoded it and the broker that writes it.
 using SharedBytes = std::shared_ptr<const std::vector<std::byte>>;
 
-using send_atom = caf::atom_constant<caf::atom("tr_send")>;
 using close_atom = caf::atom_constant<caf::atom("tr_close")>;
 using recv_atom = caf::atom_constant<caf::atom("tr_recv")>;
 using closed_atom = caf::atom_constant<caf::atom("tr_closed")>;
@@ -52,6 +52,12 @@ using tick_atom = caf::atom_constant<caf::atom("tr_tick")>;
 
 // EncodeFrame into a shared buffer (throws troupe::Error as EncodeFrame does).
 SharedBytes EncodeShared(const Message& message);
+
+// Hands a frame to the connection broker `conn` (see above). The message was checked (ValidateMessage).
+// A connection that is gone drops it (its owner learns of the close from closed_atom).
+void Send(const caf::actor& conn, const Message& message);
+// One frame encoded beforehand (EncodeShared; e.g. one for many peers).
+void Send(const caf::actor& conn, const SharedBytes& frame);
 
 // The actor system of the distributed KVStore in this process: created by the first node, destroyed
 // (after every actor in it has quit) when the last node releases it. Separate from the engine's Runtime

@@ -10,6 +10,7 @@
 #include <map>
 #include <deque>
 #include <mutex>
+#include <unordered_map>
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -65,6 +66,11 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   std::mutex mu_;
   std::map<std::size_t, std::vector<std::unique_ptr<std::vector<char>>>> free_;
 };
+
+// Mailed to a connection broker by Send: a frame to queue, and "write what is queued" after a sender's
+// direct write left part of its frame.
+using send_atom = caf::atom_constant<caf::atom("tr_send")>;
+using pump_atom = caf::atom_constant<caf::atom("tr_pump")>;
 
 // Past this, a frame that the socket stops taking is handed to CAF a piece at a time: CAF writes the piece
 // when the socket has room again and says so (data_transferred_msg), and the rest goes out directly then.
@@ -137,33 +143,92 @@ void OutFrame::Advance(std::size_t n) {
   }
 }
 
-struct ConnState {
-  explicit ConnState(std::size_t max_frame_bytes)
-      : decoder(max_frame_bytes), pool(std::make_shared<BufferPool>()) {}
-  FrameDecoder decoder;
-  std::shared_ptr<BufferPool> pool;
-  std::string peer;
-  bool done = false;
-  bool in_body = false;   // the next read is a body (else a prefix)
-  bool adopting = false;  // that body is read into a pool buffer
-  // Writing. Frames wait in `out` (oldest first) until written. `caf_pending`: bytes handed to CAF's write
-  // buffer and not yet on the socket, as CAF last reported them (data_transferred_msg, delivered in the
-  // same thread as it happens); while it is 0 CAF has nothing queued, so bytes may go to the socket
-  // directly without changing the stream's order.
-  std::deque<OutFrame> out;
-  std::size_t caf_pending = 0;
-  bool direct = true;  // false after a direct write failed (or when closing): CAF writes the rest
-};
+// The write side of a connection, shared by its broker (on CAF's multiplexer thread) and senders on any
+// thread (Send), under mu_. Frames are written in the order they were handed over:
+//  - a sender writes its frame straight to the socket when nothing is waiting before it (no frame queued
+//    here, none mailed to the broker and not yet queued, nothing in CAF's write buffer) — no thread hand-off;
+//  - otherwise the frame is mailed to the broker, which queues it; the broker writes queued frames directly
+//    while CAF has nothing queued, and 64 KiB at a time through CAF when the socket is full (CAF reports
+//    when it drained: Transferred, and direct writes resume).
+class Writer {
+ public:
+  enum class Now { kWritten, kStarted, kMailIt };
 
-// Writes what it can of the waiting frames. While CAF has nothing queued, bytes go from the frames'
-// memory to the socket in gathered non-blocking writes (tensor bytes are not copied in user space). When
-// the socket is full, the next kNudgeBytes are copied into CAF's write buffer: CAF writes them once the
-// socket drains and reports it, and that report calls Pump again. With direct writes off, CAF takes all.
-void Pump(caf::io::broker* self, caf::io::connection_handle hdl, ConnState& st) {
-  const int fd = static_cast<int>(hdl.id());
-  while (!st.out.empty()) {
-    OutFrame& f = st.out.front();
-    while (st.caf_pending == 0 && st.direct && !f.done()) {
+  // On a sender's thread. kWritten: the socket took the whole frame. kStarted: it took a part and the rest
+  // is queued: mail the broker pump_atom. kMailIt: mail the frame to the broker (counted: from here on,
+  // later frames wait behind it).
+  Now TryNow(const Message& m, std::span<const std::byte> encoded) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_ < 0 || closed_ || !direct_ || caf_pending_ != 0 || mailed_ != 0 || !out_.empty()) {
+      ++mailed_;
+      return Now::kMailIt;
+    }
+    try {
+      if (encoded.empty()) {
+        EncodeFrameTo(m, [&](FramePieces pieces) { out_.emplace_back(m, pieces); });
+      } else {
+        out_.emplace_back(Message{}, FramePieces(&encoded, 1));
+      }
+    } catch (const std::exception&) {
+      // Out of memory (the sender checked the message): the broker tries again, and on failure closes the
+      // connection the usual way, which fails the requests waiting on it.
+      ++mailed_;
+      return Now::kMailIt;
+    }
+    WriteDirect(out_.front());
+    if (out_.front().done()) {
+      out_.pop_front();
+      return Now::kWritten;
+    }
+    return Now::kStarted;
+  }
+
+  // On the broker's thread.
+  void Start(int fd) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fd_ = fd;
+  }
+  // A mailed frame arrived (encoded beforehand when `encoded` is not empty).
+  void Queue(caf::io::broker* self, caf::io::connection_handle hdl, const Message& m,
+             std::span<const std::byte> encoded) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (mailed_ > 0) --mailed_;
+    if (closed_) return;
+    if (encoded.empty()) {
+      EncodeFrameTo(m, [&](FramePieces pieces) { out_.emplace_back(m, pieces); });  // throws before queuing
+    } else {
+      out_.emplace_back(Message{}, FramePieces(&encoded, 1));
+    }
+    PumpLocked(self, hdl);
+  }
+  void Pump(caf::io::broker* self, caf::io::connection_handle hdl) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_) PumpLocked(self, hdl);
+  }
+  // CAF wrote bytes of its buffer; `remaining` are still in it.
+  void Transferred(caf::io::broker* self, caf::io::connection_handle hdl, std::size_t remaining) {
+    std::lock_guard<std::mutex> lock(mu_);
+    caf_pending_ = remaining;
+    if (!closed_ && caf_pending_ == 0) PumpLocked(self, hdl);
+  }
+  // No more writes from here (the socket is about to close). With `flush`, what is queued goes to CAF's
+  // buffer first, which CAF writes before closing.
+  void Close(caf::io::broker* self, caf::io::connection_handle hdl, bool flush) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    if (flush) {
+      direct_ = false;
+      PumpLocked(self, hdl);
+    }
+    closed_ = true;
+    out_.clear();
+  }
+
+ private:
+  // Writes what the socket takes of f, from f's memory; a failure other than a full socket turns direct
+  // writes off (CAF's own write meets it too and closes the connection the usual way).
+  void WriteDirect(OutFrame& f) {
+    while (direct_ && !f.done()) {
       iovec iov[16];
       msghdr mh{};
       mh.msg_iov = iov;
@@ -173,37 +238,89 @@ void Pump(caf::io::broker* self, caf::io::connection_handle hdl, ConnState& st) 
         iov[mh.msg_iovlen].iov_len = f.pieces[i].size() - skip;
         ++mh.msg_iovlen;
       }
-      const ssize_t n = ::sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+      const ssize_t n = ::sendmsg(fd_, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n > 0) {
         f.Advance(static_cast<std::size_t>(n));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
-      // EAGAIN: the socket is full. Any other error: CAF's write meets it too and closes the connection the
-      // usual way (connection_closed_msg).
-      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) st.direct = false;
-      break;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) direct_ = false;
+      return;
     }
-    if (!f.done() && (st.caf_pending == 0 || !st.direct)) {
-      std::size_t n = st.direct ? std::min(kNudgeBytes, f.left()) : f.left();
-      st.caf_pending += n;
-      while (n > 0) {
-        const auto& p = f.pieces[f.next];
-        const std::size_t here = std::min(n, p.size() - f.offset);
-        self->write(hdl, here, p.data() + f.offset);
-        f.Advance(here);
-        n -= here;
-      }
-    }
-    if (!f.done()) break;
-    st.out.pop_front();
   }
-  if (st.caf_pending > 0) self->flush(hdl);
+
+  // Writes what it can of the queued frames: directly while CAF has nothing queued; when the socket is
+  // full, the next kNudgeBytes are copied into CAF's write buffer (CAF writes them once the socket drains
+  // and reports it: Transferred). With direct writes off, CAF takes everything.
+  void PumpLocked(caf::io::broker* self, caf::io::connection_handle hdl) {
+    while (!out_.empty()) {
+      OutFrame& f = out_.front();
+      if (caf_pending_ == 0) WriteDirect(f);
+      if (!f.done() && (caf_pending_ == 0 || !direct_)) {
+        std::size_t n = direct_ ? std::min(kNudgeBytes, f.left()) : f.left();
+        caf_pending_ += n;
+        while (n > 0) {
+          const auto& p = f.pieces[f.next];
+          const std::size_t here = std::min(n, p.size() - f.offset);
+          self->write(hdl, here, p.data() + f.offset);
+          f.Advance(here);
+          n -= here;
+        }
+      }
+      if (!f.done()) break;
+      out_.pop_front();
+    }
+    if (caf_pending_ > 0) self->flush(hdl);
+  }
+
+  std::mutex mu_;
+  int fd_ = -1;          // the socket, once the broker started
+  bool closed_ = false;  // the broker closes (or closed) the socket: nothing more may touch it
+  bool direct_ = true;   // false after a direct write failed, or when closing
+  std::size_t caf_pending_ = 0;  // bytes in CAF's write buffer, as CAF last reported (Transferred)
+  std::size_t mailed_ = 0;       // frames mailed to the broker and not yet queued
+  std::deque<OutFrame> out_;     // frames waiting (the first may be partly written)
+};
+
+// The writers of this process's live connections, by broker (Send finds them here).
+std::mutex g_writers_mu;
+std::unordered_map<caf::actor_id, std::weak_ptr<Writer>> g_writers;  // guarded by g_writers_mu
+
+void RegisterWriter(const caf::actor& conn, const std::shared_ptr<Writer>& w) {
+  std::lock_guard<std::mutex> lock(g_writers_mu);
+  g_writers[conn.id()] = w;
 }
 
+std::shared_ptr<Writer> FindWriter(const caf::actor& conn) {
+  std::lock_guard<std::mutex> lock(g_writers_mu);
+  auto it = g_writers.find(conn.id());
+  if (it == g_writers.end()) return nullptr;
+  auto w = it->second.lock();
+  if (w == nullptr) g_writers.erase(it);  // the broker is gone
+  return w;
+}
+
+void ForgetWriter(caf::actor_id id, const Writer* w) {
+  std::lock_guard<std::mutex> lock(g_writers_mu);
+  auto it = g_writers.find(id);
+  if (it != g_writers.end() && (it->second.expired() || it->second.lock().get() == w)) g_writers.erase(it);
+}
+
+struct ConnState {
+  ConnState(std::size_t max_frame_bytes, std::shared_ptr<Writer> w)
+      : decoder(max_frame_bytes), pool(std::make_shared<BufferPool>()), writer(std::move(w)) {}
+  FrameDecoder decoder;
+  std::shared_ptr<BufferPool> pool;
+  std::shared_ptr<Writer> writer;
+  std::string peer;
+  bool done = false;
+  bool in_body = false;   // the next read is a body (else a prefix)
+  bool adopting = false;  // that body is read into a pool buffer
+};
+
 caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle hdl, caf::actor owner,
-                               std::size_t max_frame_bytes, FrameHook hook) {
-  auto st = std::make_shared<ConnState>(max_frame_bytes);
+                               std::size_t max_frame_bytes, FrameHook hook, std::shared_ptr<Writer> writer) {
+  auto st = std::make_shared<ConnState>(max_frame_bytes, std::move(writer));
   st->peer = self->remote_addr(hdl) + ":" + std::to_string(self->remote_port(hdl));
   // Small frames (barriers, small keys, acks) go out at once: a request/response protocol gains nothing
   // from Nagle's coalescing. The handle of a default-multiplexer connection is its socket.
@@ -211,13 +328,24 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     std::fprintf(stderr, "troupe kvstore: cannot set TCP_NODELAY on the connection from %s\n", st->peer.c_str());
   }
   self->configure_read(hdl, caf::io::receive_policy::exactly(kPrefixBytes));
-  self->ack_writes(hdl, true);  // Pump needs to know when CAF's queue is empty
+  self->ack_writes(hdl, true);  // the Writer needs to know when CAF's queue is empty
+  st->writer->Start(static_cast<int>(hdl.id()));
+  // However the broker ends, no sender touches the socket afterwards (CAF closes it in the broker's cleanup,
+  // on this thread, after the attached functions ran).
+  self->attach_functor([w = st->writer, id = self->id(), self, hdl] {
+    w->Close(self, hdl, false);
+    ForgetWriter(id, w.get());
+  });
   self->monitor(owner);
   // The owner is gone: nobody reads this connection any more.
-  self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
+  self->set_down_handler([self, hdl, st](const caf::down_msg&) {
+    st->writer->Close(self, hdl, false);
+    self->quit();
+  });
   auto finish = [self, hdl, owner, st](const std::string& why, bool log) {
     if (st->done) return;
     st->done = true;
+    st->writer->Close(self, hdl, false);
     if (log) std::fprintf(stderr, "troupe kvstore: closing the connection from %s: %s\n", st->peer.c_str(), why.c_str());
     self->send(owner, closed_atom::value, caf::actor_cast<caf::actor>(self), why);
     self->close(hdl);
@@ -264,31 +392,28 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
       [self, hdl, st, finish](send_atom, const Message& m) {
         if (st->done) return;
         try {
-          EncodeFrameTo(m, [&](FramePieces pieces) { st->out.emplace_back(m, pieces); });
+          st->writer->Queue(self, hdl, m, {});
         } catch (const std::exception& e) {
           // The sender checked the message (ValidateMessage), so this is out of memory or a bug (nothing of
-          // the frame was queued: the pieces arrive only once encoded). The request it carried
-          // is lost, so closing tells the owner, which fails the requests waiting on this connection
-          // instead of leaving them hanging.
+          // the frame was queued: the pieces arrive only once encoded). The request it carried is lost, so
+          // closing tells the owner, which fails the requests waiting on this connection instead of leaving
+          // them hanging.
           return finish(std::string("a frame could not be encoded: ") + e.what(), true);
         }
-        Pump(self, hdl, *st);
       },
       [self, hdl, st](send_atom, const SharedBytes& bytes) {
         if (st->done) return;
-        // Small (one frame encoded for many peers): copied with the frame's other small pieces.
-        const std::span<const std::byte> piece(*bytes);
-        st->out.emplace_back(Message{}, FramePieces(&piece, 1));
-        Pump(self, hdl, *st);
+        st->writer->Queue(self, hdl, Message{}, std::span<const std::byte>(*bytes));
+      },
+      [self, hdl, st](pump_atom) {
+        if (!st->done) st->writer->Pump(self, hdl);
       },
       [self, hdl, st](const caf::io::data_transferred_msg& msg) {
-        st->caf_pending = msg.remaining;
-        if (!st->done && st->caf_pending == 0) Pump(self, hdl, *st);
+        if (!st->done) st->writer->Transferred(self, hdl, msg.remaining);
       },
       [self, hdl, st](close_atom) {
         if (st->done) return;
-        st->direct = false;  // everything waiting goes to CAF, which writes it before closing
-        Pump(self, hdl, *st);
+        st->writer->Close(self, hdl, true);  // what is queued goes to CAF, which writes it before closing
         st->done = true;
         self->flush(hdl);
         self->close(hdl);  // graceful: queued bytes are written first
@@ -327,7 +452,9 @@ caf::behavior ListenerBroker(caf::io::broker* self, caf::actor owner, std::share
   return {
       [self, owner, max_frame_bytes](const caf::io::new_connection_msg& msg) {
         // The owner learns of the connection from its first frame (the hello).
-        self->fork(ConnectionBroker, msg.handle, owner, max_frame_bytes, FrameHook{});
+        auto writer = std::make_shared<Writer>();
+        // Registered before anyone can know the connection (the owner learns of it from its first frame).
+        RegisterWriter(self->fork(ConnectionBroker, msg.handle, owner, max_frame_bytes, FrameHook{}, writer), writer);
       },
   };
 }
@@ -340,6 +467,40 @@ std::weak_ptr<NetSystem> g_system;  // guarded by g_system_mu
 SharedBytes EncodeShared(const Message& message) {
   return std::make_shared<const std::vector<std::byte>>(EncodeFrame(message));
 }
+
+namespace {
+void SendVia(const caf::actor& conn, const Message& m, const SharedBytes& bytes) {
+  if (!conn) return;
+  if (auto w = FindWriter(conn)) {
+    const std::span<const std::byte> encoded = bytes ? std::span<const std::byte>(*bytes) : std::span<const std::byte>();
+    switch (w->TryNow(m, encoded)) {
+      case Writer::Now::kWritten:
+        return;
+      case Writer::Now::kStarted:
+        caf::anon_send(conn, pump_atom::value);
+        return;
+      case Writer::Now::kMailIt:
+        break;
+    }
+  }
+  // Not written here (or the connection is gone: the message is dropped with its broker).
+  if (bytes) {
+    caf::anon_send(conn, send_atom::value, bytes);
+    return;
+  }
+  // The broker reads the message later: a borrowed view becomes a copy the message owns.
+  Message mailed = m;
+  auto own = [](Blob& b) {
+    if (b.owner == nullptr && b.size() > 0) b = Blob::Copy(b.bytes);
+  };
+  if (auto* t = std::get_if<TensorMsg>(&mailed)) own(t->value.data);
+  if (auto* a = std::get_if<Ack>(&mailed); a != nullptr && a->value) own(a->value->data);
+  caf::anon_send(conn, send_atom::value, std::move(mailed));
+}
+}  // namespace
+
+void Send(const caf::actor& conn, const Message& m) { SendVia(conn, m, nullptr); }
+void Send(const caf::actor& conn, const SharedBytes& bytes) { SendVia(conn, Message{}, bytes); }
 
 NetSystem::NetSystem() : config_(std::make_unique<caf::actor_system_config>()) {
   config_->load<caf::io::middleman>();
@@ -378,14 +539,16 @@ Listener Listen(caf::actor_system& system, const std::string& host, std::uint16_
 caf::actor Connect(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
                    std::size_t max_frame_bytes, int retry_ms, FrameHook hook) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(retry_ms);
-  auto r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes, hook);
+  auto writer = std::make_shared<Writer>();
+  auto r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes, hook, writer);
   while (!r && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the peer may not listen yet
-    r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes, hook);
+    r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes, hook, writer);
   }
   if (!r) {
     throw Error("kvstore: cannot connect to " + host + ":" + std::to_string(port) + ": " + system.render(r.error()));
   }
+  RegisterWriter(*r, writer);  // before the caller can send to it
   return *r;
 }
 
