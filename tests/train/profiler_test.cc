@@ -165,6 +165,9 @@ TEST(ProfilerTest, AsynchronousFunctionsKeepTheTraceBalanced) {
   }
   engine->WaitForAll();
   p.Stop();
+  // A completer may call done() (and so end WaitForAll) before the function that started it has finished
+  // adding it to `completers`: taking `mu` waits for that function to let go.
+  std::lock_guard<std::mutex> lock(mu);
   for (auto& t : completers) t.join();
   const auto begins = CheckTrace(p.TraceJson());
   EXPECT_EQ(begins.at("async"), 8);
