@@ -204,10 +204,11 @@ class Shard {
   }
   const caf::actor& handle() const { return actor_.handle(); }
 
-  // Thread-safe. Rings the doorbell only when the actor sleeps. With `drain_here` (a device worker
-  // reporting a completion) the caller takes the sleeping actor's turn instead: it drains the inbox once on
-  // its own thread and hands the shard back, saving the two thread wake-ups of a doorbell (the actor's,
-  // then the worker's for the work it dispatches). Whoever clears asleep_ holds the drain turn, so the
+  // Thread-safe. Rings the doorbell only when the actor sleeps. With `drain_here` (a device worker or a
+  // foreign thread reporting a completion, a thread pushing a function the shard runs itself) the caller
+  // takes the sleeping actor's turn instead: it drains the inbox once on its own thread and hands the shard
+  // back, saving the two thread wake-ups of a doorbell (the actor's, then the next thread's for the work it
+  // dispatches). Whoever clears asleep_ holds the drain turn, so the
   // queues still have one owner at a time, and mu_ orders one owner's work before the next's.
   void Post(EventKind kind, OprBlock* b, bool drain_here = false) {
     bool wake = false;
@@ -350,8 +351,11 @@ class ActorEngine final : public Engine {
 
   // Called by blocks, shards and callbacks.
   OprBlock* Execute(OprBlock* b, const RunContext& rctx, const WorkerInfo* worker);
-  // on_worker: called on a device worker, which may then drain a sleeping shard itself (Shard::Post).
-  OprBlock* Finish(OprBlock* b, std::exception_ptr error, bool on_worker = false);
+  // Whether the caller may then drain a sleeping shard itself (Shard::Post): never (a GPU stream's
+  // completion), a device worker when no continuation waits for it to run next, or a foreign thread
+  // completing a callback always (it handles the completion, then runs the continuation).
+  enum class FinishDrain { kNo, kIfNoContinuation, kYes };
+  OprBlock* Finish(OprBlock* b, std::exception_ptr error, FinishDrain drain = FinishDrain::kNo);
   void RunOrSubmitContinuation(OprBlock* next, const WorkerInfo* worker, const RunContext* rctx);
   void ReleaseRef(OprBlock* b);
   void FreeVar(ActorVar* v);
@@ -847,7 +851,11 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
     return;
   }
   if (o->num_shards == 1) {
-    shards_[__builtin_ctzll(o->shard_mask)]->Post(EventKind::kPush, b);
+    // A function the shard runs itself (a CPU kAsync function, WaitForVar's) is granted and started on the
+    // pushing thread when the shard sleeps, as MXNet starts a ready kAsync function on its pusher: no wake-up
+    // of the shard's actor in between.
+    const bool runs_in_shard = o->internal_barrier || (o->prop == FnProperty::kAsync && !ctx.is_gpu());
+    shards_[__builtin_ctzll(o->shard_mask)]->Post(EventKind::kPush, b, runs_in_shard);
     return;
   }
   // A function spanning several shards must reach them in one global order, or two such functions could
@@ -976,10 +984,13 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
   }
   if (b->profiling) b->begin_ns = ProfileTicks();
 
+  // Off a device worker (in a shard's drain, or a foreign thread running a continuation), the completion
+  // may drain a sleeping shard here: no wake-up of its actor for what it makes ready.
+  const FinishDrain drain = worker != nullptr ? FinishDrain::kIfNoContinuation : FinishDrain::kYes;
   OprBlock* next = nullptr;
   if (poison && !NeverSkipped(o->prop)) {
     skipped_.fetch_add(1, std::memory_order_relaxed);
-    next = Finish(b, poison, worker != nullptr);
+    next = Finish(b, poison, drain);
   } else if (o->sync_fn) {
     std::exception_ptr error;
     try {
@@ -991,7 +1002,7 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
       // Complete when the stream has run what fn enqueued; StreamDone finishes the block.
       worker->device->CompleteAfterStream(*worker, b);
     } else {
-      next = Finish(b, error, worker != nullptr);
+      next = Finish(b, error, drain);
     }
   } else {
     tl_running_block = b;
@@ -1010,7 +1021,7 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
     }
     tl_running_block = nullptr;
     tl_worker = nullptr;
-    if (b->completed_inline) next = Finish(b, b->callback.TakeError(), worker != nullptr);
+    if (b->completed_inline) next = Finish(b, b->callback.TakeError(), drain);
   }
   ReleaseRef(b);  // the execution's reference
   return next;
@@ -1032,14 +1043,16 @@ void ActorEngine::OnCallback(void* block, void* gen_ptr, std::exception_ptr erro
   // WaitForAll may return and the engine may be destroyed, so the destructor waits for this thread to leave.
   ActorEngine* e = b->engine;
   e->foreign_finishers_.fetch_add(1, std::memory_order_seq_cst);
-  OprBlock* next = e->Finish(b, b->callback.TakeError());
+  // It also takes a sleeping shard's turn, as a worker does, before it runs the continuation: what the
+  // completion makes ready is dispatched from here without waking the shard's actor first.
+  OprBlock* next = e->Finish(b, b->callback.TakeError(), FinishDrain::kYes);
   if (next != nullptr) e->RunOrSubmitContinuation(next, nullptr, nullptr);
   e->foreign_finishers_.fetch_sub(1, std::memory_order_seq_cst);  // the last touch of the engine
 }
 
 // Records the outcome of `b`, reports completion to its shards and returns its continuation (or null).
 // Holds its own reference on `b` until its last line, so `b` stays valid throughout.
-OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, bool on_worker) {
+OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain drain) {
   Opr* o = b->opr;
   if (error) {
     for (ActorVar* v : o->mutable_vars) v->error = error;
@@ -1054,8 +1067,9 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, bool on_wor
   // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
   if ((raw & kInheritsHolds) == 0) {
     for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) {
-      // With a continuation the worker runs it next, and the actor handles the completion meanwhile.
-      shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b, on_worker && next == nullptr);
+      // With a continuation a worker runs it next, and the actor handles the completion meanwhile.
+      const bool here = drain == FinishDrain::kYes || (drain == FinishDrain::kIfNoContinuation && next == nullptr);
+      shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b, here);
     }
   }
   NoteFinished();
