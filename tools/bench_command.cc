@@ -197,8 +197,10 @@ constexpr const char* kKVStoreDistDescription =
     "throughput = bytes through the server per second (2 workers x model x 2 / the slower worker's median "
     "round time), per-worker throughput, and the small key's median latency. Anchors, against a child "
     "process over TCP with TCP_NODELAY: the one-way stream throughput (256 MiB in key-sized writes), the echo "
-    "of the model in key-sized chunks, and the round trip of a 64-byte message. Ratios: throughput / stream "
-    "(target >= 0.7), latency / round trip (target <= 3); reported, not enforced. Checks: every pulled key "
+    "of the model in key-sized chunks, the round trip of a 64-byte message, and (for reference) a lock-step "
+    "round of two child clients with this process as their server, as a dist_sync round on raw TCP. Ratios: "
+    "throughput / stream (target >= 0.7), latency / round trip (target <= 3); reported, not enforced. Checks: "
+    "every pulled key "
     "equals the sum of both workers' gradients of its round, the echoes equal what was sent, every process "
     "exits 0. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed, 1 when one "
     "failed (the JSON says which), 2 on bad usage.";

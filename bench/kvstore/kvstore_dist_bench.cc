@@ -84,7 +84,8 @@ bool RecvAll(int fd, void* data, std::size_t n) {
 }
 
 // The peer's protocol: a header {op, n}; op 1 = read n bytes then answer one byte, op 2 = read n bytes and
-// send them back, op 0 = quit.
+// send them back, op 3 = n + 10 lock-step rounds as a client (send 64 bytes, wait for 64 back; the first 10
+// a warm-up), then send the median round time in microseconds (a double), op 0 = quit.
 struct Header {
   std::uint64_t op;
   std::uint64_t n;
@@ -102,6 +103,18 @@ int RunTcpPeer(int port) {
     Header h{};
     if (!RecvAll(fd, &h, sizeof h)) return 1;
     if (h.op == 0) break;
+    if (h.op == 3) {
+      char msg[64] = {};
+      std::vector<double> us;
+      for (std::uint64_t i = 0; i < h.n + 10; ++i) {
+        const auto t0 = Clock::now();
+        if (!SendAll(fd, msg, sizeof msg) || !RecvAll(fd, msg, sizeof msg)) return 1;
+        if (i >= 10) us.push_back(Seconds(t0, Clock::now()) * 1e6);
+      }
+      const double median = MedianOf(us);
+      if (!SendAll(fd, &median, sizeof median)) return 1;
+      continue;
+    }
     buf.resize(h.n);
     if (!RecvAll(fd, buf.data(), h.n)) return 1;
     if (h.op == 1) {
@@ -117,6 +130,7 @@ int RunTcpPeer(int port) {
 
 struct TcpAnchor {
   std::vector<double> stream_gibs, echo_gibs, rtt_us;
+  double lockstep_us = 0;  // the slower of two clients' median lock-step round
   std::vector<std::string> failures;
 };
 
@@ -134,10 +148,12 @@ void MeasureTcp(const Resolved& r, const KVStoreDistBenchOptions& o, TcpAnchor* 
     return;
   }
   const int port = ntohs(addr.sin_port);
-  ChildProcess peer("tcp peer", {SelfExe(), "bench", "kvstore-dist", "--role", "tcp-peer", "--peer-port", std::to_string(port)}, {});
+  const std::vector<std::string> peer_argv = {SelfExe(), "bench", "kvstore-dist", "--role", "tcp-peer", "--peer-port",
+                                              std::to_string(port)};
+  ChildProcess peer("tcp peer", peer_argv, {});
   const int fd = ::accept(lfd, nullptr, nullptr);
-  ::close(lfd);
   if (fd < 0) {
+    ::close(lfd);
     out->failures.push_back("raw TCP anchor: the peer did not connect");
     return;
   }
@@ -181,12 +197,37 @@ void MeasureTcp(const Resolved& r, const KVStoreDistBenchOptions& o, TcpAnchor* 
     ok = SendAll(fd, &h, sizeof h) && SendAll(fd, send_buf.data(), 64) && RecvAll(fd, recv_buf.data(), 64);
     if (i >= 10) out->rtt_us.push_back(Seconds(t0, Clock::now()) * 1e6);
   }
-  if (!ok && out->failures.empty()) out->failures.push_back("raw TCP anchor: the connection to the peer failed");
+  // lock-step: this process as the server of two client peers (a second peer joins), as a dist_sync round
+  // with 2 workers and 1 server: both clients' 64 bytes in, then 64 bytes back to each.
+  ChildProcess peer2("tcp peer 2", peer_argv, {});
+  const int fd2 = ok ? ::accept(lfd, nullptr, nullptr) : -1;
+  if (fd2 >= 0) {
+    NoDelay(fd2);
+    const Header h{3, static_cast<std::uint64_t>(r.latency_calls)};
+    ok = SendAll(fd, &h, sizeof h) && SendAll(fd2, &h, sizeof h);
+    char msg[64];
+    for (int i = 0; ok && i < r.latency_calls + 10; ++i) {
+      ok = RecvAll(fd, msg, sizeof msg) && RecvAll(fd2, msg, sizeof msg) && SendAll(fd, msg, sizeof msg) &&
+           SendAll(fd2, msg, sizeof msg);
+    }
+    double a = 0, b = 0;
+    ok = ok && RecvAll(fd, &a, sizeof a) && RecvAll(fd2, &b, sizeof b);
+    if (ok) out->lockstep_us = std::max(a, b);
+  } else if (ok) {
+    out->failures.push_back("raw TCP anchor: the second peer did not connect");
+  }
+  ::close(lfd);
+  if (!ok && out->failures.empty()) out->failures.push_back("raw TCP anchor: the connection to a peer failed");
   const Header quit{0, 0};
-  SendAll(fd, &quit, sizeof quit);
-  ::close(fd);
-  if (const int status = peer.Wait(kChildTimeoutMs); status != 0) {
-    out->failures.push_back("raw TCP anchor: the peer exited " + std::to_string(status));
+  for (const int f : {fd, fd2}) {
+    if (f < 0) continue;
+    SendAll(f, &quit, sizeof quit);
+    ::close(f);
+  }
+  for (ChildProcess* p : {&peer, &peer2}) {
+    if (const int status = p->Wait(kChildTimeoutMs); status != 0) {
+      out->failures.push_back("raw TCP anchor: " + p->name() + " exited " + std::to_string(status));
+    }
   }
 }
 
@@ -315,17 +356,21 @@ int RunCoordinator(const KVStoreDistBenchOptions& o) {
                      {"small_key_latency_us_median", latency_us},
                      {"workers", workers}};
   root["raw_tcp"] = {{"stream_gibs_median", stream}, {"stream_gibs", tcp.stream_gibs},
-                     {"echo_gibs_median", echo}, {"echo_gibs", tcp.echo_gibs}, {"rtt_us_median", rtt}};
+                     {"echo_gibs_median", echo}, {"echo_gibs", tcp.echo_gibs}, {"rtt_us_median", rtt},
+                     {"lockstep_us_median", tcp.lockstep_us}};
   root["ratios"] = {{"throughput_vs_raw_stream", ratio_tp},
                     {"per_worker_vs_raw_stream", stream > 0 ? per_worker / stream : 0},
                     {"throughput_vs_raw_echo", echo > 0 ? through / echo : 0},
-                    {"latency_vs_raw_rtt", ratio_lat}};
+                    {"latency_vs_raw_rtt", ratio_lat},
+                    {"latency_vs_raw_lockstep", tcp.lockstep_us > 0 ? latency_us / tcp.lockstep_us : 0}};
   root["targets"] = {{"throughput_vs_raw_stream", ">= 0.7"}, {"latency_vs_raw_rtt", "<= 3"}};
   root["notes"] = {
       "throughput = bytes through the server per second: 2 workers x model x 2 (push and pull) / the slower "
       "worker's median round time; per_worker = half of it",
       "raw stream = one-way TCP throughput between this process and a child (TCP_NODELAY), 256 MiB in key-sized "
-      "writes; raw echo = the model sent and received back in key-sized chunks; rtt = a 64-byte echo",
+      "writes; raw echo = the model sent and received back in key-sized chunks; rtt = a 64-byte echo; lockstep = "
+      "a round of 2 client processes and this process as server (both clients' 64 bytes in, 64 bytes back to "
+      "each), the slower client's median: the floor of a dist_sync round on raw TCP (informational)",
       "latency = one PushPull of a 16-float key waited for, in dist_sync (both workers in lock step)"};
   root["failures"] = failures;
   root["ok"] = failures.empty();
@@ -336,6 +381,8 @@ int RunCoordinator(const KVStoreDistBenchOptions& o) {
   std::printf("  raw TCP echo                  %8.3f GiB/s   ratio %.2f\n", echo, echo > 0 ? through / echo : 0);
   std::printf("  small-key PushPull latency    %8.1f us\n", latency_us);
   std::printf("  raw TCP round trip            %8.1f us      ratio %.2f (target <= 3)\n", rtt, ratio_lat);
+  std::printf("  raw TCP lock-step round       %8.1f us      ratio %.2f (2 clients, 1 server)\n", tcp.lockstep_us,
+              tcp.lockstep_us > 0 ? latency_us / tcp.lockstep_us : 0);
   for (const std::string& f : failures) std::printf("  FAILED: %s\n", f.c_str());
   const bool written = WriteJsonFile(o.json_path, root, "troupe bench kvstore-dist");
   return failures.empty() && written ? 0 : 1;
