@@ -15,24 +15,17 @@
 
 #include "actors/error.h"
 #include "kvstore/internal/dist_common.h"
+#include "tests/kvstore/pattern_bytes.h"
 
 namespace troupe::net {
 namespace {
 
-std::vector<std::byte> Bytes(std::size_t n, unsigned seed) {
-  std::vector<std::byte> out(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& b : out) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return out;
-}
+using test::PatternBytes;
 
 Blob BlobOf(const std::vector<std::byte>& bytes) { return Blob::Copy(bytes); }
 
 TensorPayload Payload(DType dtype, std::vector<std::int64_t> shape, std::size_t bytes, unsigned seed) {
-  return TensorPayload{dtype, std::move(shape), BlobOf(Bytes(bytes, seed))};
+  return TensorPayload{dtype, std::move(shape), BlobOf(PatternBytes(bytes, seed))};
 }
 
 // One of each kind of message, with every field away from its default where it has one.
@@ -99,7 +92,7 @@ TEST(FrameCodecTest, EveryKindRoundTripsFieldByField) {
 
 TEST(FrameCodecTest, BorrowedUnalignedDataIsCopiedCorrectly) {
   // A view at an odd address and of an odd size takes the memcpy path; an aligned one the reference path.
-  std::vector<std::byte> storage = Bytes(4096 + 8, 9);
+  std::vector<std::byte> storage = PatternBytes(4096 + 8, 9);
   for (std::size_t offset : {0u, 1u, 3u, 8u}) {
     for (std::size_t size : {8u, 13u, 4096u}) {
       TensorMsg m{TensorOp::kPush,
@@ -121,7 +114,7 @@ TEST(FrameCodecTest, BorrowedUnalignedDataIsCopiedCorrectly) {
 
 TEST(FrameCodecTest, SixtyFourMiBTensorRoundTrips) {
   const std::size_t bytes = std::size_t{64} << 20;
-  const std::vector<std::byte> data = Bytes(bytes, 77);
+  const std::vector<std::byte> data = PatternBytes(bytes, 77);
   TensorMsg m{TensorOp::kPush, 99,  3, 0, 1, TensorPayload{DType::kFloat32, {4096, 4096}, Blob::View(data)}, 0,
               false,           0.0f};
   const std::vector<std::byte> frame = EncodeFrame(m);
@@ -169,8 +162,8 @@ TEST(FrameCodecTest, EncodeFrameToPiecesMakeTheSameFrame) {
     EXPECT_TRUE(points_into_caller);
   }
   // ValidateMessage refuses what EncodeFrame refuses.
-  Message bad = TensorMsg{TensorOp::kPush, 1, 0, 0, 1, TensorPayload{DType::kFloat32, {3}, BlobOf(Bytes(8, 1))}, 0,
-                          false, 0.0f};
+  Message bad = TensorMsg{
+      TensorOp::kPush, 1, 0, 0, 1, TensorPayload{DType::kFloat32, {3}, BlobOf(PatternBytes(8, 1))}, 0, false, 0.0f};
   EXPECT_THROW(ValidateMessage(bad), Error);
   EXPECT_THROW(EncodeFrame(bad), Error);
 }
@@ -178,7 +171,7 @@ TEST(FrameCodecTest, EncodeFrameToPiecesMakeTheSameFrame) {
 // A body read by the caller into a buffer of its own (as a connection does) is adopted, not copied: the
 // decoded tensor points into that buffer and keeps it alive.
 TEST(FrameCodecTest, AdoptedBodyIsDecodedWithoutACopy) {
-  const std::vector<std::byte> data = Bytes(1 << 20, 5);
+  const std::vector<std::byte> data = PatternBytes(1 << 20, 5);
   const TensorMsg m{TensorOp::kPushPull, 7, 2, 0, 1, TensorPayload{DType::kFloat32, {1 << 18}, Blob::View(data)}, 0,
                     false, 0.0f};
   const std::vector<std::byte> frame = EncodeFrame(m);

@@ -26,25 +26,18 @@
 #include <vector>
 
 #include "caf/all.hpp"
+#include "tests/kvstore/pattern_bytes.h"
 
 namespace troupe::net {
 namespace {
 
 constexpr std::size_t kMaxFrame = std::size_t{64} << 20;
 
-std::vector<std::byte> Pattern(std::size_t n, unsigned seed) {
-  std::vector<std::byte> out(n);
-  std::uint32_t x = seed * 2654435761u + 7;
-  for (auto& b : out) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return out;
-}
+using test::PatternBytes;
 
 // A float32 push of `bytes` bytes (a multiple of 4) whose memory an owner keeps alive.
 Message OwnedTensor(std::uint64_t id, std::size_t bytes) {
-  auto data = std::make_shared<const std::vector<std::byte>>(Pattern(bytes, static_cast<unsigned>(id)));
+  auto data = std::make_shared<const std::vector<std::byte>>(PatternBytes(bytes, static_cast<unsigned>(id)));
   TensorMsg t;
   t.op = TensorOp::kPush;
   t.request_id = id;
@@ -181,7 +174,7 @@ TEST_F(TransportTest, BurstArrivesWholeAndInOrder) {
       sent.push_back(OwnedTensor(i, 64));
     } else if (i % 4 == 3) {
       // A borrowed view (no owner): the broker copies what the socket does not take at once.
-      borrowed.push_back(Pattern((std::size_t{1} << 20) + 4 * i, static_cast<unsigned>(i)));
+      borrowed.push_back(PatternBytes((std::size_t{1} << 20) + 4 * i, static_cast<unsigned>(i)));
       TensorMsg t;
       t.request_id = i;
       t.value.dtype = DType::kUint8;

@@ -472,7 +472,8 @@ namespace {
 void SendVia(const caf::actor& conn, const Message& m, const SharedBytes& bytes) {
   if (!conn) return;
   if (auto w = FindWriter(conn)) {
-    const std::span<const std::byte> encoded = bytes ? std::span<const std::byte>(*bytes) : std::span<const std::byte>();
+    std::span<const std::byte> encoded;
+    if (bytes) encoded = *bytes;
     switch (w->TryNow(m, encoded)) {
       case Writer::Now::kWritten:
         return;
