@@ -47,14 +47,35 @@ class Proc {
   Proc(const std::string& name, const std::vector<std::string>& args, const Env& env)
       : p_(name, WithProgram(args), env) {}
 
-  // The next stdout line starting with `prefix`, or "" (and a test failure) when none came in time.
+  // The next stdout line starting with `prefix` (one kept by WaitLineKeeping first), or "" (and a test
+  // failure) when none came in time.
   std::string WaitLine(const std::string& prefix, int timeout_ms = kLineTimeoutMs) {
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      if (it->rfind(prefix, 0) == 0) {
+        std::string line = *it;
+        kept_.erase(it);
+        return line;
+      }
+    }
     auto line = p_.ReadLine(prefix, timeout_ms);
     if (!line) {
       ADD_FAILURE() << p_.name() << " did not print a line starting with '" << prefix << "'";
       return "";
     }
     return *line;
+  }
+  // WaitLine(prefix), keeping the lines starting with `also` that come before it for a later WaitLine (two
+  // threads of a node print them, in either order).
+  std::string WaitLineKeeping(const std::string& prefix, const std::string& also) {
+    for (;;) {
+      auto line = p_.ReadLine(also, kLineTimeoutMs);
+      if (!line) {
+        ADD_FAILURE() << p_.name() << " did not print a line starting with '" << prefix << "'";
+        return "";
+      }
+      if (line->rfind(prefix, 0) == 0) return *line;
+      kept_.push_back(*line);
+    }
   }
   void Write(const std::string& s) { EXPECT_TRUE(p_.Write(s)) << p_.name(); }
   void Signal(int sig) { p_.Signal(sig); }
@@ -68,6 +89,7 @@ class Proc {
     return all;
   }
   bench::ChildProcess p_;
+  std::vector<std::string> kept_;
 };
 
 int PortOf(const std::string& line) { return std::stoi(line.substr(line.rfind(':') + 1)); }
@@ -105,7 +127,9 @@ struct Cluster {
     s["DMLC_ROLE"] = "server";
     s["TROUPE_SERVER_RANK"] = std::to_string(rank);
     auto p = std::make_unique<Proc>("server " + std::to_string(rank), std::vector<std::string>{}, s);
-    const int port = PortOf(p->WaitLine("troupe server: listening on"));
+    // The main thread prints where it listens once the node is up; the node's actor prints "troupe server N:
+    // started" when the scheduler's answer comes, which can be first.
+    const int port = PortOf(p->WaitLineKeeping("troupe server: listening on", "troupe server"));
     if (static_cast<std::size_t>(rank) < servers.size()) {
       servers[static_cast<std::size_t>(rank)] = std::move(p);
       server_ports[static_cast<std::size_t>(rank)] = port;
@@ -310,7 +334,9 @@ TEST(DistProcess, ObserverSeesTheClusterAndAKilledWorkerDead) {
   EXPECT_EQ(alive["server"], 2);
   EXPECT_EQ(alive["worker"], 2);
   for (const ClusterNodeInfo& n : nodes) {
-    if (n.role == "server") EXPECT_EQ(n.address, "127.0.0.1:" + std::to_string(c.server_ports[static_cast<std::size_t>(n.rank)]));
+    if (n.role == "server") {
+      EXPECT_EQ(n.address, "127.0.0.1:" + std::to_string(c.server_ports[static_cast<std::size_t>(n.rank)]));
+    }
   }
 
   // Both workers pushed 1s once (no optimizer: the round's sum is the value).
