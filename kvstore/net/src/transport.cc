@@ -92,14 +92,19 @@ struct OutFrame {
   std::size_t offset = 0;  // bytes of it written
 };
 
+// Calls f on each tensor payload's Blob of a message (a push's value, a reply's value).
+template <class M, class F>
+void ForEachTensorBlob(M& m, F&& f) {
+  if (auto* t = std::get_if<TensorMsg>(&m)) f(t->value.data);
+  if (auto* a = std::get_if<Ack>(&m); a != nullptr && a->value) f(a->value->data);
+}
+
 // The tensor bytes of a message that an owner keeps alive (a borrowed view is copied instead).
 std::vector<std::span<const std::byte>> OwnedTensorBytes(const Message& m) {
   std::vector<std::span<const std::byte>> out;
-  auto add = [&out](const Blob& b) {
+  ForEachTensorBlob(m, [&out](const Blob& b) {
     if (b.owner != nullptr && b.size() > 0) out.push_back(b.bytes);
-  };
-  if (const auto* t = std::get_if<TensorMsg>(&m)) add(t->value.data);
-  if (const auto* a = std::get_if<Ack>(&m); a != nullptr && a->value) add(a->value->data);
+  });
   return out;
 }
 
@@ -164,11 +169,7 @@ class Writer {
       return Now::kMailIt;
     }
     try {
-      if (encoded.empty()) {
-        EncodeFrameTo(m, [&](FramePieces pieces) { out_.emplace_back(m, pieces); });
-      } else {
-        out_.emplace_back(Message{}, FramePieces(&encoded, 1));
-      }
+      Enqueue(m, encoded);
     } catch (const std::exception&) {
       // Out of memory (the sender checked the message): the broker tries again, and on failure closes the
       // connection the usual way, which fails the requests waiting on it.
@@ -194,11 +195,7 @@ class Writer {
     std::lock_guard<std::mutex> lock(mu_);
     if (mailed_ > 0) --mailed_;
     if (closed_) return;
-    if (encoded.empty()) {
-      EncodeFrameTo(m, [&](FramePieces pieces) { out_.emplace_back(m, pieces); });  // throws before queuing
-    } else {
-      out_.emplace_back(Message{}, FramePieces(&encoded, 1));
-    }
+    Enqueue(m, encoded);  // throws before queuing
     PumpLocked(self, hdl);
   }
   void Pump(caf::io::broker* self, caf::io::connection_handle hdl) {
@@ -225,6 +222,16 @@ class Writer {
   }
 
  private:
+  // Appends the frame of m (or `encoded`, a frame encoded beforehand) to the queue; throws as EncodeFrameTo
+  // does, before anything is queued.
+  void Enqueue(const Message& m, std::span<const std::byte> encoded) {
+    if (encoded.empty()) {
+      EncodeFrameTo(m, [&](FramePieces pieces) { out_.emplace_back(m, pieces); });
+    } else {
+      out_.emplace_back(Message{}, FramePieces(&encoded, 1));
+    }
+  }
+
   // Writes what the socket takes of f, from f's memory; a failure other than a full socket turns direct
   // writes off (CAF's own write meets it too and closes the connection the usual way).
   void WriteDirect(OutFrame& f) {
@@ -491,11 +498,9 @@ void SendVia(const caf::actor& conn, const Message& m, const SharedBytes& bytes)
   }
   // The broker reads the message later: a borrowed view becomes a copy the message owns.
   Message mailed = m;
-  auto own = [](Blob& b) {
+  ForEachTensorBlob(mailed, [](Blob& b) {
     if (b.owner == nullptr && b.size() > 0) b = Blob::Copy(b.bytes);
-  };
-  if (auto* t = std::get_if<TensorMsg>(&mailed)) own(t->value.data);
-  if (auto* a = std::get_if<Ack>(&mailed); a != nullptr && a->value) own(a->value->data);
+  });
   caf::anon_send(conn, send_atom::value, std::move(mailed));
 }
 }  // namespace
