@@ -29,8 +29,12 @@
 //   - Checkpoints: a server writes its keys' values, the optimizer configuration and its state to
 //     `checkpoint_dir/server-<rank>.*` on KVStore::Checkpoint() and every `checkpoint_every` updates; a
 //     server started with `rank` >= 0 loads them.
-//   - Security: the hello frame carries the cluster token; a node with another token, or another protocol
-//     version, is refused with an error frame. A malformed, truncated or oversized frame closes only that
+//   - Security: every connection authenticates first, both ways, by challenge-response over the cluster
+//     token (HMAC-SHA256; the token never crosses the wire); a peer with another token is refused with an
+//     error frame, and one that does not authenticate within `hello_timeout_ms` is closed. Before that it
+//     may send only frames of at most 4 KiB; a node caps its unauthenticated and authenticated connections
+//     and the bytes of frames it receives at once (kvstore/net/internal/transport.h). A node refuses to
+//     start without a token unless `insecure`. A malformed, truncated or oversized frame closes only that
 //     connection (logged). Servers listen on `host` only. Optimizers travel as declarative configs.
 #pragma once
 
@@ -52,7 +56,16 @@ struct DistConfig {
   int num_workers = 1;                 // DMLC_NUM_WORKER
   std::string host = "127.0.0.1";      // address this node listens on and announces (DMLC_NODE_HOST, or
                                        // the IPv4 address of DMLC_INTERFACE)
-  std::string token;                   // TROUPE_CLUSTER_TOKEN
+  std::string token;                   // TROUPE_CLUSTER_TOKEN: the shared secret every connection proves
+                                       // (HMAC-SHA256 challenge-response; it never crosses the wire)
+  bool insecure = false;               // TROUPE_INSECURE=1 (--insecure): allow an empty token (anyone who
+                                       // reaches a port can join); warned about on every start
+  int hello_timeout_ms = 5000;         // TROUPE_HELLO_TIMEOUT_MS: a new connection must authenticate in time
+  std::size_t max_pending_connections = 128;  // TROUPE_KVSTORE_MAX_PENDING: unauthenticated connections at
+                                              // once per node (a new one closes the oldest)
+  std::size_t max_connections = 1024;  // TROUPE_KVSTORE_MAX_CONNECTIONS: authenticated connections per node
+  std::size_t max_buffered_bytes = std::size_t{4} << 30;  // TROUPE_KVSTORE_MAX_BUFFERED_BYTES: bytes of
+                                                          // frames a node receives at once
   int heartbeat_interval_ms = 1000;    // TROUPE_HEARTBEAT_INTERVAL_MS
   int heartbeat_timeout_ms = 10000;    // TROUPE_HEARTBEAT_TIMEOUT_MS
   int connect_timeout_ms = 60000;      // TROUPE_CONNECT_TIMEOUT_MS: how long a node waits for the cluster
@@ -66,9 +79,14 @@ struct DistConfig {
   // The configuration from the environment (the variables named above; unset ones keep the defaults).
   // Throws troupe::Error naming the variable for a malformed value or an unknown interface.
   static DistConfig FromEnv();
-  // Throws troupe::Error for an inconsistent configuration (counts < 1, timeouts <= 0, ...).
+  // Throws troupe::Error for an inconsistent configuration (counts < 1, timeouts <= 0, ...) and for an
+  // empty token without `insecure`.
   void Validate() const;
 };
+
+// A new random cluster token: 256 bits from OpenSSL's generator, as 64 hex digits (what `troupe launch`
+// hands its processes).
+std::string NewClusterToken();
 
 // A scheduler or a server running in this process (on the kvstore's own actor system). The constructor
 // returns once the node listens; the node then runs until the cluster ends or Stop().
@@ -159,7 +177,8 @@ class ClusterObserver {
   // troupe::Error for a key no server holds.
   NDArray Pull(int key);
   std::vector<ClusterServerStats> Stats();
-  // Every live server writes its checkpoint (to `dir`, or its configured directory).
+  // Every live server writes its checkpoint to its configured directory (`dir` must be empty: no peer names
+  // a path to a server).
   void Checkpoint(const std::string& dir = {});
 
   struct Impl;

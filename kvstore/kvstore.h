@@ -103,8 +103,9 @@ class KVStore {
   // All workers reach it (a no-op on one machine).
   virtual void Barrier() {}
   // dist types (kvstore/dist.h): asks every server to write its checkpoint (values, optimizer configuration
-  // and state) to `dir`, or to its configured checkpoint directory when `dir` is empty, and returns when
-  // all have written. Other types throw troupe::Error (save their values with NDArray::Save instead).
+  // and state) to its configured checkpoint directory, and returns when all have written. `dir` must be
+  // empty: no peer names a path to a server (troupe::Error otherwise). Other types throw troupe::Error
+  // (save their values with NDArray::Save instead).
   virtual void Checkpoint(const std::string& dir = {});
 
  protected:

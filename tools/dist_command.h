@@ -32,6 +32,7 @@ class DistCommand {
   int rank_ = -1;
   std::string checkpoint_dir_;
   long long checkpoint_every_ = -1;
+  bool insecure_ = false;
 };
 
 }  // namespace troupe::tools

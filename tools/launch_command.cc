@@ -13,12 +13,13 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/common/child_process.h"
+#include "kvstore/dist.h"
+#include "tools/cluster_token.h"
 #include "tools/launch_remote.h"
 
 extern char** environ;
@@ -55,13 +56,6 @@ bool CatchSignals() {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   return true;
-}
-
-std::string RandomToken() {
-  std::random_device rd;
-  std::string t;
-  for (int i = 0; i < 32; ++i) t += "0123456789abcdef"[rd() & 15];
-  return t;
 }
 
 std::string HostName() {
@@ -191,7 +185,9 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       "with DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER, "
       "DMLC_NODE_HOST (local: --host; ssh: the host's address; mpi, slurm: unset, so a node listens on "
       "127.0.0.1 unless --env DMLC_INTERFACE=IFACE or DMLC_NODE_HOST says otherwise), TROUPE_CLUSTER_TOKEN "
-      "(from the environment, else a random one) and TROUPE_LAUNCH_INDEX (the worker's index in launch, "
+      "(from the environment, else a new random 256-bit one, written to a file only the user can read, "
+      "$XDG_RUNTIME_DIR/troupe/HOST_PORT.token or ~/.troupe/tokens/HOST_PORT.token, which 'troupe shell "
+      "--connect HOST:PORT' finds by itself and launch removes when it ends) and TROUPE_LAUNCH_INDEX (the worker's index in launch, "
       "0..n-1; its KVStore rank is the scheduler's). Every line a process prints (stdout and stderr) is shown "
       "as '[worker 1] ...'. When a process fails, launch stops the others and prints one line per process "
       "(mpi, slurm: mpirun/srun stop the job's other tasks and each task prints its own last line); with "
@@ -265,7 +261,7 @@ int RunLaunch(const LaunchOptions& o) {
                                          {"DMLC_NUM_WORKER", std::to_string(o.workers)}};
   if (o.launcher == "local") env["DMLC_NODE_HOST"] = o.host;
   const char* token = std::getenv("TROUPE_CLUSTER_TOKEN");
-  env["TROUPE_CLUSTER_TOKEN"] = token != nullptr && *token != '\0' ? token : RandomToken();
+  env["TROUPE_CLUSTER_TOKEN"] = token != nullptr && *token != '\0' ? token : NewClusterToken();
   for (const std::string& kv : o.env) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -314,6 +310,19 @@ int RunLaunch(const LaunchOptions& o) {
   }
   Print(scheduler, {*line});
   env["DMLC_PS_ROOT_PORT"] = line->substr(line->rfind(':') + 1);
+  // The token goes to a file only the user can read, for `troupe shell --connect` (removed at the end).
+  ClusterTokenFile token_file;
+  {
+    const std::string path = ClusterTokenPath(o.host, std::atoi(env["DMLC_PS_ROOT_PORT"].c_str()));
+    if (std::string error = WriteClusterToken(path, env["TROUPE_CLUSTER_TOKEN"]); error.empty()) {
+      token_file.Reset(path);
+      std::printf("troupe launch: the cluster token is in %s (troupe shell --connect %s:%s reads it)\n", path.c_str(),
+                  o.host.c_str(), env["DMLC_PS_ROOT_PORT"].c_str());
+    } else {
+      std::fprintf(stderr, "troupe launch: warning: %s; troupe shell --connect will need TROUPE_CLUSTER_TOKEN\n",
+                   error.c_str());
+    }
+  }
   const char* env_args = std::getenv("TROUPE_LAUNCHER_ARGS");
   const std::vector<std::string> extra =
       SplitWords(!o.launcher_args.empty() || env_args == nullptr ? o.launcher_args : env_args);

@@ -23,6 +23,7 @@
 
 #include "actors/error.h"
 #include "kvstore/dist.h"
+#include "tools/cluster_token.h"
 #include "tools/shell/cluster_commands.h"
 #include "tools/shell/interpreter.h"
 
@@ -238,8 +239,9 @@ ShellCommand::ShellCommand(CLI::App* root) {
                    "Run these statements (separated by ';' or newlines) and exit, instead of reading stdin");
   app_->add_flag("--no-history", no_history_, "Neither read nor write ~/.troupe_history");
   app_->add_option("--connect", connect_,
-                   "HOST:PORT of a running cluster's scheduler: adds nodes, kv and checkpoint (the token is read "
-                   "from TROUPE_CLUSTER_TOKEN)");
+                   "HOST:PORT of a running cluster's scheduler: adds nodes, kv and checkpoint (the token is "
+                   "TROUPE_CLUSTER_TOKEN, else --token-file, else the file troupe launch wrote for HOST:PORT)");
+  app_->add_option("--token-file", token_file_, "A file holding the cluster token (its first line)");
   app_->add_option("--timeout-ms", timeout_ms_, "How long a cluster command waits for an answer")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
@@ -251,7 +253,7 @@ ShellCommand::ShellCommand(CLI::App* root) {
       "without stopping the rest. Type 'help' in the shell for the language and the commands, 'help OP' for "
       "an operator's inputs and parameters. With --connect the shell observes a running cluster (it takes no "
       "part in rounds and is not counted) and gains: nodes (role, rank, address, state, last heard), kv keys, "
-      "kv pull KEY [NAME], kv stats (per server), checkpoint [DIR] and barrier [ROUND] (waits until the "
+      "kv pull KEY [NAME], kv stats (per server), checkpoint (to each server's own --checkpoint-dir) and barrier [ROUND] (waits until the "
       "workers complete that barrier round, by default their next; the shell neither joins nor delays it).\n"
       "Exit status: 0 when every statement succeeded (an interactive session always exits 0), 1 when one "
       "failed, 2 on bad usage.\n\n"
@@ -270,8 +272,10 @@ ShellCommand::ShellCommand(CLI::App* root) {
       "      the engine's functions and their times\n"
       "  troupe shell < script.txt\n"
       "      a script, one statement a line; exit status 1 if any failed\n"
-      "  TROUPE_CLUSTER_TOKEN=s3cret troupe shell --connect 127.0.0.1:9091 -c 'nodes; kv keys; kv pull 0 w'\n"
-      "      a running cluster's nodes, keys and a stored value (kept as w)\n");
+      "  troupe shell --connect 127.0.0.1:9091 -c 'nodes; kv keys; kv pull 0 w'\n"
+      "      a launched cluster's nodes, keys and a stored value (kept as w); the token comes from launch's file\n"
+      "  TROUPE_CLUSTER_TOKEN=s3cret troupe shell --connect 10.0.0.1:9091\n"
+      "      a cluster started by hand\n");
 }
 
 bool ShellCommand::chosen() const { return app_->parsed(); }
@@ -286,10 +290,21 @@ int ShellCommand::Run() {
       std::fprintf(stderr, "troupe shell: --connect wants HOST:PORT (the scheduler's), not '%s'\n", connect_.c_str());
       return 2;
     }
-    const char* token = std::getenv("TROUPE_CLUSTER_TOKEN");
-    if (token == nullptr || *token == '\0') {
-      std::fprintf(stderr, "troupe shell: set TROUPE_CLUSTER_TOKEN to the cluster's token to connect\n");
-      return 2;
+    std::string token;
+    if (const char* t = std::getenv("TROUPE_CLUSTER_TOKEN"); t != nullptr && *t != '\0') {
+      token = t;
+    } else {
+      const std::string path =
+          !token_file_.empty() ? token_file_ : ClusterTokenPath(connect_.substr(0, colon), static_cast<int>(port));
+      std::string error;
+      token = ReadClusterToken(path, &error);
+      if (token.empty()) {
+        std::fprintf(stderr,
+                     "troupe shell: no cluster token: %s; set TROUPE_CLUSTER_TOKEN or pass --token-file (troupe "
+                     "launch writes the file for its cluster)\n",
+                     error.c_str());
+        return 2;
+      }
     }
     try {
       shell::AddClusterCommands(&interp, ClusterObserver::Connect(connect_.substr(0, colon), static_cast<int>(port),

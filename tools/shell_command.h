@@ -38,6 +38,7 @@ class ShellCommand {
   std::string command_;  // -c
   bool no_history_ = false;
   std::string connect_;  // --connect HOST:PORT: cluster mode (tools/shell/cluster_commands.h)
+  std::string token_file_;  // --token-file
   int timeout_ms_ = 5000;
 };
 

@@ -23,12 +23,27 @@ enum Role {
                  # barriers, sends no heartbeats, is not counted as a node. Protocol version 2.
 }
 
-# First frame on every connection, in both directions.
+# Authentication (protocol version 3): the first frame on every connection, in both directions, is an
+# AuthChallenge; each side answers the other's with an AuthProof. Until a side has checked the other's
+# proof it reads nothing else (error frames aside) and nothing bigger than 4 KiB. The cluster token itself
+# never crosses the wire.
+struct AuthChallenge {
+  nonce @0 :Data;  # 32 random bytes, new for every connection.
+}
+struct AuthProof {
+  # HMAC-SHA256 keyed with the cluster token over
+  #   "troupe-auth-v3 " + ("connect" | "accept") + 0x00 + the peer's nonce + the sender's own nonce,
+  # where the word names the sender's side of the TCP connection (so a proof cannot be reflected back).
+  mac @0 :Data;    # 32 bytes.
+}
+
+# First frame of a role on every connection (after authentication), in both directions.
 struct Hello {
   role @0 :Role;              # The sender's role.
   rank @1 :Int32 = -1;        # The sender's rank within its role; -1 = not assigned yet (the scheduler assigns).
   protocolVersion @2 :UInt32; # The sender's kProtocolVersion; must equal Frame.version and the receiver's.
-  clusterToken @3 :Text;      # Shared secret of the cluster (TROUPE_CLUSTER_TOKEN); a mismatch is refused.
+  clusterToken @3 :Text;      # Unused since protocol version 3 (the token never crosses the wire: the
+                              # connection authenticates first, AuthChallenge/AuthProof); always empty.
   host @4 :Text;              # Address other nodes reach the sender at (DMLC_NODE_HOST or the interface's IP).
   port @5 :UInt16;            # TCP port the sender listens on (0 = it accepts no connections, e.g. a worker).
 }
@@ -112,5 +127,7 @@ struct Frame {
     command @8 :Command;
     ack @9 :Ack;
     error @10 :Error;
+    authChallenge @11 :AuthChallenge;
+    authProof @12 :AuthProof;
   }
 }

@@ -46,13 +46,25 @@ int IntArg(const net::Command& command, const std::string& key) {
   return static_cast<int>(x);
 }
 
-std::string CheckHello(const net::Hello& hello, const std::string& token) {
+net::ConnOptions ConnOptionsOf(const DistConfig& config) {
+  net::ConnOptions o;
+  o.max_frame_bytes = config.max_frame_bytes;
+  o.token = config.token;
+  o.hello_timeout_ms = config.hello_timeout_ms;
+  return o;
+}
+
+net::ConnOptions ListenOptionsOf(const DistConfig& config, const std::string& node) {
+  net::ConnOptions o = ConnOptionsOf(config);
+  o.admission = std::make_shared<net::Admission>(
+      net::AdmissionLimits{config.max_pending_connections, config.max_connections, config.max_buffered_bytes}, node);
+  return o;
+}
+
+std::string CheckHello(const net::Hello& hello) {
   if (hello.protocol_version != net::kProtocolVersion) {
     return "protocol version " + std::to_string(hello.protocol_version) + " differs from this node's " +
            std::to_string(net::kProtocolVersion) + "; run the same troupe version on every node";
-  }
-  if (hello.cluster_token != token) {
-    return "wrong cluster token; every node of a cluster must have the same TROUPE_CLUSTER_TOKEN";
   }
   return {};
 }

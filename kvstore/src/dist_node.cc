@@ -61,6 +61,14 @@ DistConfig DistConfig::FromEnv() {
   if (const char* v = Env("DMLC_INTERFACE")) c.host = InterfaceAddress(v);
   if (const char* v = Env("DMLC_NODE_HOST")) c.host = v;
   if (const char* v = Env("TROUPE_CLUSTER_TOKEN")) c.token = v;
+  c.insecure = EnvInt("TROUPE_INSECURE", c.insecure ? 1 : 0, 0) != 0;
+  c.hello_timeout_ms = static_cast<int>(EnvInt("TROUPE_HELLO_TIMEOUT_MS", c.hello_timeout_ms, 1));
+  c.max_pending_connections = static_cast<std::size_t>(
+      EnvInt("TROUPE_KVSTORE_MAX_PENDING", static_cast<std::int64_t>(c.max_pending_connections), 1));
+  c.max_connections = static_cast<std::size_t>(
+      EnvInt("TROUPE_KVSTORE_MAX_CONNECTIONS", static_cast<std::int64_t>(c.max_connections), 1));
+  c.max_buffered_bytes = static_cast<std::size_t>(
+      EnvInt("TROUPE_KVSTORE_MAX_BUFFERED_BYTES", static_cast<std::int64_t>(c.max_buffered_bytes), 1 << 20));
   c.heartbeat_interval_ms = static_cast<int>(EnvInt("TROUPE_HEARTBEAT_INTERVAL_MS", c.heartbeat_interval_ms, 1));
   c.heartbeat_timeout_ms = static_cast<int>(EnvInt("TROUPE_HEARTBEAT_TIMEOUT_MS", c.heartbeat_timeout_ms, 1));
   c.connect_timeout_ms = static_cast<int>(EnvInt("TROUPE_CONNECT_TIMEOUT_MS", c.connect_timeout_ms, 1));
@@ -88,7 +96,27 @@ void DistConfig::Validate() const {
   need(connect_timeout_ms > 0, "connect_timeout_ms must be > 0");
   need(bigarray_bound >= 1, "bigarray_bound must be >= 1");
   need(max_frame_bytes >= 1024, "max_frame_bytes must be >= 1024");
+  need(hello_timeout_ms > 0, "hello_timeout_ms (TROUPE_HELLO_TIMEOUT_MS) must be > 0");
+  need(max_pending_connections >= 1 && max_connections >= 1, "the connection caps must be >= 1");
+  need(max_buffered_bytes >= max_frame_bytes || max_buffered_bytes >= (std::size_t{1} << 20),
+       "max_buffered_bytes must be >= 1 MiB");
+  if (token.empty() && !insecure) {
+    throw Error(
+        "kvstore: no cluster token: set TROUPE_CLUSTER_TOKEN to the same secret on every node (troupe launch "
+        "makes one and hands it to its processes), or, on a network you trust, pass --insecure "
+        "(TROUPE_INSECURE=1) to run without one");
+  }
 }
+
+namespace internal {
+void WarnIfInsecure(const DistConfig& config, const char* role) {
+  if (!config.token.empty()) return;
+  std::fprintf(stderr,
+               "troupe %s: WARNING: running without a cluster token (--insecure): any process that reaches this "
+               "cluster's ports can join it, read and change its parameters\n",
+               role);
+}
+}  // namespace internal
 
 struct DistNode::Impl {
   std::shared_ptr<net::NetSystem> net;
@@ -98,6 +126,7 @@ struct DistNode::Impl {
 
 std::unique_ptr<DistNode> DistNode::StartScheduler(const DistConfig& config) {
   config.Validate();
+  internal::WarnIfInsecure(config, "scheduler");
   auto impl = std::make_unique<Impl>();
   impl->net = net::NetSystem::Acquire();
   impl->node = internal::SpawnScheduler(*impl->net, config, impl->outcome);
@@ -107,6 +136,7 @@ std::unique_ptr<DistNode> DistNode::StartScheduler(const DistConfig& config) {
 std::unique_ptr<DistNode> DistNode::StartServer(const DistConfig& config) {
   config.Validate();
   if (config.root_port == 0) throw Error("kvstore server: the scheduler's port (DMLC_PS_ROOT_PORT) is not set");
+  internal::WarnIfInsecure(config, "server");
   auto impl = std::make_unique<Impl>();
   impl->net = net::NetSystem::Acquire();
   impl->node = internal::SpawnServer(*impl->net, config, impl->outcome);

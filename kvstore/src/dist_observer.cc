@@ -109,8 +109,12 @@ struct ClusterObserver::Impl {
 
   caf::actor Open(const std::string& address, const std::string& who) {
     const auto [host, port] = net::SplitHostPort(address);
-    caf::actor conn = net::Connect(net->system(), host, port, caf::actor_cast<caf::actor>(*self), kObserverMaxFrame, 0);
-    net::Send(conn, net::Message{net::Hello{net::Role::kObserver, -1, net::kProtocolVersion, token, "", 0}});
+    net::ConnOptions options;
+    options.max_frame_bytes = kObserverMaxFrame;
+    options.token = token;
+    options.hello_timeout_ms = timeout_ms;
+    caf::actor conn = net::Connect(net->system(), host, port, caf::actor_cast<caf::actor>(*self), options, 0);
+    net::Send(conn, net::Message{net::Hello{net::Role::kObserver, -1, net::kProtocolVersion, "", 0}});
     Await(conn, 0, who);
     return conn;
   }
@@ -281,8 +285,8 @@ std::vector<ClusterServerStats> ClusterObserver::Stats() {
 }
 
 void ClusterObserver::Checkpoint(const std::string& dir) {
+  if (!dir.empty()) throw Error(std::string("ClusterObserver::Checkpoint: ") + internal::kNoPeerPaths);
   std::vector<std::pair<std::string, std::string>> args;
-  if (!dir.empty()) args.emplace_back("dir", dir);
   for (const auto& [rank, conn] : impl_->Servers()) impl_->Command(conn, "checkpoint", "server " + std::to_string(rank), args);
 }
 

@@ -105,11 +105,11 @@ class Scheduler {
   }
 
   void OnHello(const caf::actor& conn, const net::Hello& hello) {
-    if (std::string why = CheckHello(hello, config_.token); !why.empty()) return Refuse(conn, why);
+    if (std::string why = CheckHello(hello); !why.empty()) return Refuse(conn, why);
     if (hello.role == net::Role::kScheduler) return Refuse(conn, "a second scheduler tried to join");
     if (hello.role == net::Role::kObserver) {
       observers_.insert(conn);
-      return Send(conn, net::Hello{net::Role::kScheduler, -1, net::kProtocolVersion, config_.token, config_.root_uri, 0});
+      return Send(conn, net::Hello{net::Role::kScheduler, -1, net::kProtocolVersion, config_.root_uri, 0});
     }
     if (hello.role == net::Role::kServer && hello.port == 0) return Refuse(conn, "a server must announce its port");
     Member m;
@@ -125,9 +125,14 @@ class Scheduler {
       if (stopping_) return Refuse(conn, "the cluster is ending (every worker has left)");
       int slot = -1;
       if (m.rank >= 0 && m.rank < config_.num_servers) {
-        // A server started again with its rank replaces the old process even before its death was noticed.
-        Member& old = members_[static_cast<std::size_t>(servers_[static_cast<std::size_t>(m.rank)])];
-        if (old.alive) Death(old, "replaced by a new server process of the same rank");
+        // A rank that is held cannot be claimed: a restarted server takes its rank once the old process's
+        // connection is gone (closed, or silent past the heartbeat timeout).
+        const Member& old = members_[static_cast<std::size_t>(servers_[static_cast<std::size_t>(m.rank)])];
+        if (old.alive) {
+          return Refuse(conn, "server rank " + std::to_string(m.rank) + " is held by " + Name(old) +
+                                  ", which is alive; a restarted server takes its rank once the old one's "
+                                  "connection is gone (it closed, or was silent for TROUPE_HEARTBEAT_TIMEOUT_MS)");
+        }
       }
       for (std::size_t r = 0; r < servers_.size(); ++r) {
         const bool dead = !members_[static_cast<std::size_t>(servers_[r])].alive;
@@ -436,7 +441,8 @@ NodeHandle SpawnScheduler(net::NetSystem& net, const DistConfig& config, std::sh
   });
   net::Listener l;
   try {
-    l = net::Listen(net.system(), config.root_uri, static_cast<std::uint16_t>(config.root_port), actor, config.max_frame_bytes);
+    l = net::Listen(net.system(), config.root_uri, static_cast<std::uint16_t>(config.root_port), actor,
+                    ListenOptionsOf(config, "scheduler"));
   } catch (...) {
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
     throw;

@@ -137,8 +137,7 @@ class Server {
         [this](init_atom, const caf::actor& scheduler, std::uint16_t port) {
           scheduler_ = scheduler;
           port_ = port;
-          Send(scheduler_, net::Hello{net::Role::kServer, config_.rank, net::kProtocolVersion, config_.token,
-                                      config_.host, port_});
+          Send(scheduler_, net::Hello{net::Role::kServer, config_.rank, net::kProtocolVersion, config_.host, port_});
           self_->send(self_, net::tick_atom::value);
         },
         [this](net::recv_atom, const caf::actor& conn, const net::Message& m) { OnFrame(conn, m); },
@@ -181,10 +180,22 @@ class Server {
     auto it = workers_.find(conn);
     if (it == workers_.end()) {
       const auto* hello = std::get_if<net::Hello>(&m);
-      std::string why = hello == nullptr ? "the first frame of a connection must be a hello" : CheckHello(*hello, config_.token);
+      std::string why = hello == nullptr ? "the first frame of a connection must be a hello" : CheckHello(*hello);
       const bool observer = hello != nullptr && hello->role == net::Role::kObserver;
-      if (why.empty() && !observer && (hello->role != net::Role::kWorker || hello->rank < 0)) {
+      if (why.empty() && !observer && (hello->role != net::Role::kWorker || hello->rank < 0 || hello->rank >= num_workers_)) {
         why = "only workers with a rank from the scheduler (and observers) connect to a server";
+      }
+      if (why.empty() && !observer) {
+        // A rank that is held cannot be claimed by a second connection (whose close would end the job).
+        for (const auto& [other, wc] : workers_) {
+          if (!wc.observer && wc.rank == hello->rank) {
+            why = "worker rank " + std::to_string(hello->rank) + " is already connected (from " + wc.host + ")";
+          }
+        }
+        if (dead_.count(hello->rank) != 0 || left_.count(hello->rank) != 0) {
+          why = "worker " + std::to_string(hello->rank) + " has " + (dead_.count(hello->rank) ? "died" : "left") +
+                "; its rank cannot rejoin";
+        }
       }
       if (!why.empty()) {
         std::fprintf(stderr, "troupe %s: refused a connection: %s\n", Me().c_str(), why.c_str());
@@ -193,7 +204,7 @@ class Server {
         return;
       }
       workers_[conn] = WorkerConn{observer ? -1 : hello->rank, hello->host, observer};
-      Send(conn, net::Hello{net::Role::kServer, rank_, net::kProtocolVersion, config_.token, config_.host, port_});
+      Send(conn, net::Hello{net::Role::kServer, rank_, net::kProtocolVersion, config_.host, port_});
       return;
     }
     const WorkerConn& w = it->second;
@@ -290,16 +301,26 @@ class Server {
         sync_ = sync;
         mode_set_ = true;
       } else if (c.name == "set_optimizer") {
+        if (w.rank != 0) {
+          return Fail(conn, c.request_id, Me() + ": only worker 0 sets the optimizer (as in MXNet), not " +
+                                              (w.observer ? std::string("an observer") : "worker " + std::to_string(w.rank)));
+        }
         std::vector<std::pair<std::string, std::string>> args = c.args;
         optimizer_ = Optimizer::Create(OptimizerFromArgs(args));
         optimizer_args_ = std::move(args);
       } else if (c.name == "checkpoint") {
-        const std::string dir = Arg(c, "dir", config_.checkpoint_dir);
-        if (dir.empty()) {
-          return Fail(conn, c.request_id, Me() + " has no checkpoint directory: pass one to Checkpoint() or set "
-                                                 "TROUPE_KVSTORE_CHECKPOINT_DIR on the servers");
+        for (const auto& [k, v] : c.args) {
+          if (k == "dir") {
+            std::fprintf(stderr, "troupe %s: refused a checkpoint into '%s' asked by %s\n", Me().c_str(), v.c_str(),
+                         w.observer ? "an observer" : ("worker " + std::to_string(w.rank)).c_str());
+            return Fail(conn, c.request_id, Me() + ": " + kNoPeerPaths);
+          }
         }
-        WriteCheckpoint(dir);
+        if (config_.checkpoint_dir.empty()) {
+          return Fail(conn, c.request_id, Me() + " has no checkpoint directory: start the servers with "
+                                                 "--checkpoint-dir (TROUPE_KVSTORE_CHECKPOINT_DIR)");
+        }
+        WriteCheckpoint(config_.checkpoint_dir);
       } else if (c.name == "leave") {
         left_.insert(w.rank);
         Send(conn, net::Ack{c.request_id, std::nullopt});
@@ -614,9 +635,9 @@ NodeHandle SpawnServer(net::NetSystem& net, const DistConfig& config, std::share
     return state->Make();
   });
   try {
-    const net::Listener l = net::Listen(net.system(), config.host, 0, actor, config.max_frame_bytes);
+    const net::Listener l = net::Listen(net.system(), config.host, 0, actor, ListenOptionsOf(config, "server"));
     caf::actor scheduler = net::Connect(net.system(), config.root_uri, static_cast<std::uint16_t>(config.root_port),
-                                        actor, config.max_frame_bytes, config.connect_timeout_ms);
+                                        actor, ConnOptionsOf(config), config.connect_timeout_ms);
     caf::anon_send(actor, init_atom::value, scheduler, l.port);
     return NodeHandle{actor, l.port};
   } catch (...) {

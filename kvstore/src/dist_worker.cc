@@ -164,7 +164,7 @@ class WorkerActor {
           scheduler_ = scheduler;
           start_fn_ = done;
           last_seen_ = Clock::now();
-          Send(scheduler_, net::Hello{net::Role::kWorker, -1, net::kProtocolVersion, config_.token, config_.host, 0});
+          Send(scheduler_, net::Hello{net::Role::kWorker, -1, net::kProtocolVersion, config_.host, 0});
           self_->send(self_, net::tick_atom::value);
         },
         [this](request_atom, int target, std::uint64_t id, const net::Message& frame, const ReplyFn& fn) {
@@ -253,7 +253,7 @@ class WorkerActor {
     }
     if (const auto* h = std::get_if<net::Hello>(&m)) {
       if (target < 0) return;
-      if (std::string why = CheckHello(*h, config_.token); !why.empty()) return ServerDown(target, "refused: " + why);
+      if (std::string why = CheckHello(*h); !why.empty()) return ServerDown(target, "refused: " + why);
       // The server knows this worker now; tell it the mode, and the link is up once it agreed.
       // Answered through the actor (the broker hook could run it on another thread): forward the reply.
       const std::uint64_t id = ++internal_ids_ | (std::uint64_t{1} << 63);
@@ -305,7 +305,7 @@ class WorkerActor {
     const std::uint64_t generation = ++s.generation;
     const std::string address = s.address;
     const caf::actor owner = caf::actor_cast<caf::actor>(self_);
-    const std::size_t max_frame = config_.max_frame_bytes;
+    const net::ConnOptions options = ConnOptionsOf(config_);
     const int timeout_ms = config_.connect_timeout_ms;
     auto requests = requests_;
     self_->system().spawn([=](caf::blocking_actor* helper) {
@@ -316,7 +316,7 @@ class WorkerActor {
       for (;;) {
         try {
           const auto [host, port] = net::SplitHostPort(address);
-          conn = net::Connect(helper->system(), host, port, owner, max_frame, 0,
+          conn = net::Connect(helper->system(), host, port, owner, options, 0,
                               [requests](net::Message& m) { return requests->AnswerInBroker(m); });
           error.clear();
           break;
@@ -342,7 +342,7 @@ class WorkerActor {
     }
     if (!error.empty()) return ServerDown(r, error);
     s.conn = conn;
-    Send(s.conn, net::Hello{net::Role::kWorker, rank_, net::kProtocolVersion, config_.token, config_.host, 0});
+    Send(s.conn, net::Hello{net::Role::kWorker, rank_, net::kProtocolVersion, config_.host, 0});
   }
 
   void ServerUp(int r) {
@@ -497,6 +497,7 @@ class KVStoreDist final : public KVStore {
   KVStoreDist(const std::string& type, const DistConfig& config)
       : KVStore(type), config_(config), net_(net::NetSystem::Acquire()) {
     config_.Validate();
+    WarnIfInsecure(config_, "worker");
     const bool sync = type != "dist_async";
     actor_ = net_->system().spawn([config = config_, sync, requests = requests_](caf::event_based_actor* self) {
       auto state = std::make_shared<WorkerActor>(self, config, sync, requests);
@@ -505,7 +506,7 @@ class KVStoreDist final : public KVStore {
     });
     try {
       caf::actor scheduler = net::Connect(net_->system(), config_.root_uri, static_cast<std::uint16_t>(config_.root_port),
-                                          actor_, config_.max_frame_bytes, config_.connect_timeout_ms);
+                                          actor_, ConnOptionsOf(config_), config_.connect_timeout_ms);
       auto promise = std::make_shared<std::promise<StartInfo>>();
       auto future = promise->get_future();
       caf::anon_send(actor_, start_atom::value, scheduler, StartFn([promise](StartInfo i) { promise->set_value(i); }));
@@ -628,8 +629,8 @@ class KVStoreDist final : public KVStore {
   }
 
   void Checkpoint(const std::string& dir) override {
+    if (!dir.empty()) throw Error(std::string("KVStore::Checkpoint: ") + kNoPeerPaths);
     net::Command c{0, "checkpoint", {}};
-    if (!dir.empty()) c.args.emplace_back("dir", dir);
     WaitKeys();
     AllServers(c, "Checkpoint");
   }

@@ -31,9 +31,11 @@ TensorPayload Payload(DType dtype, std::vector<std::int64_t> shape, std::size_t 
 // One of each kind of message, with every field away from its default where it has one.
 std::vector<Message> AllKinds() {
   std::vector<Message> all;
-  all.push_back(Hello{Role::kServer, 3, kProtocolVersion, "s3cr3t-token", "10.0.0.7", 9091});
-  all.push_back(Hello{Role::kWorker, -1, kProtocolVersion, "", "", 0});
-  all.push_back(Hello{Role::kScheduler, -1, kProtocolVersion, std::string("with\0nul", 8), "::1", 65535});
+  all.push_back(Hello{Role::kServer, 3, kProtocolVersion, "10.0.0.7", 9091});
+  all.push_back(Hello{Role::kWorker, -1, kProtocolVersion, "", 0});
+  all.push_back(Hello{Role::kScheduler, -1, kProtocolVersion, std::string("with\0nul", 8), 65535});
+  all.push_back(AuthChallenge{std::string(kAuthNonceBytes, '\xa5')});
+  all.push_back(AuthProof{std::string(kAuthMacBytes - 1, '\0') + "\x7f"});
   // float32 [2, 3]: 24 bytes, word-multiple (referenced by the encoder when aligned).
   all.push_back(TensorMsg{TensorOp::kInit, 11, 7, 0, 1, Payload(DType::kFloat32, {2, 3}, 24, 1), 5, false, 0.0f});
   // uint8 [3]: 3 bytes (copied by the encoder), split part 2 of 4, negative priority.
@@ -399,7 +401,7 @@ TEST(FrameCodecTest, WrongProtocolVersionIsRefused) {
   ExpectError(decoder, EncodeFrame(Heartbeat{1, 1}, EncodeOptions{kProtocolVersion + 1, true}),
               "protocol version " + std::to_string(kProtocolVersion + 1));
   // A hello announcing another version in a frame of ours.
-  Hello hello{Role::kWorker, -1, kProtocolVersion + 1, "t", "h", 1};
+  Hello hello{Role::kWorker, -1, kProtocolVersion + 1, "h", 1};
   EXPECT_THROW(EncodeFrame(hello), Error);
   FrameDecoder hello_decoder;
   ExpectError(hello_decoder, EncodeFrame(hello, EncodeOptions{kProtocolVersion, false}), "protocol version");

@@ -152,7 +152,7 @@ class DistProcessScenario : public ::testing::TestWithParam<std::string> {};
 TEST_P(DistProcessScenario, PassesAcrossProcesses) {
   const std::string name = GetParam();
   const auto dir = std::filesystem::temp_directory_path() / ("troupe_dist_proc_" + std::to_string(::getpid()) + "_" + name);
-  Cluster c(2, 2);
+  Cluster c(2, 2, {{"TROUPE_KVSTORE_CHECKPOINT_DIR", dir.string()}});  // the servers' (big_array checkpoints)
   auto w0 = c.Worker(name, {{"TROUPE_TEST_DIR", dir.string()}});
   auto w1 = c.Worker(name, {{"TROUPE_TEST_DIR", dir.string()}});
   EXPECT_EQ(w0->Wait(), 0);
@@ -302,8 +302,8 @@ TEST(DistProcess, WrongTokenAndHostileClientsAreRefused) {
     const std::uint64_t n = std::uint64_t{1} << 36;
     std::memcpy(oversized.data(), &n, 8);
     EXPECT_TRUE(RefusedAndClosed(port, oversized)) << "oversized prefix, port " << port;
-    const auto hello = net::EncodeFrame(net::Hello{net::Role::kWorker, 0, net::kProtocolVersion, "wrong", "127.0.0.1", 0});
-    EXPECT_TRUE(RefusedAndClosed(port, hello)) << "wrong token, port " << port;
+    const auto hello = net::EncodeFrame(net::Hello{net::Role::kWorker, 0, net::kProtocolVersion, "127.0.0.1", 0});
+    EXPECT_TRUE(RefusedAndClosed(port, hello)) << "a hello without authenticating, port " << port;
     // A truncated frame: half a hello, then the client goes away.
     const int fd = bench::ConnectLoopback(port);
     ASSERT_GE(fd, 0);

@@ -26,12 +26,22 @@
 #include <vector>
 
 #include "caf/all.hpp"
+#include "kvstore/net/internal/auth.h"
 #include "tests/kvstore/pattern_bytes.h"
 
 namespace troupe::net {
 namespace {
 
 constexpr std::size_t kMaxFrame = std::size_t{64} << 20;
+const std::string kToken = "transport-test-token";
+
+void SendAll(int fd, const std::vector<std::byte>& bytes) {
+  for (std::size_t off = 0; off < bytes.size();) {
+    const ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<std::size_t>(n);
+  }
+}
 
 using test::PatternBytes;
 
@@ -56,10 +66,12 @@ std::uint64_t IdOf(const Message& m) {
 }
 
 // The peer: a plain thread on a POSIX socket (not CAF), reading while the sender writes, in reads of
-// changing sizes, and decoding with FrameDecoder until the connection ends.
+// changing sizes, and decoding with FrameDecoder until the connection ends. It authenticates as a node
+// with `token` would (its challenge, then its proof for the sender's challenge) and checks the sender's
+// proof; the authentication frames are not counted among the frames read.
 class RawPeer {
  public:
-  RawPeer() {
+  explicit RawPeer(std::string token = kToken) : token_(std::move(token)) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -98,6 +110,9 @@ class RawPeer {
       return;
     }
     FrameDecoder decoder(kMaxFrame);
+    const std::string nonce = RandomBytes(kAuthNonceBytes);
+    std::string sender_nonce;
+    SendAll(fd, EncodeFrame(AuthChallenge{nonce}));
     std::vector<std::byte> buf(std::size_t{1} << 20);
     const std::size_t sizes[] = {1, 7, 4096, 65536, std::size_t{1} << 20, 100000};
     try {
@@ -107,6 +122,15 @@ class RawPeer {
         if (n <= 0) break;
         decoder.Feed(buf.data(), static_cast<std::size_t>(n));
         while (auto m = decoder.Next()) {
+          if (const auto* c = std::get_if<AuthChallenge>(&*m)) {
+            sender_nonce = c->nonce;
+            SendAll(fd, EncodeFrame(AuthProof{AuthProofFor(token_, false, sender_nonce, nonce)}));
+            continue;
+          }
+          if (const auto* p = std::get_if<AuthProof>(&*m)) {
+            if (!VerifyAuthProof(token_, false, nonce, sender_nonce, p->mac)) error_ = "the sender's proof is wrong";
+            continue;
+          }
           std::lock_guard<std::mutex> lock(mu_);
           frames_.push_back(std::move(*m));
           cv_.notify_all();
@@ -122,6 +146,7 @@ class RawPeer {
     cv_.notify_all();
   }
 
+  std::string token_;
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;
   std::thread reader_;
@@ -137,7 +162,10 @@ class TransportTest : public ::testing::Test {
   void SetUp() override {
     net_ = NetSystem::Acquire();
     sender_ = std::make_unique<caf::scoped_actor>(net_->system());
-    conn_ = Connect(net_->system(), "127.0.0.1", peer_.port(), caf::actor_cast<caf::actor>(*sender_), kMaxFrame);
+    ConnOptions options;
+    options.max_frame_bytes = kMaxFrame;
+    options.token = kToken;
+    conn_ = Connect(net_->system(), "127.0.0.1", peer_.port(), caf::actor_cast<caf::actor>(*sender_), options);
   }
 
   // Checks that the peer reads every frame of `want` while the connection stays open (nothing waits for

@@ -110,10 +110,13 @@ void AddClusterCommands(Interpreter* interp, std::shared_ptr<ClusterObserver> ob
         }
         throw Error("kv: want 'kv keys', 'kv pull KEY [NAME]' or 'kv stats'");
       });
-  interp->AddCommand("checkpoint", "checkpoint [DIR]", "every live server writes its checkpoint",
+  interp->AddCommand("checkpoint", "checkpoint",
+                     "every live server writes its checkpoint (to its own --checkpoint-dir)",
                      [observer](const std::vector<std::string>& args) -> std::string {
-                       if (args.size() > 1) throw Error("checkpoint: at most one directory");
-                       observer->Checkpoint(args.empty() ? std::string() : args[0]);
+                       if (!args.empty()) {
+                         throw Error("checkpoint: takes no directory; each server writes to its own --checkpoint-dir");
+                       }
+                       observer->Checkpoint();
                        return "checkpoint written by every live server";
                      });
   interp->AddCommand(

@@ -32,7 +32,7 @@
 namespace troupe::net {
 
 // The version this build speaks (Frame.version, Hello.protocolVersion). Bump on any incompatible change.
-inline constexpr std::uint32_t kProtocolVersion = 2;  // 2: the observer role
+inline constexpr std::uint32_t kProtocolVersion = 3;  // 2: the observer role; 3: authentication frames
 
 // Default cap on one frame's body (N above). A peer can make a decoder allocate up to this much (address
 // space; pages are touched only as bytes arrive), so pick the smallest bound the traffic allows.
@@ -65,12 +65,26 @@ inline constexpr std::uint8_t kSchedulerGroup = 1;
 inline constexpr std::uint8_t kServerGroup = 2;
 inline constexpr std::uint8_t kWorkerGroup = 4;
 
-// First frame on a connection: who the sender is and the cluster token.
+// The bytes of an authentication nonce and of a proof (HMAC-SHA256).
+inline constexpr std::size_t kAuthNonceBytes = 32;
+inline constexpr std::size_t kAuthMacBytes = 32;
+
+// First frame on a connection, both ways: a fresh nonce (kvstore/net/internal/auth.h).
+struct AuthChallenge {
+  std::string nonce;  // kAuthNonceBytes bytes
+  friend bool operator==(const AuthChallenge&, const AuthChallenge&) = default;
+};
+// The answer to the peer's challenge: proves the sender holds the cluster token.
+struct AuthProof {
+  std::string mac;  // kAuthMacBytes bytes
+  friend bool operator==(const AuthProof&, const AuthProof&) = default;
+};
+
+// First frame of a role on an authenticated connection: who the sender is.
 struct Hello {
   Role role = Role::kWorker;
   std::int32_t rank = -1;  // -1 = not assigned yet
   std::uint32_t protocol_version = kProtocolVersion;
-  std::string cluster_token;
   std::string host;
   std::uint16_t port = 0;
   friend bool operator==(const Hello&, const Hello&) = default;
@@ -137,7 +151,7 @@ struct ErrorMsg {
   friend bool operator==(const ErrorMsg&, const ErrorMsg&) = default;
 };
 
-using Message = std::variant<Hello, TensorMsg, Barrier, Heartbeat, Command, Ack, ErrorMsg>;
+using Message = std::variant<Hello, TensorMsg, Barrier, Heartbeat, Command, Ack, ErrorMsg, AuthChallenge, AuthProof>;
 
 // The 8-byte prefix followed by the Cap'n Proto message. Throws troupe::Error for a message that cannot be
 // sent: tensor data over kMaxTensorBytes, a payload whose size disagrees with dtype and shape, a negative
@@ -171,7 +185,8 @@ void EncodeFrameTo(const Message& message, const FrameSink& sink, const EncodeOp
 // Checks (each a troupe::Error naming the problem): a length prefix of 0, not a multiple of 8 or over
 // max_frame_bytes (thrown as soon as the 8 prefix bytes are in, before any allocation); a Cap'n Proto
 // message that does not parse or validate (segment table, pointers out of bounds, traversal limit = twice
-// the frame's words, nesting limit, trailing bytes); an unknown union member; a protocol version other
+// the frame's words, nesting limit, trailing bytes); a list longer than the frame's bytes can hold (so no
+// count is ever reserved beyond what arrived); an unknown union member; a protocol version other
 // than kProtocolVersion; an unknown dtype or role; a negative dimension; data whose size disagrees with
 // dtype and shape; a part index not below the part count. After an error the decoder is failed: the
 // messages decoded before the bad frame stay available through Next(), and Feed() throws again.
@@ -199,6 +214,9 @@ class FrameDecoder {
   void Finish() const;
 
   std::size_t max_frame_bytes() const { return max_frame_bytes_; }
+  // Changes the cap for the frames whose prefix is not in yet (a connection raises it once the peer
+  // authenticated).
+  void set_max_frame_bytes(std::size_t n) { max_frame_bytes_ = n; }
   bool failed() const { return !error_.empty(); }
   // Bytes of the current incomplete frame (prefix included); 0 between frames.
   std::size_t pending_bytes() const { return prefix_filled_ + body_filled_; }

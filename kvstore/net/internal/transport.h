@@ -5,8 +5,9 @@
 // A connection broker belongs to an owner actor (a scheduler, server or worker node). It sends the owner
 //   (recv_atom, caf::actor conn, net::Message)   for every decoded frame, in stream order, and
 //   (closed_atom, caf::actor conn, std::string)   once, when the peer closed the connection, the stream
-//                                                 ended inside a frame or a frame was refused (the
-//                                                 broker logs the reason to stderr and closes the socket).
+//                                                 ended inside a frame, a frame was refused or the peer
+//                                                 failed to authenticate (the broker logs the reason to
+//                                                 stderr and closes the socket).
 // and takes from it
 //   frames, through Send (from any thread): written in the order they were handed over, straight from the
 //                             sender's memory to the socket on the sender's thread when nothing waits
@@ -21,17 +22,31 @@
 //                             copy-on-write of stored values). A Blob without an owner is copied before
 //                             Send returns.
 //   (close_atom)              flush what is queued, close, quit.
-// Reading: the broker reads each frame's 8-byte prefix, then exactly its body. A body of 64 KiB or more is
-// read into a buffer of its own (from a pool of the connection) that the decoded message then owns: no
-// copy between the socket and the consumer (DESIGN.md §4).
+// Admission (DESIGN.md §4: a peer is a stranger until it authenticates): before anything else both sides
+// authenticate (kvstore/net/internal/auth.h). Until the peer's proof checked out, the broker reads frames of
+// at most kPreAuthMaxFrameBytes, takes nothing but the authentication frames (and an error frame, which
+// ends the connection), delivers nothing to its owner and holds back the owner's frames; a peer that has
+// not authenticated within ConnOptions::hello_timeout_ms is closed. A listening node's Admission caps its
+// unauthenticated connections (the oldest is closed to make room for a new one, so a flood of idle
+// connections cannot keep a real node out), its authenticated ones, and the bytes of frames it is
+// receiving at once; each refusal is logged (at most one line a second per kind).
+// Reading: the broker reads each frame's 8-byte prefix, then its body. A body of 64 KiB up to
+// kBodyChunkBytes is read into a buffer of its own (from a pool of the connection) that the decoded
+// message then owns: no copy between the socket and the consumer (DESIGN.md §4). A bigger body is read
+// kBodyChunkBytes at a time into the decoder's buffer, whose pages are touched only as the bytes arrive:
+// no announced length is allocated and zero-filled up front beyond one chunk.
 // A broker quits (closing its socket) when its owner terminates, so nothing outlives a node.
 //
 // Thread-safety: Listen, Connect and Send may be called from any thread; everything else is actor messages.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +59,76 @@ namespace troupe::net {
 
 // An encoded frame shared between the thread that encoded it and the broker that writes it.
 using SharedBytes = std::shared_ptr<const std::vector<std::byte>>;
+
+// The largest frame read from a peer that has not authenticated yet.
+inline constexpr std::size_t kPreAuthMaxFrameBytes = 4096;
+// Bodies bigger than this are read a chunk at a time (see above).
+inline constexpr std::size_t kBodyChunkBytes = std::size_t{16} << 20;
+
+// A listening node's caps on what its peers may hold (DistConfig's settings of the same names).
+struct AdmissionLimits {
+  std::size_t max_pending = 128;       // unauthenticated connections at once; a new one closes the oldest
+  std::size_t max_connections = 1024;  // authenticated connections at once; more are refused
+  std::size_t max_buffered_bytes = std::size_t{4} << 30;  // announced bytes of the frames being received
+};
+
+// The counters of an Admission (tests, diagnostics).
+struct AdmissionStats {
+  std::size_t pending = 0, authenticated = 0;  // connections now
+  std::uint64_t accepted = 0;                  // connections accepted in all
+  std::uint64_t evicted = 0;                   // unauthenticated ones closed to make room
+  std::uint64_t timed_out = 0;                 // closed for not authenticating in time
+  std::uint64_t auth_failed = 0;               // closed for a wrong proof (or a frame out of turn)
+  std::uint64_t refused = 0;                   // refused by max_connections or max_buffered_bytes
+  std::size_t buffered_bytes = 0, peak_buffered_bytes = 0;
+};
+
+// The connections of one listening node and its caps. Thread-safe.
+class Admission {
+ public:
+  Admission(AdmissionLimits limits, std::string node);
+  const AdmissionLimits& limits() const { return limits_; }
+  const std::string& node() const { return node_; }
+  AdmissionStats Stats() const;
+
+  // A connection was accepted; returns the oldest unauthenticated connection to close when there are now
+  // more than max_pending (else null).
+  caf::actor Accepted(const caf::actor& conn);
+  // The connection authenticated: false (and it is refused) when max_connections are already held.
+  bool Authenticated(caf::actor_id conn);
+  // The connection ended; `why` counts it (kTimedOut, kAuthFailed, kEvicted or kOther).
+  enum class End { kOther, kTimedOut, kAuthFailed, kEvicted };
+  void Closed(caf::actor_id conn, End why);
+  // A frame of `bytes` starts arriving: false when it would take the buffered bytes over the cap.
+  bool Reserve(std::size_t bytes);
+  void Release(std::size_t bytes);
+  // Logs a refusal to stderr, at most one line a second per `kind` (the lines held back are counted).
+  void Log(int kind, const std::string& line);
+
+ private:
+  void ForgetPending(caf::actor_id conn);  // under mu_
+
+  const AdmissionLimits limits_;
+  const std::string node_;
+  mutable std::mutex mu_;
+  std::vector<caf::actor> pending_;  // in arrival order
+  std::size_t authenticated_ = 0;
+  std::set<caf::actor_id> authed_;
+  AdmissionStats stats_;
+  struct LogState {
+    std::chrono::steady_clock::time_point last{};
+    std::uint64_t held = 0;
+  };
+  std::map<int, LogState> log_;
+};
+
+// How a connection authenticates and what it may read.
+struct ConnOptions {
+  std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  // after authentication
+  std::string token;                                    // the cluster token; empty = insecure mode
+  int hello_timeout_ms = 5000;                          // to authenticate
+  std::shared_ptr<Admission> admission;                 // a listening node's; null for outgoing connections
+};
 
 using close_atom = caf::atom_constant<caf::atom("tr_close")>;
 using recv_atom = caf::atom_constant<caf::atom("tr_recv")>;
@@ -78,14 +163,15 @@ class NetSystem {
 };
 
 // Starts a listening broker on host:port (port 0 = ephemeral; SO_REUSEADDR set) whose accepted
-// connections become connection brokers of `owner`. Returns the listener (stop it with an exit message
-// or let it follow its owner) and the bound port. Throws troupe::Error naming host and port on failure.
+// connections become connection brokers of `owner` (with options.admission, or a new one of default caps).
+// Returns the listener (stop it with an exit message or let it follow its owner) and the bound port.
+// Throws troupe::Error naming host and port on failure.
 struct Listener {
   caf::actor actor;
   std::uint16_t port = 0;
 };
 Listener Listen(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
-                std::size_t max_frame_bytes);
+                const ConnOptions& options);
 
 // Sees every decoded frame in the broker, before the owner; returns true when it consumed the frame (then
 // the owner never gets it). A worker answers its requests here, on the broker's thread, saving a hop
@@ -95,8 +181,9 @@ using FrameHook = std::function<bool(Message&)>;
 // Connects to host:port (blocking) and returns the connection broker, owned by `owner`. A refused
 // connection is retried every 100 ms for up to `retry_ms` (nodes of a cluster start in any order). Throws
 // troupe::Error naming the address on failure.
+// The connection authenticates before it carries the owner's frames (held until then).
 caf::actor Connect(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
-                   std::size_t max_frame_bytes, int retry_ms = 0, FrameHook hook = nullptr);
+                   const ConnOptions& options, int retry_ms = 0, FrameHook hook = nullptr);
 
 // "host:port" -> parts; throws troupe::Error for a malformed address.
 std::pair<std::string, std::uint16_t> SplitHostPort(const std::string& address);

@@ -163,6 +163,18 @@ void CheckMessage(const Message& message) {
                    CheckRank(e.dead_node_rank, "error");
                    CheckRole(static_cast<int>(e.dead_node_role), "error");
                  },
+                 [](const AuthChallenge& c) {
+                   if (c.nonce.size() != kAuthNonceBytes) {
+                     throw Error("auth challenge: a nonce of " + std::to_string(c.nonce.size()) + " bytes, not " +
+                                 std::to_string(kAuthNonceBytes));
+                   }
+                 },
+                 [](const AuthProof& p) {
+                   if (p.mac.size() != kAuthMacBytes) {
+                     throw Error("auth proof: a MAC of " + std::to_string(p.mac.size()) + " bytes, not " +
+                                 std::to_string(kAuthMacBytes));
+                   }
+                 },
              },
              message);
 }
@@ -213,7 +225,7 @@ std::size_t EstimateWords(const Message& message) {
     return 8 + p.shape.size() + (CanReference(p.data) ? 0 : p.data.size() / 8 + 1);
   };
   return 32 + std::visit(Overloaded{
-                             [&](const Hello& h) { return strings(h.cluster_token.size()) + strings(h.host.size()); },
+                             [&](const Hello& h) { return strings(h.host.size()); },
                              [&](const TensorMsg& m) { return tensor(m.value); },
                              [](const Barrier&) -> std::size_t { return 0; },
                              [](const Heartbeat&) -> std::size_t { return 0; },
@@ -224,6 +236,8 @@ std::size_t EstimateWords(const Message& message) {
                              },
                              [&](const Ack& a) -> std::size_t { return a.value ? tensor(*a.value) : 0; },
                              [&](const ErrorMsg& e) { return strings(e.message.size()); },
+                             [&](const AuthChallenge& c) { return strings(c.nonce.size()); },
+                             [&](const AuthProof& p) { return strings(p.mac.size()); },
                          },
                          message);
 }
@@ -263,7 +277,7 @@ TensorMsg ReadTensorRequest(TensorOp op, wire::TensorRequest::Reader in, const s
   return m;
 }
 
-Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& owner) {
+Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& owner, std::size_t frame_bytes) {
   if (frame.getVersion() != kProtocolVersion) {
     throw Error("protocol version " + std::to_string(frame.getVersion()) + ", this node speaks " +
                 std::to_string(kProtocolVersion) + "; run the same troupe version on every node");
@@ -275,7 +289,6 @@ Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& 
       h.role = static_cast<Role>(in.getRole());
       h.rank = in.getRank();
       h.protocol_version = in.getProtocolVersion();
-      h.cluster_token = StringOf(in.getClusterToken());
       h.host = StringOf(in.getHost());
       h.port = in.getPort();
       return h;
@@ -302,7 +315,13 @@ Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& 
       c.request_id = in.getRequestId();
       c.name = StringOf(in.getName());
       auto args = in.getArgs();
-      c.args.reserve(args.size());  // bounded: capnp charged the list against the traversal limit
+      // A well-formed KeyValue takes two pointer words on the wire; a list of empty structs claims
+      // elements without bytes, so a count the frame cannot hold is refused before anything is reserved.
+      if (args.size() > frame_bytes / 16) {
+        throw Error("command '" + c.name + "': " + std::to_string(args.size()) + " arguments in a frame of " +
+                    std::to_string(frame_bytes) + " bytes");
+      }
+      c.args.reserve(args.size());
       for (auto kv : args) c.args.emplace_back(StringOf(kv.getKey()), StringOf(kv.getValue()));
       return c;
     }
@@ -330,6 +349,14 @@ Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& 
       e.dead_node_rank = in.getDeadNodeRank();
       e.dead_node_role = static_cast<Role>(in.getDeadNodeRole());
       return e;
+    }
+    case wire::Frame::AUTH_CHALLENGE: {
+      auto nonce = frame.getAuthChallenge().getNonce();
+      return AuthChallenge{std::string(reinterpret_cast<const char*>(nonce.begin()), nonce.size())};
+    }
+    case wire::Frame::AUTH_PROOF: {
+      auto mac = frame.getAuthProof().getMac();
+      return AuthProof{std::string(reinterpret_cast<const char*>(mac.begin()), mac.size())};
     }
   }
   throw Error("unknown message kind " + std::to_string(static_cast<int>(frame.which())) + " (a newer protocol?)");
@@ -369,7 +396,6 @@ void BuildFrame(const Message& message, const EncodeOptions& options, capnp::Mes
                    out.setRole(static_cast<wire::Role>(h.role));
                    out.setRank(h.rank);
                    out.setProtocolVersion(h.protocol_version);
-                   out.setClusterToken(TextOf(h.cluster_token));
                    out.setHost(TextOf(h.host));
                    out.setPort(h.port);
                  },
@@ -424,6 +450,14 @@ void BuildFrame(const Message& message, const EncodeOptions& options, capnp::Mes
                    out.setMessage(TextOf(e.message));
                    out.setDeadNodeRank(e.dead_node_rank);
                    out.setDeadNodeRole(static_cast<wire::Role>(e.dead_node_role));
+                 },
+                 [&](const AuthChallenge& c) {
+                   frame.initAuthChallenge().setNonce(
+                       capnp::Data::Reader(reinterpret_cast<const kj::byte*>(c.nonce.data()), c.nonce.size()));
+                 },
+                 [&](const AuthProof& p) {
+                   frame.initAuthProof().setMac(
+                       capnp::Data::Reader(reinterpret_cast<const kj::byte*>(p.mac.data()), p.mac.size()));
                  },
              },
              message);
@@ -585,7 +619,7 @@ void FrameDecoder::FinishBody() {
       Fail("the Cap'n Proto message ends " + std::to_string((array.end() - reader.getEnd()) * 8) +
            " bytes before the frame does");
     }
-    message = ReadFrame(reader.getRoot<wire::Frame>(), owner);
+    message = ReadFrame(reader.getRoot<wire::Frame>(), owner, body_size_);
     CheckMessage(*message);
   } catch (const kj::Exception& e) {
     Fail("malformed Cap'n Proto message: " + std::string(e.getDescription().cStr()));

@@ -17,6 +17,7 @@
 #include <cerrno>
 
 #include "actors/error.h"
+#include "kvstore/net/internal/auth.h"
 
 namespace troupe::net {
 namespace {
@@ -164,7 +165,7 @@ class Writer {
   // later frames wait behind it).
   Now TryNow(const Message& m, std::span<const std::byte> encoded) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (fd_ < 0 || closed_ || !direct_ || caf_pending_ != 0 || mailed_ != 0 || !out_.empty()) {
+    if (fd_ < 0 || !open_ || closed_ || !direct_ || caf_pending_ != 0 || mailed_ != 0 || !out_.empty()) {
       ++mailed_;
       return Now::kMailIt;
     }
@@ -189,7 +190,8 @@ class Writer {
     std::lock_guard<std::mutex> lock(mu_);
     fd_ = fd;
   }
-  // A mailed frame arrived (encoded beforehand when `encoded` is not empty).
+  // A mailed frame arrived (encoded beforehand when `encoded` is not empty); the broker holds the frames
+  // mailed before the connection is open and queues them once it is.
   void Queue(caf::io::broker* self, caf::io::connection_handle hdl, const Message& m,
              std::span<const std::byte> encoded) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -201,6 +203,19 @@ class Writer {
   void Pump(caf::io::broker* self, caf::io::connection_handle hdl) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_) PumpLocked(self, hdl);
+  }
+  // A frame of the broker's own (authentication), written before the connection is open.
+  void QueueOwn(caf::io::broker* self, caf::io::connection_handle hdl, const Message& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    Enqueue(m, {});
+    PumpLocked(self, hdl);
+  }
+  // The peer authenticated: senders may write directly from now on (the frames held until now are queued
+  // by the broker, in order, before any sender can go direct: mailed_ counts them until then).
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
   }
   // CAF wrote bytes of its buffer; `remaining` are still in it.
   void Transferred(caf::io::broker* self, caf::io::connection_handle hdl, std::size_t remaining) {
@@ -282,6 +297,7 @@ class Writer {
 
   std::mutex mu_;
   int fd_ = -1;          // the socket, once the broker started
+  bool open_ = false;    // the peer authenticated: the owner's frames may go out
   bool closed_ = false;  // the broker closes (or closed) the socket: nothing more may touch it
   bool direct_ = true;   // false after a direct write failed, or when closing
   std::size_t caf_pending_ = 0;  // bytes in CAF's write buffer, as CAF last reported (Transferred)
@@ -313,21 +329,45 @@ void ForgetWriter(caf::actor_id id, const Writer* w) {
   if (it != g_writers.end() && (it->second.expired() || it->second.lock().get() == w)) g_writers.erase(it);
 }
 
+using auth_timeout_atom = caf::atom_constant<caf::atom("tr_authto")>;
+using evict_atom = caf::atom_constant<caf::atom("tr_evict")>;
+
+// Log kinds of Admission::Log.
+enum LogKind { kLogEvicted, kLogTimedOut, kLogAuthFailed, kLogRefused, kLogOther };
+
+const char* KindOf(const Message& m) {
+  static const char* kNames[] = {"hello", "tensor", "barrier", "heartbeat", "command", "ack", "error",
+                                 "auth challenge", "auth proof"};
+  return kNames[m.index()];
+}
+
 struct ConnState {
-  ConnState(std::size_t max_frame_bytes, std::shared_ptr<Writer> w)
-      : decoder(max_frame_bytes), pool(std::make_shared<BufferPool>()), writer(std::move(w)) {}
+  ConnState(const ConnOptions& o, bool connect, std::shared_ptr<Writer> w)
+      : options(o),
+        connect_side(connect),
+        decoder(std::min(kPreAuthMaxFrameBytes, o.max_frame_bytes)),
+        pool(std::make_shared<BufferPool>()),
+        writer(std::move(w)) {}
+  ConnOptions options;
+  bool connect_side;  // this end connected (else it accepted)
   FrameDecoder decoder;
   std::shared_ptr<BufferPool> pool;
   std::shared_ptr<Writer> writer;
   std::string peer;
   bool done = false;
-  bool in_body = false;   // the next read is a body (else a prefix)
-  bool adopting = false;  // that body is read into a pool buffer
+  bool in_body = false;     // the next read is (a chunk of) a body, else a prefix
+  bool adopting = false;    // that body is read whole into a pool buffer
+  std::size_t body_left = 0;     // bytes of the current body still to read (chunked reading)
+  std::size_t body_reserved = 0;  // bytes of the current body counted in the admission's buffered bytes
+  // Authentication (kvstore/net/internal/auth.h).
+  bool authed = false;
+  std::string own_nonce, peer_nonce;
+  std::vector<std::variant<Message, SharedBytes>> held;  // the owner's frames before authentication
 };
 
 caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle hdl, caf::actor owner,
-                               std::size_t max_frame_bytes, FrameHook hook, std::shared_ptr<Writer> writer) {
-  auto st = std::make_shared<ConnState>(max_frame_bytes, std::move(writer));
+                               ConnOptions options, bool connect_side, FrameHook hook, std::shared_ptr<Writer> writer) {
+  auto st = std::make_shared<ConnState>(options, connect_side, std::move(writer));
   st->peer = self->remote_addr(hdl) + ":" + std::to_string(self->remote_port(hdl));
   // Small frames (barriers, small keys, acks) go out at once: a request/response protocol gains nothing
   // from Nagle's coalescing. The handle of a default-multiplexer connection is its socket.
@@ -338,10 +378,15 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
   self->ack_writes(hdl, true);  // the Writer needs to know when CAF's queue is empty
   st->writer->Start(static_cast<int>(hdl.id()));
   // However the broker ends, no sender touches the socket afterwards (CAF closes it in the broker's cleanup,
-  // on this thread, after the attached functions ran).
-  self->attach_functor([w = st->writer, id = self->id(), self, hdl] {
+  // on this thread, after the attached functions ran), and its admission forgets it.
+  self->attach_functor([w = st->writer, id = self->id(), self, hdl, st] {
     w->Close(self, hdl, false);
     ForgetWriter(id, w.get());
+    if (st->options.admission) {
+      st->options.admission->Release(st->body_reserved);
+      st->body_reserved = 0;
+      st->options.admission->Closed(id, Admission::End::kOther);
+    }
   });
   self->monitor(owner);
   // The owner is gone: nobody reads this connection any more.
@@ -349,55 +394,161 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     st->writer->Close(self, hdl, false);
     self->quit();
   });
-  auto finish = [self, hdl, owner, st](const std::string& why, bool log) {
+  // Ends the connection; `end` counts it in the admission, `log` (a LogKind, or -1) prints `why`.
+  auto finish = [self, hdl, owner, st](const std::string& why, int log, Admission::End end = Admission::End::kOther) {
     if (st->done) return;
     st->done = true;
     st->writer->Close(self, hdl, false);
-    if (log) std::fprintf(stderr, "troupe kvstore: closing the connection from %s: %s\n", st->peer.c_str(), why.c_str());
+    const std::string line = "troupe kvstore: closing the connection from " + st->peer + ": " + why;
+    if (log >= 0 && st->options.admission) {
+      st->options.admission->Log(log, line);
+    } else if (log >= 0) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    if (st->options.admission) st->options.admission->Closed(self->id(), end);
     self->send(owner, closed_atom::value, caf::actor_cast<caf::actor>(self), why);
     self->close(hdl);
     self->quit();
   };
+  // Refuses the peer with an error frame it can read (it has not authenticated: nothing else is sent),
+  // then ends the connection as finish does.
+  auto refuse = [self, hdl, st, finish](const std::string& why, int log, Admission::End end) {
+    if (st->done) return;
+    try {
+      st->writer->QueueOwn(self, hdl, ErrorMsg{0, why, -1, Role::kScheduler});
+      st->writer->Close(self, hdl, true);  // what is queued goes to CAF, which writes it before closing
+      self->flush(hdl);
+    } catch (const std::exception&) {
+    }
+    finish(why, log, end);
+  };
+  // The peer authenticated: its frames go to the owner, and the owner's frames held until now go out.
+  auto open = [self, hdl, st, refuse]() {
+    if (st->options.admission && !st->options.admission->Authenticated(self->id())) {
+      return refuse("the node holds its maximum of " + std::to_string(st->options.admission->limits().max_connections) +
+                        " connections (TROUPE_KVSTORE_MAX_CONNECTIONS)",
+                    kLogRefused, Admission::End::kOther);
+    }
+    st->authed = true;
+    st->decoder.set_max_frame_bytes(st->options.max_frame_bytes);
+    st->writer->Open();
+    auto held = std::move(st->held);
+    st->held.clear();
+    for (auto& h : held) {
+      if (auto* bytes = std::get_if<SharedBytes>(&h)) {
+        st->writer->Queue(self, hdl, Message{}, std::span<const std::byte>(**bytes));
+      } else {
+        st->writer->Queue(self, hdl, std::get<Message>(h), {});
+      }
+    }
+  };
+  // A frame before authentication; false when the connection ended.
+  auto on_auth_frame = [st, self, hdl, finish, refuse, open](const Message& m) -> bool {
+    if (const auto* c = std::get_if<AuthChallenge>(&m)) {
+      if (!st->peer_nonce.empty()) {
+        refuse("a second authentication challenge", kLogAuthFailed, Admission::End::kAuthFailed);
+        return false;
+      }
+      st->peer_nonce = c->nonce;
+      st->writer->QueueOwn(self, hdl, AuthProof{AuthProofFor(st->options.token, st->connect_side, st->peer_nonce,
+                                                             st->own_nonce)});
+      return true;
+    }
+    if (const auto* p = std::get_if<AuthProof>(&m)) {
+      if (st->peer_nonce.empty()) {
+        refuse("an authentication proof before the challenge", kLogAuthFailed, Admission::End::kAuthFailed);
+        return false;
+      }
+      if (!VerifyAuthProof(st->options.token, st->connect_side, st->own_nonce, st->peer_nonce, p->mac)) {
+        refuse("authentication failed: wrong cluster token (the peer at " + st->peer +
+                   " does not hold this node's TROUPE_CLUSTER_TOKEN; every node of a cluster needs the same one)",
+               kLogAuthFailed, Admission::End::kAuthFailed);
+        return false;
+      }
+      open();
+      return !st->done;
+    }
+    if (const auto* e = std::get_if<ErrorMsg>(&m)) {
+      finish("refused by the peer: " + e->message, kLogAuthFailed, Admission::End::kAuthFailed);
+      return false;
+    }
+    refuse(std::string("a ") + KindOf(m) + " frame before authenticating", kLogAuthFailed, Admission::End::kAuthFailed);
+    return false;
+  };
+  // Authentication starts at once: both sides send a challenge, and the peer has hello_timeout_ms.
+  st->own_nonce = RandomBytes(kAuthNonceBytes);
+  st->writer->QueueOwn(self, hdl, AuthChallenge{st->own_nonce});
+  self->delayed_send(self, std::chrono::milliseconds(std::max(1, st->options.hello_timeout_ms)), auth_timeout_atom::value);
   return {
-      [self, hdl, owner, st, finish, hook](caf::io::new_data_msg& msg) {
+      [self, hdl, owner, st, finish, hook, on_auth_frame](caf::io::new_data_msg& msg) {
         if (st->done) return;
         std::string error;
+        int error_log = kLogOther;
         try {
           if (!st->in_body) {
             st->decoder.Feed(reinterpret_cast<const std::byte*>(msg.buf.data()), msg.buf.size());
             const std::size_t n = st->decoder.awaiting_body();
+            if (st->options.admission) {
+              if (!st->options.admission->Reserve(n)) {
+                error_log = kLogRefused;
+                throw Error("a frame of " + std::to_string(n) + " bytes would take the node over its cap of " +
+                            std::to_string(st->options.admission->limits().max_buffered_bytes) +
+                            " bytes of frames being received (TROUPE_KVSTORE_MAX_BUFFERED_BYTES)");
+              }
+              st->body_reserved = n;
+            }
             st->in_body = true;
-            st->adopting = n >= kAdoptBytes;
+            st->body_left = n;
+            st->adopting = n >= kAdoptBytes && n <= kBodyChunkBytes;
             // CAF reads the next bytes into msg.buf once this handler returns: for a big body, make that
-            // a pool buffer of exactly the body's size (no resize, no zero-fill, no later copy).
+            // a pool buffer of exactly the body's size (no resize, no later copy).
             if (st->adopting) {
               auto buf = st->pool->Take(n);
               msg.buf.swap(*buf);
             }
-            self->configure_read(hdl, caf::io::receive_policy::exactly(n));
+            self->configure_read(hdl, caf::io::receive_policy::exactly(std::min(n, kBodyChunkBytes)));
           } else {
             if (st->adopting) {
               auto body = std::make_unique<std::vector<char>>();
               body->swap(msg.buf);
+              st->body_left = 0;
               st->decoder.AdoptBody(st->pool->Share(std::move(body)));
             } else {
               st->decoder.Feed(reinterpret_cast<const std::byte*>(msg.buf.data()), msg.buf.size());
+              st->body_left -= std::min(st->body_left, msg.buf.size());
             }
-            st->in_body = false;
-            self->configure_read(hdl, caf::io::receive_policy::exactly(kPrefixBytes));
+            if (st->body_left > 0) {
+              self->configure_read(hdl, caf::io::receive_policy::exactly(std::min(st->body_left, kBodyChunkBytes)));
+            } else {
+              st->in_body = false;
+              if (st->options.admission) st->options.admission->Release(st->body_reserved);
+              st->body_reserved = 0;
+              self->configure_read(hdl, caf::io::receive_policy::exactly(kPrefixBytes));
+            }
           }
         } catch (const std::exception& e) {
           error = e.what();
         }
         // Frames decoded before a bad one are delivered: they were well formed.
         while (auto m = st->decoder.Next()) {
+          if (!st->authed) {
+            if (!on_auth_frame(*m)) return;
+            continue;
+          }
           if (hook && hook(*m)) continue;
           self->send(owner, recv_atom::value, caf::actor_cast<caf::actor>(self), std::move(*m));
         }
-        if (!error.empty()) finish(error, true);
+        if (!error.empty()) {
+          finish(error, st->authed ? error_log : kLogAuthFailed,
+                 st->authed ? Admission::End::kOther : Admission::End::kAuthFailed);
+        }
       },
       [self, hdl, st, finish](send_atom, const Message& m) {
         if (st->done) return;
+        if (!st->authed) {
+          st->held.emplace_back(m);
+          return;
+        }
         try {
           st->writer->Queue(self, hdl, m, {});
         } catch (const std::exception& e) {
@@ -405,11 +556,15 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
           // the frame was queued: the pieces arrive only once encoded). The request it carried is lost, so
           // closing tells the owner, which fails the requests waiting on this connection instead of leaving
           // them hanging.
-          return finish(std::string("a frame could not be encoded: ") + e.what(), true);
+          return finish(std::string("a frame could not be encoded: ") + e.what(), kLogOther);
         }
       },
       [self, hdl, st](send_atom, const SharedBytes& bytes) {
         if (st->done) return;
+        if (!st->authed) {
+          st->held.emplace_back(bytes);
+          return;
+        }
         st->writer->Queue(self, hdl, Message{}, std::span<const std::byte>(*bytes));
       },
       [self, hdl, st](pump_atom) {
@@ -417,6 +572,18 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
       },
       [self, hdl, st](const caf::io::data_transferred_msg& msg) {
         if (!st->done) st->writer->Transferred(self, hdl, msg.remaining);
+      },
+      [st, finish](auth_timeout_atom) {
+        if (st->done || st->authed) return;
+        finish("did not authenticate within " + std::to_string(st->options.hello_timeout_ms) +
+                   " ms (TROUPE_HELLO_TIMEOUT_MS)",
+               kLogTimedOut, Admission::End::kTimedOut);
+      },
+      [st, finish](evict_atom) {
+        if (st->done || st->authed) return;
+        finish("closed to make room: more than " + std::to_string(st->options.admission->limits().max_pending) +
+                   " connections were waiting to authenticate (TROUPE_KVSTORE_MAX_PENDING)",
+               kLogEvicted, Admission::End::kEvicted);
       },
       [self, hdl, st](close_atom) {
         if (st->done) return;
@@ -433,7 +600,8 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
         } catch (const std::exception& e) {
           why = e.what();
         }
-        finish(why, false);
+        if (!st->authed) why += " before authenticating";
+        finish(why, -1, st->authed ? Admission::End::kOther : Admission::End::kAuthFailed);
       },
   };
 }
@@ -441,7 +609,7 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
 struct ListenArgs {
   std::string host;
   std::uint16_t port = 0;
-  std::size_t max_frame_bytes = 0;
+  ConnOptions options;
   std::promise<std::pair<std::uint16_t, std::string>> bound;  // port, or 0 and the error
 };
 
@@ -455,13 +623,14 @@ caf::behavior ListenerBroker(caf::io::broker* self, caf::actor owner, std::share
   args->bound.set_value({r->second, {}});
   self->monitor(owner);
   self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
-  const std::size_t max_frame_bytes = args->max_frame_bytes;
+  const ConnOptions options = args->options;
   return {
-      [self, owner, max_frame_bytes](const caf::io::new_connection_msg& msg) {
-        // The owner learns of the connection from its first frame (the hello).
+      [self, owner, options](const caf::io::new_connection_msg& msg) {
         auto writer = std::make_shared<Writer>();
         // Registered before anyone can know the connection (the owner learns of it from its first frame).
-        RegisterWriter(self->fork(ConnectionBroker, msg.handle, owner, max_frame_bytes, FrameHook{}, writer), writer);
+        caf::actor conn = self->fork(ConnectionBroker, msg.handle, owner, options, false, FrameHook{}, writer);
+        RegisterWriter(conn, writer);
+        if (caf::actor oldest = options.admission->Accepted(conn)) self->send(oldest, evict_atom::value);
       },
   };
 }
@@ -470,6 +639,92 @@ std::mutex g_system_mu;
 std::weak_ptr<NetSystem> g_system;  // guarded by g_system_mu
 
 }  // namespace
+
+Admission::Admission(AdmissionLimits limits, std::string node) : limits_(limits), node_(std::move(node)) {}
+
+AdmissionStats Admission::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  AdmissionStats s = stats_;
+  s.pending = pending_.size();
+  s.authenticated = authenticated_;
+  return s;
+}
+
+caf::actor Admission::Accepted(const caf::actor& conn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.accepted;
+  pending_.push_back(conn);
+  if (pending_.size() <= std::max<std::size_t>(limits_.max_pending, 1)) return nullptr;
+  caf::actor oldest = pending_.front();
+  pending_.erase(pending_.begin());
+  return oldest;
+}
+
+void Admission::ForgetPending(caf::actor_id conn) {
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [conn](const caf::actor& a) { return a.id() == conn; }),
+                 pending_.end());
+}
+
+bool Admission::Authenticated(caf::actor_id conn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ForgetPending(conn);
+  if (authenticated_ >= limits_.max_connections) {
+    ++stats_.refused;
+    return false;
+  }
+  ++authenticated_;
+  authed_.insert(conn);
+  return true;
+}
+
+void Admission::Closed(caf::actor_id conn, End why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ForgetPending(conn);
+  if (authed_.erase(conn) != 0) --authenticated_;
+  switch (why) {
+    case End::kTimedOut: ++stats_.timed_out; break;
+    case End::kAuthFailed: ++stats_.auth_failed; break;
+    case End::kEvicted: ++stats_.evicted; break;
+    case End::kOther: break;
+  }
+}
+
+bool Admission::Reserve(std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stats_.buffered_bytes + bytes > limits_.max_buffered_bytes) {
+    ++stats_.refused;
+    return false;
+  }
+  stats_.buffered_bytes += bytes;
+  stats_.peak_buffered_bytes = std::max(stats_.peak_buffered_bytes, stats_.buffered_bytes);
+  return true;
+}
+
+void Admission::Release(std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.buffered_bytes -= std::min(bytes, stats_.buffered_bytes);
+}
+
+void Admission::Log(int kind, const std::string& line) {
+  std::uint64_t held = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    LogState& l = log_[kind];
+    const auto now = std::chrono::steady_clock::now();
+    if (l.last != std::chrono::steady_clock::time_point{} && now - l.last < std::chrono::seconds(1)) {
+      ++l.held;
+      return;
+    }
+    l.last = now;
+    held = std::exchange(l.held, 0);
+  }
+  if (held > 0) {
+    std::fprintf(stderr, "%s (and %llu more like it in the last second)\n", line.c_str(),
+                 static_cast<unsigned long long>(held));
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
 
 SharedBytes EncodeShared(const Message& message) {
   return std::make_shared<const std::vector<std::byte>>(EncodeFrame(message));
@@ -527,11 +782,14 @@ std::shared_ptr<NetSystem> NetSystem::Acquire() {
 }
 
 Listener Listen(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
-                std::size_t max_frame_bytes) {
+                const ConnOptions& options) {
   auto args = std::make_shared<ListenArgs>();
   args->host = host;
   args->port = port;
-  args->max_frame_bytes = max_frame_bytes;
+  args->options = options;
+  if (!args->options.admission) {
+    args->options.admission = std::make_shared<Admission>(AdmissionLimits{}, host + ":" + std::to_string(port));
+  }
   auto bound = args->bound.get_future();
   caf::actor listener = system.middleman().spawn_broker(ListenerBroker, owner, args);
   auto [bound_port, error] = bound.get();
@@ -543,13 +801,15 @@ Listener Listen(caf::actor_system& system, const std::string& host, std::uint16_
 }
 
 caf::actor Connect(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
-                   std::size_t max_frame_bytes, int retry_ms, FrameHook hook) {
+                   const ConnOptions& options, int retry_ms, FrameHook hook) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(retry_ms);
+  ConnOptions outgoing = options;
+  outgoing.admission = nullptr;  // caps are a listening node's
   auto writer = std::make_shared<Writer>();
-  auto r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes, hook, writer);
+  auto r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, outgoing, true, hook, writer);
   while (!r && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the peer may not listen yet
-    r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, max_frame_bytes, hook, writer);
+    r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, outgoing, true, hook, writer);
   }
   if (!r) {
     throw Error("kvstore: cannot connect to " + host + ":" + std::to_string(port) + ": " + system.render(r.error()));
