@@ -69,6 +69,9 @@ struct DistConfig {
   int heartbeat_interval_ms = 1000;    // TROUPE_HEARTBEAT_INTERVAL_MS
   int heartbeat_timeout_ms = 10000;    // TROUPE_HEARTBEAT_TIMEOUT_MS
   int connect_timeout_ms = 60000;      // TROUPE_CONNECT_TIMEOUT_MS: how long a node waits for the cluster
+  int progress_timeout_ms = 120000;    // TROUPE_PROGRESS_TIMEOUT_MS: a barrier or sync round whose parties have
+                                       // not all arrived this long after the first fails the job, naming
+                                       // who is missing (0 = wait forever)
   int rank = -1;                       // servers: the rank to take (a restart); TROUPE_SERVER_RANK
   std::string checkpoint_dir;          // servers: TROUPE_KVSTORE_CHECKPOINT_DIR
   std::int64_t checkpoint_every = 0;   // servers: updates between checkpoints, 0 = only on command;

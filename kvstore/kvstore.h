@@ -102,6 +102,12 @@ class KVStore {
   const Kwargs& gradient_compression() const { return compression_; }
   // All workers reach it (a no-op on one machine).
   virtual void Barrier() {}
+  // dist types: leaves the cluster in order once this worker's pending calls finished — the only clean
+  // leave: a dist store destroyed without Finalize() counts as this worker's failure, and a dist_sync job
+  // then fails for every worker with an error naming it. Throws troupe::Error when the job failed (a worker
+  // died or failed, the workers' models differ, a wait made no progress), naming why. The store can't be
+  // used afterwards (troupe::Error). A no-op for the other types.
+  virtual void Finalize() {}
   // dist types (kvstore/dist.h): asks every server to write its checkpoint (values, optimizer configuration
   // and state) to its configured checkpoint directory, and returns when all have written. `dir` must be
   // empty: no peer names a path to a server (troupe::Error otherwise). Other types throw troupe::Error

@@ -425,6 +425,10 @@ int RunTrain(const TrainOptions& o) {
   mod.Fit(train.get(), test.get(), fit);
   if (std::isnan(final_accuracy)) final_accuracy = mod.Score(test.get()).second;
   std::printf("final test accuracy %.4f\n", final_accuracy);
+  std::fflush(stdout);
+  // The clean leave (a dist store's end without it fails the job for every worker); throws when the job
+  // failed elsewhere.
+  if (store) store->Finalize();
   if (final_accuracy < o.min_accuracy) {
     std::printf("below --min-accuracy %.4f\n", o.min_accuracy);
     return 1;

@@ -173,6 +173,9 @@ class Module {
   // Uses `store` (its type becomes the module's; Fit does this for FitOptions::store). Until the first
   // Update the module has not touched it. Throws troupe::Error for a null store.
   void SetKVStore(std::shared_ptr<KVStore> store);
+  // Leaves the cluster of a dist store in order (KVStore::Finalize); without it, the end of a dist store
+  // the module holds alone counts as this worker's failure. A no-op for local stores or none.
+  void FinalizeKVStore();
   // With several contexts: where Update runs the optimizer (Fit sets it from FitOptions).
   void SetUpdatePlace(UpdatePlace place);
   // kStore or kDevices as resolved by the first Update (kAuto before it, or with one context).

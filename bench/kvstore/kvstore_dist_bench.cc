@@ -292,6 +292,7 @@ int RunWorker(const Resolved& r) {
     }
     result = {{"rank", rank}, {"round_seconds", rounds}, {"latency_us_median", MedianOf(lat)},
               {"latency_us_p90", [&] { std::sort(lat.begin(), lat.end()); return lat[lat.size() * 9 / 10]; }()}};
+    kv->Finalize();
   } catch (const std::exception& e) {
     failures.push_back(std::string("worker: ") + e.what());
   }

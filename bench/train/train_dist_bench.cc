@@ -113,6 +113,7 @@ int RunWorker(const TrainDistBenchOptions& o) {
     result["rank"] = rank;
     result["batch"] = batch;
     for (const std::string& p : t.problems) failures.push_back("worker " + std::to_string(rank) + ": " + p);
+    kv->Finalize();
   } catch (const std::exception& e) {
     failures.push_back(std::string("worker: ") + e.what());
   }

@@ -31,6 +31,9 @@ std::string Arg(const net::Command& command, const std::string& key, const std::
 // As an int; throws troupe::Error when missing or malformed.
 int IntArg(const net::Command& command, const std::string& key);
 
+// "(2,3)" for a shape.
+std::string ShapeText(const std::vector<std::int64_t>& shape);
+
 // The hello frame's checks (the connection authenticated before it); returns the reason for refusing it,
 // or empty.
 std::string CheckHello(const net::Hello& hello);

@@ -61,6 +61,12 @@ net::ConnOptions ListenOptionsOf(const DistConfig& config, const std::string& no
   return o;
 }
 
+std::string ShapeText(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s.append(i ? "," : "").append(std::to_string(shape[i]));
+  return s.append(")");
+}
+
 std::string CheckHello(const net::Hello& hello) {
   if (hello.protocol_version != net::kProtocolVersion) {
     return "protocol version " + std::to_string(hello.protocol_version) + " differs from this node's " +

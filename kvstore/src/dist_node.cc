@@ -72,6 +72,7 @@ DistConfig DistConfig::FromEnv() {
   c.heartbeat_interval_ms = static_cast<int>(EnvInt("TROUPE_HEARTBEAT_INTERVAL_MS", c.heartbeat_interval_ms, 1));
   c.heartbeat_timeout_ms = static_cast<int>(EnvInt("TROUPE_HEARTBEAT_TIMEOUT_MS", c.heartbeat_timeout_ms, 1));
   c.connect_timeout_ms = static_cast<int>(EnvInt("TROUPE_CONNECT_TIMEOUT_MS", c.connect_timeout_ms, 1));
+  c.progress_timeout_ms = static_cast<int>(EnvInt("TROUPE_PROGRESS_TIMEOUT_MS", c.progress_timeout_ms, 0));
   c.rank = static_cast<int>(EnvInt("TROUPE_SERVER_RANK", c.rank, -1));
   if (const char* v = Env("TROUPE_KVSTORE_CHECKPOINT_DIR")) c.checkpoint_dir = v;
   c.checkpoint_every = EnvInt("TROUPE_KVSTORE_CHECKPOINT_EVERY", c.checkpoint_every, 0);
@@ -94,6 +95,7 @@ void DistConfig::Validate() const {
   need(heartbeat_interval_ms > 0 && heartbeat_timeout_ms > heartbeat_interval_ms,
        "the heartbeat timeout must exceed the interval (TROUPE_HEARTBEAT_TIMEOUT_MS > TROUPE_HEARTBEAT_INTERVAL_MS)");
   need(connect_timeout_ms > 0, "connect_timeout_ms must be > 0");
+  need(progress_timeout_ms >= 0, "progress_timeout_ms (TROUPE_PROGRESS_TIMEOUT_MS) must be >= 0 (0 = off)");
   need(bigarray_bound >= 1, "bigarray_bound must be >= 1");
   need(max_frame_bytes >= 1024, "max_frame_bytes must be >= 1024");
   need(hello_timeout_ms > 0, "hello_timeout_ms (TROUPE_HELLO_TIMEOUT_MS) must be > 0");

@@ -235,6 +235,7 @@ class Scheduler {
                                            net::Role::kScheduler});
     }
     if (!broken_.empty()) return Send(node.conn, net::ErrorMsg{b.request_id, broken_, dead_rank_, net::Role::kWorker});
+    if (barrier_.empty()) barrier_started_ = Clock::now();
     barrier_.emplace_back(node.conn, b.request_id);
     CheckBarrier();
   }
@@ -290,9 +291,24 @@ class Scheduler {
   void OnCommand(Member& node, const net::Command& c) {
     if (c.name == "leave" && node.role == net::Role::kWorker) {
       node.left = true;
-      Send(node.conn, net::Ack{c.request_id, std::nullopt});
+      // A worker that leaves a failed job learns it here (KVStore::Finalize throws it).
+      if (!broken_.empty()) {
+        Send(node.conn, net::ErrorMsg{c.request_id, broken_, dead_rank_, net::Role::kWorker});
+      } else {
+        Send(node.conn, net::Ack{c.request_id, std::nullopt});
+      }
       CheckBarrier();
       return CheckEnd();
+    }
+    if (c.name == "fail" && node.role == net::Role::kWorker) {
+      // The worker failed (its store was destroyed without KVStore::Finalize): not a clean leave.
+      Send(node.conn, net::Ack{c.request_id, std::nullopt});
+      return Death(node, Arg(c, "message", "it failed"), "failed");
+    }
+    if (c.name == "fail" && node.role == net::Role::kServer) {
+      // A server found that the job cannot go on (the workers' models differ, a round made no progress).
+      Send(node.conn, net::Ack{c.request_id, std::nullopt});
+      return BreakJob(Arg(c, "message", Name(node) + " failed the job"), -1);
     }
     Send(node.conn, net::ErrorMsg{c.request_id, "the scheduler has no command '" + c.name + "'", -1,
                                   net::Role::kScheduler});
@@ -322,25 +338,57 @@ class Scheduler {
     Death(*node, why);
   }
 
-  void Death(Member& node, const std::string& why) {
+  // `verb`: "died" (its connection closed or went silent) or "failed" (it said so).
+  void Death(Member& node, const std::string& why, const char* verb = "died") {
     node.alive = false;
     self_->send(node.conn, net::close_atom::value);
     if (!started_) return;  // it never was a member: the cluster waits for another node
-    const std::string what = Name(node) + " died: " + why;
+    const std::string what = Name(node) + " " + verb + ": " + why;
     std::fprintf(stderr, "troupe scheduler: %s\n", what.c_str());
-    if (node.role == net::Role::kWorker) {
-      died_ = true;
-      broken_ = what;
-      dead_rank_ = node.rank;
-      for (const auto& [conn, id] : barrier_) Send(conn, net::ErrorMsg{id, broken_, dead_rank_, net::Role::kWorker});
-      barrier_.clear();
-      AnswerObserverBarriers();
-    }
     const net::Command notice{0, "node_dead", {{"role", RoleName(node.role)}, {"rank", std::to_string(node.rank)},
                                                {"message", what}}};
     Broadcast(net::Role::kServer, notice);
     Broadcast(net::Role::kWorker, notice);
+    if (node.role == net::Role::kWorker) BreakJob(what, node.rank);
     CheckEnd();
+  }
+
+  // The job cannot go on (a worker died or failed, the workers' models differ, a wait made no progress):
+  // barriers fail with `what` from now on, and every server and worker is told, so that every waiting
+  // party fails with it (the first failure is the one reported).
+  void BreakJob(const std::string& what, int rank) {
+    died_ = true;
+    if (!broken_.empty()) return;
+    broken_ = what;
+    dead_rank_ = rank;
+    std::fprintf(stderr, "troupe scheduler: the job failed: %s\n", what.c_str());
+    for (const auto& [conn, id] : barrier_) Send(conn, net::ErrorMsg{id, broken_, dead_rank_, net::Role::kWorker});
+    barrier_.clear();
+    AnswerObserverBarriers();
+    const net::Command notice{0, "broken", {{"message", what}, {"rank", std::to_string(rank)}}};
+    Broadcast(net::Role::kServer, notice);
+    Broadcast(net::Role::kWorker, notice);
+  }
+
+  // A barrier round whose workers have not all arrived within the progress timeout fails the job, naming
+  // who is missing.
+  void CheckBarrierProgress(Clock::time_point now) {
+    if (config_.progress_timeout_ms <= 0 || barrier_.empty() || !broken_.empty()) return;
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - barrier_started_).count();
+    if (waited < config_.progress_timeout_ms) return;
+    std::string missing, arrived;
+    for (int idx : workers_) {
+      if (idx < 0) continue;
+      const Member& w = members_[static_cast<std::size_t>(idx)];
+      if (!w.alive || w.left) continue;
+      const bool here = std::any_of(barrier_.begin(), barrier_.end(), [&](const auto& x) { return x.first == w.conn; });
+      std::string& list = here ? arrived : missing;
+      list += (list.empty() ? "" : ", ") + std::to_string(w.rank);
+    }
+    BreakJob("barrier round " + std::to_string(barrier_rounds_ + 1) + " made no progress for " + std::to_string(waited) +
+                 " ms (TROUPE_PROGRESS_TIMEOUT_MS): worker(s) " + missing + " did not arrive (arrived: " +
+                 (arrived.empty() ? "none" : arrived) + ")",
+             -1);
   }
 
   // Every worker has left or died: stop the servers; the scheduler ends when they are gone.
@@ -373,11 +421,14 @@ class Scheduler {
     for (Member& m : members_) {
       if (!m.alive) continue;
       if (now - m.last_seen > timeout) {
-        Death(m, "no heartbeat for " + std::to_string(config_.heartbeat_timeout_ms) + " ms");
+        const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_seen).count();
+        Death(m, "no heartbeat for " + std::to_string(silent) + " ms (TROUPE_HEARTBEAT_TIMEOUT_MS=" +
+                     std::to_string(config_.heartbeat_timeout_ms) + ")");
         continue;
       }
       net::Send(m.conn, beat);
     }
+    CheckBarrierProgress(now);
     if (!started_ && now - born_ > std::chrono::milliseconds(config_.connect_timeout_ms)) {
       int s = 0, w = 0;
       for (const Member& m : members_) {
@@ -414,6 +465,7 @@ class Scheduler {
   std::vector<int> servers_;      // rank -> index in members_ (-1 before the start)
   std::vector<int> workers_;
   std::vector<std::pair<caf::actor, std::uint64_t>> barrier_;  // waiting workers
+  Clock::time_point barrier_started_;                          // when the first of them arrived
   std::int64_t barrier_rounds_ = 0;                            // barrier rounds the workers completed
   struct ObserverBarrier {
     caf::actor conn;

@@ -49,6 +49,8 @@ struct Entry {
   std::uint32_t part_index = 0;
   std::uint32_t part_count = 1;
   std::set<int> pushed;  // workers whose push is in the current sync round
+  Clock::time_point round_started;  // when its first push arrived
+  std::int64_t rounds = 0;          // sync rounds completed
   // The round's first push, kept as received (its frame buffer) until the second arrives: the two are
   // then summed into `merged` in one pass instead of a copy and an add.
   net::Blob first_push;
@@ -72,12 +74,6 @@ struct Checkpoint {
 
 std::string CheckpointBase(const std::string& dir, int rank) {
   return (std::filesystem::path(dir) / ("server-" + std::to_string(rank))).string();
-}
-
-std::string ShapeText(const std::vector<std::int64_t>& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) s.append(i ? "," : "").append(std::to_string(shape[i]));
-  return s.append(")");
 }
 
 Checkpoint LoadCheckpoint(const DistConfig& config) {
@@ -283,6 +279,7 @@ class Server {
         if (Arg(c, "role") == "worker") WorkerDied(IntArg(c, "rank"), Arg(c, "message"));
         return;
       }
+      if (c.name == "broken") return Break(Arg(c, "message", "the job failed"), IntArg(c, "rank"));
       if (c.name == "stop") return Finish(0, "");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "troupe %s: bad command from the scheduler: %s\n", Me().c_str(), e.what());
@@ -321,6 +318,10 @@ class Server {
                                                  "--checkpoint-dir (TROUPE_KVSTORE_CHECKPOINT_DIR)");
         }
         WriteCheckpoint(config_.checkpoint_dir);
+      } else if (c.name == "declare") {
+        if (w.observer) return Fail(conn, c.request_id, Me() + ": an observer declares no keys");
+        Send(conn, net::Ack{c.request_id, std::nullopt});
+        return OnDeclare(w.rank, c);
       } else if (c.name == "leave") {
         left_.insert(w.rank);
         Send(conn, net::Ack{c.request_id, std::nullopt});
@@ -369,9 +370,12 @@ class Server {
     if (t.op != net::TensorOp::kPull) {
       const DType want = t.compressed ? DType::kFloat32 : t.value.dtype;
       if (e.stored.shape().ToVector() != t.value.shape || e.stored.dtype() != want) {
-        return Fail(conn, t.request_id, Me() + ": " + key_text + " holds " + DTypeName(e.stored.dtype()) +
-                                            ShapeText(e.stored.shape().ToVector()) + " but the push has " +
-                                            DTypeName(want) + ShapeText(t.value.shape));
+        const std::string why = Me() + ": " + key_text + " holds " + DTypeName(e.stored.dtype()) +
+                                ShapeText(e.stored.shape().ToVector()) + " but worker " + std::to_string(w.rank) +
+                                " pushed " + DTypeName(want) + ShapeText(t.value.shape);
+        // In a sync round the other workers would wait for this push: the job fails for everyone.
+        if (sync_) ReportFailure(why);
+        return Fail(conn, t.request_id, why);
       }
       ++pushes_;
       bytes_in_ += static_cast<std::int64_t>(t.value.data.size());
@@ -399,6 +403,7 @@ class Server {
       e.deferred.emplace_back(conn, t);  // this worker is a round ahead: keep its push for the next round
       return;
     }
+    if (e.pushed.empty()) e.round_started = Clock::now();
     Accumulate(e, t, e.pushed.empty(), /*defer_first=*/true);
     e.pushed.insert(w.rank);
     e.waiters.push_back({conn, t.request_id, t.op == net::TensorOp::kPushPull});
@@ -479,6 +484,7 @@ class Server {
     std::vector<Waiter> waiters = std::move(e.waiters);
     e.waiters.clear();
     e.pushed.clear();
+    ++e.rounds;
     std::string error;
     try {
       Update(key, e);
@@ -527,7 +533,14 @@ class Server {
   void WorkerDied(int rank, const std::string& what) {
     if (rank < 0 || dead_.count(rank) != 0 || left_.count(rank) != 0) return;
     dead_.insert(rank);
-    broken_ = what.empty() ? "worker " + std::to_string(rank) + " died" : what;
+    Break(what.empty() ? "worker " + std::to_string(rank) + " died" : what, rank);
+  }
+
+  // The job cannot go on: every waiting push and pull fails with `what`, and so does every later sync push
+  // (the first failure is the one reported).
+  void Break(const std::string& what, int rank) {
+    if (!broken_.empty()) return;
+    broken_ = what;
     dead_rank_ = rank;
     for (auto& [key, e] : entries_) {
       for (const Waiter& w : e.waiters) Fail(w.conn, w.id, broken_, rank);
@@ -553,8 +566,83 @@ class Server {
     if (left_.count(w.rank) == 0) WorkerDied(w.rank, NodeName(net::Role::kWorker, w.rank, w.host) + " died: " + why);
   }
 
+  // Tells the scheduler that the job cannot go on (it tells every node), and fails what waits here.
+  void ReportFailure(const std::string& what) {
+    if (!broken_.empty()) return;
+    std::fprintf(stderr, "troupe %s: %s\n", Me().c_str(), what.c_str());
+    Send(scheduler_, net::Command{++internal_ids_, "fail", {{"message", what}}});
+    Break(what, -1);
+  }
+
+  // Every worker declares its keys at Init (to server 0); once every active worker has declared Init call
+  // `call`, the declarations must agree, or the job fails naming the first difference.
+  void OnDeclare(int rank, const net::Command& c) {
+    const std::int64_t call = std::stoll(Arg(c, "call", "0"));
+    auto& by_rank = declared_[call];
+    auto& keys = by_rank[rank];
+    for (const auto& [k, v] : c.args) {
+      if (k != "key") continue;
+      const auto space = v.find(' ');
+      keys[v.substr(0, space)] = space == std::string::npos ? "" : v.substr(space + 1);
+    }
+    for (int r = 0; r < num_workers_; ++r) {
+      if (left_.count(r) == 0 && dead_.count(r) == 0 && by_rank.count(r) == 0) return;  // not all in yet
+    }
+    const auto declarations = std::move(by_rank);
+    declared_.erase(call);
+    const auto& [first, want] = *declarations.begin();
+    for (const auto& [r, got] : declarations) {
+      std::string diff;
+      for (const auto& [key, desc] : want) {
+        auto it = got.find(key);
+        if (it == got.end()) {
+          diff = "key " + key + " is declared by worker " + std::to_string(first) + " (" + desc + ") but not by worker " +
+                 std::to_string(r);
+        } else if (it->second != desc) {
+          diff = "key " + key + " is " + desc + " on worker " + std::to_string(first) + " but " + it->second +
+                 " on worker " + std::to_string(r);
+        }
+        if (!diff.empty()) break;
+      }
+      for (const auto& [key, desc] : got) {
+        if (!diff.empty()) break;
+        if (want.count(key) == 0) {
+          diff = "key " + key + " is declared by worker " + std::to_string(r) + " (" + desc + ") but not by worker " +
+                 std::to_string(first);
+        }
+      }
+      if (!diff.empty()) {
+        return ReportFailure("the workers' models differ at KVStore::Init: " + diff +
+                             " (every worker must Init the same keys with the same shapes and dtypes)");
+      }
+    }
+  }
+
+  // A sync round whose workers have not all pushed within the progress timeout fails the job, naming the
+  // key, the round and who is missing.
+  void CheckRoundProgress() {
+    if (config_.progress_timeout_ms <= 0 || !sync_ || !broken_.empty()) return;
+    const auto now = Clock::now();
+    for (const auto& [key, e] : entries_) {
+      if (e.pushed.empty()) continue;
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - e.round_started).count();
+      if (waited < config_.progress_timeout_ms) continue;
+      std::string missing, pushed;
+      for (int r = 0; r < num_workers_; ++r) {
+        if (left_.count(r) != 0 || dead_.count(r) != 0) continue;
+        std::string& list = e.pushed.count(r) != 0 ? pushed : missing;
+        list += (list.empty() ? "" : ", ") + std::to_string(r);
+      }
+      return ReportFailure(Me() + ": key " + std::to_string(key) + " round " + std::to_string(e.rounds + 1) +
+                           " made no progress for " + std::to_string(waited) +
+                           " ms (TROUPE_PROGRESS_TIMEOUT_MS): worker(s) " + missing + " did not push (pushed: " +
+                           pushed + ")");
+    }
+  }
+
   void OnTick() {
     if (finished_) return;
+    CheckRoundProgress();
     if (Clock::now() - last_seen_ > std::chrono::milliseconds(config_.heartbeat_timeout_ms)) {
       return Finish(1, "the scheduler sent nothing for " + std::to_string(config_.heartbeat_timeout_ms) + " ms");
     }
@@ -620,6 +708,9 @@ class Server {
   // Observer statistics: pushes received (and their payload bytes), values sent back.
   std::int64_t pushes_ = 0, pulls_ = 0, bytes_in_ = 0, bytes_out_ = 0;
   std::vector<float> scratch_;
+  // Init declarations (OnDeclare): call -> worker rank -> key -> "dtype(shape)".
+  std::map<std::int64_t, std::map<int, std::map<std::string, std::string>>> declared_;
+  std::uint64_t internal_ids_ = 0;
   Clock::time_point last_seen_;
   std::uint64_t beats_ = 0;
   bool finished_ = false;

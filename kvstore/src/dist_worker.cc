@@ -66,6 +66,7 @@ using request_atom = caf::atom_constant<caf::atom("wk_req")>;
 using leave_atom = caf::atom_constant<caf::atom("wk_leave")>;
 using mode_atom = caf::atom_constant<caf::atom("wk_mode")>;
 using connected_atom = caf::atom_constant<caf::atom("wk_conn")>;
+using fail_atom = caf::atom_constant<caf::atom("wk_fail")>;
 
 constexpr int kScheduler = -1;  // request target: the scheduler; 0.. are server ranks
 
@@ -126,6 +127,16 @@ class Requests {
     }
     return out;
   }
+  // The first error this worker's calls met (the failure it reports when it ends without Finalize).
+  void NoteError(const std::string& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_error_.empty() && !e.empty()) first_error_ = e;
+  }
+  std::string first_error() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_error_;
+  }
+
   // The broker's hook: answers an ack or error of a registered request, unless it carries a big tensor.
   bool AnswerInBroker(net::Message& m) {
     std::uint64_t id = 0;
@@ -138,6 +149,7 @@ class Requests {
       if (e->request_id == 0) return false;
       id = e->request_id;
       reply.error = std::move(e->message);
+      NoteError(reply.error);
     } else {
       return false;
     }
@@ -150,6 +162,7 @@ class Requests {
   std::mutex mu_;
   std::vector<caf::actor> links_;  // server rank -> connection, null while down
   std::unordered_map<std::uint64_t, std::pair<int, ReplyFn>> pending_;
+  std::string first_error_;
 };
 
 // The worker's actor: connections, handshake, requests in flight, heartbeats, failures.
@@ -171,6 +184,10 @@ class WorkerActor {
           Request(target, id, frame, fn);
         },
         [this](leave_atom) { leaving_ = true; },
+        [this](fail_atom, const std::string& why) {
+          leaving_ = true;
+          Fail(why);
+        },
         [this](mode_atom, int target, std::uint64_t generation, const std::string& error) {
           // A reply to a handshake that a later event (death, replacement) made stale is ignored.
           if (target < 0 || target >= static_cast<int>(servers_.size())) return;
@@ -288,6 +305,9 @@ class WorkerActor {
       return;
     }
     if (c.name == "node_dead" && Arg(c, "role") == "server") return ServerDown(IntArg(c, "rank"), Arg(c, "message"));
+    // The job failed (a worker died or failed, the models differ, a wait made no progress): in dist_sync
+    // every call fails with it from now on; dist_async goes on (KVStore::Finalize reports it either way).
+    if (c.name == "broken" && sync_) return Fail(Arg(c, "message", "the job failed"));
     if (c.name == "server_up") {
       const int r = IntArg(c, "rank");
       if (r < 0 || r >= static_cast<int>(servers_.size())) return;
@@ -377,17 +397,20 @@ class WorkerActor {
     s.down_reason = why;
     requests_->SetLink(r, nullptr);
     if (start_fn_) return Fail("cannot reach " + ServerName(r) + ": " + why);
+    requests_->NoteError(why);
     // Requests in flight are lost with the server: fail them now.
     for (ReplyFn& fn : requests_->TakeTarget(r)) fn(Reply{why, std::nullopt});
   }
 
   void Answer(std::uint64_t id, Reply reply) {
+    requests_->NoteError(reply.error);
     if (ReplyFn fn = requests_->Take(id)) fn(std::move(reply));
   }
 
   // The cluster is unusable for this worker (the scheduler died or refused it): fail everything.
   void Fail(const std::string& why) {
     if (failed_.empty()) failed_ = why;
+    requests_->NoteError(why);
     if (start_fn_) {
       auto fn = std::move(start_fn_);
       start_fn_ = nullptr;
@@ -420,6 +443,7 @@ class WorkerActor {
         auto fn = std::move(it->fn);
         const int r = it->target;
         it = queued_.erase(it);
+        requests_->NoteError(ServerName(r) + " is down");
         fn(Reply{ServerName(r) + " is down and did not come back within " +
                      std::to_string(config_.heartbeat_timeout_ms) + " ms: " +
                      servers_[static_cast<std::size_t>(r)].down_reason,
@@ -522,12 +546,22 @@ class KVStoreDist final : public KVStore {
       num_servers_ = info.num_servers;
       server_bytes_.assign(static_cast<std::size_t>(num_servers_), 0);
     } catch (...) {
-      Shutdown(false);
+      Shutdown(End::kQuit);
       throw;
     }
   }
 
-  ~KVStoreDist() override { Shutdown(true); }
+  // Without Finalize, the store's end is this worker's failure (a program that threw, or returned early):
+  // a dist_sync job fails for everyone, naming it.
+  ~KVStoreDist() override {
+    if (actor_) Shutdown(End::kFail);
+  }
+
+  void Finalize() override {
+    if (!actor_) return;
+    const std::string error = Shutdown(End::kFinalize);
+    if (!error.empty()) throw Error("KVStore::Finalize: the job failed: " + error);
+  }
 
   using KVStore::Init;
   using KVStore::Pull;
@@ -539,6 +573,7 @@ class KVStoreDist final : public KVStore {
 
   void Init(const std::vector<int>& keys, const std::vector<NDArray>& values) override {
     NoteIntKeys("Init");
+    CheckOpen("Init");
     CheckInitArgs(keys, values, [this](int k) { return StoredOf(k); }, [this](int k) { return KeyName(k); });
     for (std::size_t i = 0; i < keys.size(); ++i) {
       // One frame carries at most kMaxTensorBytes of a key: a part per server must fit.
@@ -570,6 +605,14 @@ class KVStoreDist final : public KVStore {
       }
       keys_[keys[i]] = std::move(key);
     }
+    // Every worker declares its keys to server 0, which checks that all workers' models agree (a
+    // difference fails the job for everyone, and so the barrier below).
+    net::Command declare{NextId(), "declare", {{"call", std::to_string(init_calls_++)}}};
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      declare.args.emplace_back("key", std::to_string(keys[i]) + " " + DTypeName(values[i].dtype()) +
+                                           ShapeText(values[i].shape().ToVector()));
+    }
+    replies.push_back(Call(0, declare.request_id, declare));
     for (auto& f : replies) {
       const Reply r = f.get();
       if (!r.error.empty()) throw Error("KVStore::Init: " + r.error);
@@ -653,6 +696,7 @@ class KVStoreDist final : public KVStore {
   }
   KeyGroups Check(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& arrays,
                   const char* what) const {
+    CheckOpen(op);
     return CheckArrays(op, keys, arrays, what, [this](int k) { return StoredOf(k); },
                        [this](int k) { return KeyName(k); });
   }
@@ -902,7 +946,15 @@ class KVStoreDist final : public KVStore {
   }
 
   // Sends one request and returns its answer's future (answered on a node's death too).
+  // Throws once the store was finalized (its connections are gone).
+  void CheckOpen(const char* op) const {
+    if (!actor_) {
+      throw Error(std::string("KVStore::") + op + ": this store has left the cluster (KVStore::Finalize)");
+    }
+  }
+
   std::future<Reply> Call(int target, std::uint64_t id, net::Message frame) {
+    CheckOpen("call");
     auto promise = std::make_shared<std::promise<Reply>>();
     auto future = promise->get_future();
     caf::anon_send(actor_, request_atom::value, target, id, std::move(frame),
@@ -925,8 +977,14 @@ class KVStoreDist final : public KVStore {
   }
 
   // Leaves the cluster after the pending functions finished (orderly), then stops the actor.
-  void Shutdown(bool leave) {
-    if (leave) {
+  // kFinalize: a clean leave once the pending calls finished; returns why the job failed (the scheduler's
+  // answer), or empty. kFail: tells the scheduler that this worker failed, fails what is pending, and
+  // waits for the key functions to end (they use this object). kQuit: never joined; just stop.
+  enum class End { kFinalize, kFail, kQuit };
+  std::string Shutdown(End end) {
+    std::string error;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.heartbeat_timeout_ms);
+    if (end == End::kFinalize) {
       WaitKeys();
       caf::anon_send(actor_, leave_atom::value);  // from now on, closing connections are expected
       try {
@@ -935,14 +993,31 @@ class KVStoreDist final : public KVStore {
           const std::uint64_t id = NextId();
           replies.push_back(Call(s, id, net::Command{id, "leave", {}}));
         }
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.heartbeat_timeout_ms);
         for (auto& f : replies) f.wait_until(deadline);
+        if (replies.front().wait_until(deadline) == std::future_status::ready) {
+          error = replies.front().get().error;
+        } else {
+          error = "the scheduler did not answer the leave within " + std::to_string(config_.heartbeat_timeout_ms) + " ms";
+        }
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "troupe kvstore worker %d: leaving the cluster: %s\n", rank_, e.what());
+        error = e.what();
       }
+    } else if (end == End::kFail) {
+      const std::string first = requests_->first_error();
+      const std::string why = "worker " + std::to_string(rank_) +
+                              " ended without KVStore::Finalize() (its program failed or stopped early" +
+                              (first.empty() ? std::string(")") : "; its first error: " + first + ")");
+      try {
+        const std::uint64_t id = NextId();
+        Call(kScheduler, id, net::Command{id, "fail", {{"message", why}}}).wait_until(deadline);
+      } catch (const std::exception&) {
+      }
+      caf::anon_send(actor_, fail_atom::value, why);  // what is pending fails, and so does anything later
+      WaitKeys();
     }
     caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
     actor_ = nullptr;
+    return error;
   }
 
   DistConfig config_;
@@ -955,6 +1030,7 @@ class KVStoreDist final : public KVStore {
   std::vector<std::size_t> server_bytes_;
   std::map<int, std::unique_ptr<Key>> keys_;
   std::atomic<std::uint64_t> next_id_{0};
+  std::int64_t init_calls_ = 0;  // Init calls so far (their declarations are compared per call)
   std::unique_ptr<GradientCompression> gc_;
   Kwargs gc_config_;
 };

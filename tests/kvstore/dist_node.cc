@@ -71,6 +71,15 @@ int RoundThenExpectDeath() {
     } catch (const Error& b) {
       Say(std::string("BARRIER FAILED TOO: ") + b.what());
     }
+    // Leaving reports the failed job too (the process would exit non-zero with it).
+    try {
+      kv->Finalize();
+      std::fprintf(stderr, "Finalize of a failed job succeeded\n");
+      return 1;
+    } catch (const Error& f) {
+      Say(std::string("FINALIZE FAILED TOO: ") + f.what());
+      if (std::string(f.what()).find(victim) == std::string::npos) return 1;
+    }
     return 0;
   }
   std::fprintf(stderr, "round 2 completed although worker %d died\n", 1 - kv->rank());
@@ -105,6 +114,7 @@ int TrainAcrossServerRestart() {
   round(3);
   round(4);
   Say("DONE");
+  kv->Finalize();
   return 0;
 }
 
@@ -129,6 +139,7 @@ int RoundThenExpectServerDeath() {
       std::fprintf(stderr, "the error does not name server 1 as dead: %s\n", what.c_str());
       return 1;
     }
+    kv->Finalize();  // this worker's own calls failed, but it leaves in order
     return 0;
   }
   std::fprintf(stderr, "round 2 completed although server 1 died\n");
@@ -151,11 +162,15 @@ int LeaveThenRestart() {
   kv->Barrier();
   if (kv->rank() == 0) kv->Checkpoint();
   kv->Barrier();
-  if (kv->rank() == 1) return 0;  // the store is destroyed: this worker leaves
+  if (kv->rank() == 1) {
+    kv->Finalize();  // this worker leaves in order
+    return 0;
+  }
   Say("READY");
   AwaitGo();
   kv->PushPull({0}, {dist_test::Filled(shape, 5.f)}, {out});
   dist_test::ExpectValues("the round after the restart", out.ToVector<float>(), std::vector<float>(5000, 5.f));
+  kv->Finalize();
   return 0;
 }
 
@@ -171,6 +186,7 @@ int AnyWorkers() {
                             std::vector<float>(4, static_cast<float>(kv->num_workers())));
   }
   Say("worker rank " + std::to_string(kv->rank()) + " of " + std::to_string(kv->num_workers()) + ": 3 rounds exact");
+  kv->Finalize();
   return 0;
 }
 
@@ -194,6 +210,7 @@ int PushThenWait(bool barrier) {
   std::string line;
   std::getline(go, line);
   if (barrier) kv->Barrier();
+  kv->Finalize();
   return 0;
 }
 
@@ -208,6 +225,7 @@ int ServeWhileAttacked() {
     kv->PushPull({0}, {dist_test::Filled(TShape{64}, static_cast<float>(r))}, {out});
     dist_test::ExpectValues("round " + std::to_string(r), out.ToVector<float>(), std::vector<float>(64, static_cast<float>(r)));
   }
+  kv->Finalize();
   return 0;
 }
 
@@ -250,6 +268,7 @@ int Main(int argc, char** argv) {
     const char* dir = std::getenv("TROUPE_TEST_DIR");
     auto kv = Join(dist_test::ScenarioType(name));
     it->second(*kv, dir != nullptr ? dir : "");
+    kv->Finalize();
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dist_node %s: %s\n", name.c_str(), e.what());

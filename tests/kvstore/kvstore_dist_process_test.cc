@@ -29,123 +29,18 @@
 
 #include "bench/common/child_process.h"
 #include "kvstore/dist.h"
+#include "tests/kvstore/dist_process_harness.h"
 #include "kvstore/net/internal/frame_codec.h"
 
 namespace troupe {
 namespace {
 
+using dist_test::Cluster;
+using dist_test::Proc;
+using dist_test::kHeartbeatIntervalMs;
+using dist_test::kHeartbeatTimeoutMs;
+using dist_test::kLineTimeoutMs;
 using Clock = std::chrono::steady_clock;
-using Env = std::map<std::string, std::string>;
-
-constexpr int kHeartbeatIntervalMs = 300;
-constexpr int kHeartbeatTimeoutMs = 3000;
-constexpr int kLineTimeoutMs = 60000;  // a line the test waits for; a failure, not a hang, when it never comes
-
-// A dist_node process (bench/common/child_process.h) whose failures to answer are test failures.
-class Proc {
- public:
-  Proc(const std::string& name, const std::vector<std::string>& args, const Env& env)
-      : p_(name, WithProgram(args), env) {}
-
-  // The next stdout line starting with `prefix` (one kept by WaitLineKeeping first), or "" (and a test
-  // failure) when none came in time.
-  std::string WaitLine(const std::string& prefix, int timeout_ms = kLineTimeoutMs) {
-    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
-      if (it->rfind(prefix, 0) == 0) {
-        std::string line = *it;
-        kept_.erase(it);
-        return line;
-      }
-    }
-    auto line = p_.ReadLine(prefix, timeout_ms);
-    if (!line) {
-      ADD_FAILURE() << p_.name() << " did not print a line starting with '" << prefix << "'";
-      return "";
-    }
-    return *line;
-  }
-  // WaitLine(prefix), keeping the lines starting with `also` that come before it for a later WaitLine (two
-  // threads of a node print them, in either order).
-  std::string WaitLineKeeping(const std::string& prefix, const std::string& also) {
-    for (;;) {
-      auto line = p_.ReadLine(also, kLineTimeoutMs);
-      if (!line) {
-        ADD_FAILURE() << p_.name() << " did not print a line starting with '" << prefix << "'";
-        return "";
-      }
-      if (line->rfind(prefix, 0) == 0) return *line;
-      kept_.push_back(*line);
-    }
-  }
-  void Write(const std::string& s) { EXPECT_TRUE(p_.Write(s)) << p_.name(); }
-  void Signal(int sig) { p_.Signal(sig); }
-  // The exit status (128 + signal when killed), or -1 after the timeout.
-  int Wait(int timeout_ms = kLineTimeoutMs) { return p_.Wait(timeout_ms); }
-
- private:
-  static std::vector<std::string> WithProgram(const std::vector<std::string>& args) {
-    std::vector<std::string> all{TROUPE_DIST_NODE};
-    all.insert(all.end(), args.begin(), args.end());
-    return all;
-  }
-  bench::ChildProcess p_;
-  std::vector<std::string> kept_;
-};
-
-int PortOf(const std::string& line) { return std::stoi(line.substr(line.rfind(':') + 1)); }
-
-// A cluster's common environment.
-struct Cluster {
-  Env env;
-  std::unique_ptr<Proc> scheduler;
-  std::vector<std::unique_ptr<Proc>> servers;
-  int scheduler_port = 0;
-  std::vector<int> server_ports;
-
-  Cluster(int num_servers, int num_workers, Env extra = {}) {
-    env = {{"DMLC_PS_ROOT_URI", "127.0.0.1"},
-           {"DMLC_NUM_SERVER", std::to_string(num_servers)},
-           {"DMLC_NUM_WORKER", std::to_string(num_workers)},
-           {"TROUPE_CLUSTER_TOKEN", "process-test-token"},
-           {"TROUPE_HEARTBEAT_INTERVAL_MS", std::to_string(kHeartbeatIntervalMs)},
-           {"TROUPE_HEARTBEAT_TIMEOUT_MS", std::to_string(kHeartbeatTimeoutMs)},
-           {"TROUPE_CONNECT_TIMEOUT_MS", "60000"},
-           {"TROUPE_KVSTORE_BIGARRAY_BOUND", "1000"}};
-    for (const auto& [k, v] : extra) env[k] = v;
-    Env s = env;
-    s["DMLC_ROLE"] = "scheduler";
-    s["DMLC_PS_ROOT_PORT"] = "0";
-    scheduler = std::make_unique<Proc>("scheduler", std::vector<std::string>{}, s);
-    scheduler_port = PortOf(scheduler->WaitLine("troupe scheduler: listening on"));
-    env["DMLC_PS_ROOT_PORT"] = std::to_string(scheduler_port);
-    for (int r = 0; r < num_servers; ++r) StartServer(r);
-  }
-
-  // Servers get explicit ranks (so that the restart test can start "server 1" again).
-  void StartServer(int rank) {
-    Env s = env;
-    s["DMLC_ROLE"] = "server";
-    s["TROUPE_SERVER_RANK"] = std::to_string(rank);
-    auto p = std::make_unique<Proc>("server " + std::to_string(rank), std::vector<std::string>{}, s);
-    // The main thread prints where it listens once the node is up; the node's actor prints "troupe server N:
-    // started" when the scheduler's answer comes, which can be first.
-    const int port = PortOf(p->WaitLineKeeping("troupe server: listening on", "troupe server"));
-    if (static_cast<std::size_t>(rank) < servers.size()) {
-      servers[static_cast<std::size_t>(rank)] = std::move(p);
-      server_ports[static_cast<std::size_t>(rank)] = port;
-    } else {
-      servers.push_back(std::move(p));
-      server_ports.push_back(port);
-    }
-  }
-
-  std::unique_ptr<Proc> Worker(const std::string& program, Env extra = {}) {
-    Env w = env;
-    w["DMLC_ROLE"] = "worker";
-    for (const auto& [k, v] : extra) w[k] = v;
-    return std::make_unique<Proc>("worker " + program, std::vector<std::string>{program}, w);
-  }
-};
 
 class DistProcessScenario : public ::testing::TestWithParam<std::string> {};
 

@@ -49,6 +49,7 @@ void RunCluster(const std::string& type, const std::function<void(KVStore&)>& bo
       try {
         auto kv = CreateDistKVStore(type, config);
         body(*kv);
+        kv->Finalize();
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(w)] = e.what();
       }
@@ -138,6 +139,7 @@ TEST(DistKVStore, WrongTokenIsRefused) {
     NDArray out(TShape{2}, Context::CPU(0));
     kv->Pull({0}, {out});
     dist_test::ExpectValues("token test", out.ToVector<float>(), {3.f, 3.f});
+    kv->Finalize();
   }
   EXPECT_EQ(scheduler->Wait(), 0);
   EXPECT_EQ(server->Wait(), 0);
@@ -210,7 +212,7 @@ TEST(DistKVStore, HostileClientsLeaveTheServerServing) {
       dist_test::ExpectValues("served after a hostile client", out.ToVector<float>(), std::vector<float>(4, want));
     }
   }
-  kv.reset();
+  kv->Finalize();
   EXPECT_EQ(scheduler->Wait(), 0);
   EXPECT_EQ(server->Wait(), 0);
 }

@@ -232,8 +232,11 @@ TEST_F(ShellCluster, ShowsAKilledWorkerDeadWithinTheHeartbeatTimeout) {
   for (const std::string& l : lines) text += l + "\n";
   EXPECT_THAT(text, HasSubstr("worker 0 (pid " + std::to_string(pids[2]) + ") killed by signal 9; the others keep "
                               "going (--keep-going)"));
-  // The survivor and the server ran on and ended in order; the scheduler reports the death.
-  EXPECT_THAT(text, HasSubstr("worker 1 (pid " + std::to_string(pids[3]) + ") exited 0"));
+  // The survivor ran on, and its leave (KVStore::Finalize) reports the failed job, naming the dead worker;
+  // the server ended in order; the scheduler reports the death.
+  EXPECT_THAT(text, HasSubstr("KVStore::Finalize: the job failed: worker "));
+  EXPECT_THAT(text, HasSubstr(" at 127.0.0.1 died: "));
+  EXPECT_THAT(text, HasSubstr("worker 1 (pid " + std::to_string(pids[3]) + ") exited 1"));
   EXPECT_THAT(text, HasSubstr("server 0 (pid " + std::to_string(pids[1]) + ") exited 0"));
   EXPECT_THAT(text, HasSubstr("scheduler (pid " + std::to_string(pids[0]) + ") exited 1"));
 }

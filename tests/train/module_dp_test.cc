@@ -370,6 +370,7 @@ TEST(ModuleDpTest, DistSyncWorkersEndWithOneProcessParameters) {
             errors[static_cast<std::size_t>(r)] = std::string("SetParams: unexpected message: ") + e.what();
           }
         }
+        kv->Finalize();
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(t)] = e.what();
       }

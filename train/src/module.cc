@@ -433,6 +433,10 @@ void Module::SetKVStore(std::shared_ptr<KVStore> store) {
   m.kv_ready = false;
 }
 
+void Module::FinalizeKVStore() {
+  if (impl_->kv) impl_->kv->Finalize();
+}
+
 void Module::SetUpdatePlace(UpdatePlace place) {
   Impl& m = *impl_;
   if (place != m.update_setting) m.ResetStore("SetUpdatePlace");  // the store is made for one place

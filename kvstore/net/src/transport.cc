@@ -331,6 +331,12 @@ void ForgetWriter(caf::actor_id id, const Writer* w) {
 
 using auth_timeout_atom = caf::atom_constant<caf::atom("tr_authto")>;
 using evict_atom = caf::atom_constant<caf::atom("tr_evict")>;
+using linger_atom = caf::atom_constant<caf::atom("tr_linger")>;
+
+// A connection closed with a refusal stays open this long (or until the peer closes) so that the peer
+// reads the refusal: closing a socket with unread bytes in it resets the connection, and the reset can
+// discard what the peer had not read yet.
+constexpr auto kLingerTime = std::chrono::milliseconds(500);
 
 // Log kinds of Admission::Log.
 enum LogKind { kLogEvicted, kLogTimedOut, kLogAuthFailed, kLogRefused, kLogOther };
@@ -355,6 +361,7 @@ struct ConnState {
   std::shared_ptr<Writer> writer;
   std::string peer;
   bool done = false;
+  bool lingering = false;   // closed, waiting for the peer to read the refusal (kLingerTime)
   bool in_body = false;     // the next read is (a chunk of) a body, else a prefix
   bool adopting = false;    // that body is read whole into a pool buffer
   std::size_t body_left = 0;     // bytes of the current body still to read (chunked reading)
@@ -394,11 +401,14 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     st->writer->Close(self, hdl, false);
     self->quit();
   });
-  // Ends the connection; `end` counts it in the admission, `log` (a LogKind, or -1) prints `why`.
-  auto finish = [self, hdl, owner, st](const std::string& why, int log, Admission::End end = Admission::End::kOther) {
+  // Ends the connection; `end` counts it in the admission, `log` (a LogKind, or -1) prints `why`. With
+  // `linger`, what is queued is written and the socket stays open until the peer closes or kLingerTime
+  // passed (the owner learns of the end at once either way).
+  auto finish = [self, hdl, owner, st](const std::string& why, int log, Admission::End end = Admission::End::kOther,
+                                       bool linger = false) {
     if (st->done) return;
     st->done = true;
-    st->writer->Close(self, hdl, false);
+    st->writer->Close(self, hdl, linger);
     const std::string line = "troupe kvstore: closing the connection from " + st->peer + ": " + why;
     if (log >= 0 && st->options.admission) {
       st->options.admission->Log(log, line);
@@ -407,6 +417,12 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     }
     if (st->options.admission) st->options.admission->Closed(self->id(), end);
     self->send(owner, closed_atom::value, caf::actor_cast<caf::actor>(self), why);
+    if (linger) {
+      st->lingering = true;
+      self->flush(hdl);
+      self->delayed_send(self, kLingerTime, linger_atom::value);
+      return;
+    }
     self->close(hdl);
     self->quit();
   };
@@ -416,11 +432,9 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     if (st->done) return;
     try {
       st->writer->QueueOwn(self, hdl, ErrorMsg{0, why, -1, Role::kScheduler});
-      st->writer->Close(self, hdl, true);  // what is queued goes to CAF, which writes it before closing
-      self->flush(hdl);
     } catch (const std::exception&) {
     }
-    finish(why, log, end);
+    finish(why, log, end, /*linger=*/true);
   };
   // The peer authenticated: its frames go to the owner, and the owner's frames held until now go out.
   auto open = [self, hdl, st, refuse]() {
@@ -587,13 +601,25 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
       },
       [self, hdl, st](close_atom) {
         if (st->done) return;
-        st->writer->Close(self, hdl, true);  // what is queued goes to CAF, which writes it before closing
+        // What is queued goes to CAF, which writes it before closing; the socket stays open until the peer
+        // closes it or kLingerTime passed, so that the peer reads the last frames (a refusal) before the
+        // end (unless the owner ends first: then the broker quits at once).
+        st->writer->Close(self, hdl, true);
         st->done = true;
+        st->lingering = true;
         self->flush(hdl);
-        self->close(hdl);  // graceful: queued bytes are written first
+        self->delayed_send(self, kLingerTime, linger_atom::value);
+      },
+      [self, hdl](linger_atom) {
+        self->close(hdl);
         self->quit();
       },
-      [st, finish](const caf::io::connection_closed_msg&) {
+      [self, hdl, st, finish](const caf::io::connection_closed_msg&) {
+        if (st->lingering) {
+          self->close(hdl);
+          self->quit();
+          return;
+        }
         std::string why = "the peer closed the connection";
         try {
           st->decoder.Finish();
