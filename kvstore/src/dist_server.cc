@@ -149,7 +149,11 @@ class Server {
   void Fail(const caf::actor& conn, std::uint64_t id, const std::string& why, int dead_rank = -1) {
     Send(conn, net::ErrorMsg{id, why, dead_rank, net::Role::kWorker});
   }
-  std::string Me() const { return "server " + std::to_string(rank_); }
+  // Before the scheduler's start, the rank asked for (if any).
+  std::string Me() const {
+    const int r = rank_ >= 0 ? rank_ : config_.rank;
+    return r >= 0 ? "server " + std::to_string(r) : std::string("server");
+  }
 
   int ActiveWorkers() const {
     return num_workers_ - static_cast<int>(left_.size()) - static_cast<int>(dead_.size());
@@ -370,12 +374,12 @@ class Server {
     if (t.op != net::TensorOp::kPull) {
       const DType want = t.compressed ? DType::kFloat32 : t.value.dtype;
       if (e.stored.shape().ToVector() != t.value.shape || e.stored.dtype() != want) {
-        const std::string why = Me() + ": " + key_text + " holds " + DTypeName(e.stored.dtype()) +
+        const std::string why = key_text + " holds " + DTypeName(e.stored.dtype()) +
                                 ShapeText(e.stored.shape().ToVector()) + " but worker " + std::to_string(w.rank) +
                                 " pushed " + DTypeName(want) + ShapeText(t.value.shape);
         // In a sync round the other workers would wait for this push: the job fails for everyone.
         if (sync_) ReportFailure(why);
-        return Fail(conn, t.request_id, why);
+        return Fail(conn, t.request_id, Me() + ": " + why);
       }
       ++pushes_;
       bytes_in_ += static_cast<std::int64_t>(t.value.data.size());
@@ -566,12 +570,14 @@ class Server {
     if (left_.count(w.rank) == 0) WorkerDied(w.rank, NodeName(net::Role::kWorker, w.rank, w.host) + " died: " + why);
   }
 
-  // Tells the scheduler that the job cannot go on (it tells every node), and fails what waits here.
+  // Tells the scheduler that the job cannot go on (it tells every node), and fails what waits here; the
+  // message is "server N: <what>".
   void ReportFailure(const std::string& what) {
     if (!broken_.empty()) return;
-    std::fprintf(stderr, "troupe %s: %s\n", Me().c_str(), what.c_str());
-    Send(scheduler_, net::Command{++internal_ids_, "fail", {{"message", what}}});
-    Break(what, -1);
+    const std::string message = Me() + ": " + what;
+    std::fprintf(stderr, "troupe %s\n", message.c_str());
+    Send(scheduler_, net::Command{++internal_ids_, "fail", {{"message", message}}});
+    Break(message, -1);
   }
 
   // Every worker declares its keys at Init (to server 0); once every active worker has declared Init call
@@ -633,7 +639,7 @@ class Server {
         std::string& list = e.pushed.count(r) != 0 ? pushed : missing;
         list += (list.empty() ? "" : ", ") + std::to_string(r);
       }
-      return ReportFailure(Me() + ": key " + std::to_string(key) + " round " + std::to_string(e.rounds + 1) +
+      return ReportFailure("key " + std::to_string(key) + " round " + std::to_string(e.rounds + 1) +
                            " made no progress for " + std::to_string(waited) +
                            " ms (TROUPE_PROGRESS_TIMEOUT_MS): worker(s) " + missing + " did not push (pushed: " +
                            pushed + ")");

@@ -5,8 +5,11 @@
 // named by argv[1]: a semantic scenario of dist_scenarios.h, or one of the failure programs below. It
 // prints READY lines the test waits for, reads GO lines from stdin where the test must act first, and
 // exits 0 when every check held (1 otherwise, with the reason on stderr).
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <vector>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -241,6 +244,118 @@ int ExpectRefused() {
   return 1;
 }
 
+// Milliseconds since `t0`.
+long long MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Runs `call`, which must throw troupe::Error containing every one of `want`: prints "FAILED AS PROMISED
+// after N ms: <message>" and returns 0; 1 when it did not throw or the message lacks one of them.
+int ExpectFailure(const std::string& what, const std::function<void()>& call, const std::vector<std::string>& want) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    call();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    Say("FAILED AS PROMISED after " + std::to_string(MsSince(t0)) + " ms: " + message);
+    for (const std::string& w : want) {
+      if (message.find(w) == std::string::npos) {
+        std::fprintf(stderr, "%s: the error does not say '%s': %s\n", what.c_str(), w.c_str(), message.c_str());
+        return 1;
+      }
+    }
+    return 0;
+  }
+  std::fprintf(stderr, "%s succeeded, but had to fail\n", what.c_str());
+  return 1;
+}
+
+// The workers' models differ (TROUPE_TEST_MODEL: "big" makes key 1 twice as long, "fewer" leaves key 1
+// out): Init must fail on every worker, naming the key, both ranks and both shapes (the test checks the
+// time).
+int MismatchedInit() {
+  auto kv = Join("dist_sync");
+  const char* model = std::getenv("TROUPE_TEST_MODEL");
+  const std::string m = model != nullptr ? model : "";
+  std::vector<int> keys{0, 1};
+  std::vector<NDArray> values{dist_test::Filled(TShape{4}, 0.f), dist_test::Filled(TShape{m == "big" ? 16 : 8}, 0.f)};
+  if (m == "fewer") {
+    keys.pop_back();
+    values.pop_back();
+  }
+  std::vector<std::string> want{"models differ", "key 1", "worker 0", "worker 1"};
+  if (m == "big") want.insert(want.end(), {"float32(8)", "float32(16)"});
+  if (m == "fewer") want.push_back("but not by worker");
+  const int status = ExpectFailure("Init of differing models", [&] { kv->Init(keys, values); }, want);
+  if (status != 0) return status;
+  return ExpectFailure("Finalize after the failed Init", [&] { kv->Finalize(); }, {"models differ"});
+}
+
+// A worker that fails after one round (returns 1 without Finalize, as a program that threw would).
+int FailAfterRound() {
+  auto kv = Join("dist_sync");
+  kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
+  NDArray out(TShape{4}, Context::CPU(0));
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+  out.WaitToRead();
+  Say("FAILING");
+  std::fprintf(stderr, "fail_after_round: failing on purpose\n");
+  return 1;
+}
+
+// The other worker trains on: its next round must fail, naming the failed worker, within a few heartbeat
+// intervals; so must its leave.
+int RoundsUntilOtherFails() {
+  auto kv = Join("dist_sync");
+  kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
+  NDArray out(TShape{4}, Context::CPU(0));
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+  out.WaitToRead();
+  const std::string other = "worker " + std::to_string(1 - kv->rank());
+  const int status = ExpectFailure("the round after the other worker failed", [&] {
+    for (int r = 0; r < 1000; ++r) {
+      kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+      out.WaitToRead();
+    }
+  }, {other, "failed"});
+  if (status != 0) return status;
+  return ExpectFailure("Finalize of the failed job", [&] { kv->Finalize(); }, {other, "failed"});
+}
+
+// Rank 0 waits in a sync round, rank 1 in a barrier: both alive, no progress. Both must fail once the
+// progress timeout expires, with an error saying who did not arrive.
+int PushVersusBarrier() {
+  auto kv = Join("dist_sync");
+  kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
+  NDArray out(TShape{4}, Context::CPU(0));
+  Say("READY");
+  if (kv->rank() == 0) {
+    return ExpectFailure("a round the other worker never joins", [&] {
+      kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+      out.WaitToRead();
+    }, {"made no progress", "TROUPE_PROGRESS_TIMEOUT_MS"});
+  }
+  return ExpectFailure("a barrier the other worker never reaches", [&] { kv->Barrier(); },
+                       {"made no progress", "TROUPE_PROGRESS_TIMEOUT_MS"});
+}
+
+// Heartbeats: one round, READY, wait for GO (the test may stop and resume this process meanwhile), one
+// more round, leave in order.
+int TwoRoundsWithPause() {
+  auto kv = Join("dist_sync");
+  kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
+  NDArray out(TShape{4}, Context::CPU(0));
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+  out.WaitToRead();
+  Say("READY");
+  AwaitGo();
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
+  dist_test::ExpectValues("the round after the pause", out.ToVector<float>(), std::vector<float>(4, 2.f));
+  kv->Finalize();
+  Say("DONE");
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   if (const int status = RunDistRoleFromEnv(); status >= 0) return status;
   if (argc < 2) {
@@ -259,6 +374,11 @@ int Main(int argc, char** argv) {
     if (name == "push_wait_barrier") return PushThenWait(true);
     if (name == "round_then_expect_server_death") return RoundThenExpectServerDeath();
     if (name == "expect_refused") return ExpectRefused();
+    if (name == "mismatched_init") return MismatchedInit();
+    if (name == "fail_after_round") return FailAfterRound();
+    if (name == "rounds_until_other_fails") return RoundsUntilOtherFails();
+    if (name == "push_versus_barrier") return PushVersusBarrier();
+    if (name == "two_rounds_with_pause") return TwoRoundsWithPause();
     const auto& all = dist_test::Scenarios();
     auto it = all.find(name);
     if (it == all.end()) {

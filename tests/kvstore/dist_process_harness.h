@@ -26,8 +26,9 @@ constexpr int kLineTimeoutMs = 60000;  // a line the test waits for; a failure, 
 // A dist_node process (bench/common/child_process.h) whose failures to answer are test failures.
 class Proc {
  public:
-  Proc(const std::string& name, const std::vector<std::string>& args, const Env& env)
-      : p_(name, WithProgram(args), env) {}
+  // With `merge_stderr`, WaitLine sees what the process prints on stderr too.
+  Proc(const std::string& name, const std::vector<std::string>& args, const Env& env, bool merge_stderr = false)
+      : p_(name, WithProgram(args), env, merge_stderr) {}
 
   // The next stdout line starting with `prefix` (one kept by WaitLineKeeping first), or "" (and a test
   // failure) when none came in time.
