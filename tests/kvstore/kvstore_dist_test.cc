@@ -1,7 +1,8 @@
-// The distributed KVStore with the whole cluster in this process (issue 8): a scheduler, 2 servers and 2
-// workers on loopback, each worker driven by its own thread. Runs the semantic scenarios of
-// dist_scenarios.h, then the security cases: a wrong token, hostile bytes on a server's and the
-// scheduler's port while a well-behaved worker keeps working.
+// The distributed KVStore with the whole cluster in this process: a scheduler, 2 servers and 2 workers on
+// loopback, each worker driven by its own thread. Runs the semantic scenarios of dist_scenarios.h, then
+// the security cases: a wrong token, hostile bytes on the server's and the scheduler's port while a
+// well-behaved worker keeps working, and authenticated peers that try what their role may not (claim a
+// connected worker's rank, name a checkpoint path, set the optimizer as an observer).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -16,7 +17,9 @@
 
 #include "actors/error.h"
 #include "kvstore/dist.h"
+#include "kvstore/internal/dist_common.h"
 #include "kvstore/net/internal/frame_codec.h"
+#include "kvstore/net/internal/transport.h"
 #include "bench/common/child_process.h"
 #include "tests/kvstore/dist_scenarios.h"
 
@@ -215,6 +218,90 @@ TEST(DistKVStore, HostileClientsLeaveTheServerServing) {
   kv->Finalize();
   EXPECT_EQ(scheduler->Wait(), 0);
   EXPECT_EQ(server->Wait(), 0);
+}
+
+// An authenticated peer of this cluster (it holds the token) talking raw frames to a node.
+class RawPeer {
+ public:
+  RawPeer(int port, const DistConfig& config)
+      : net_(net::NetSystem::Acquire()), self_(std::make_unique<caf::scoped_actor>(net_->system())) {
+    conn_ = net::Connect(net_->system(), "127.0.0.1", static_cast<std::uint16_t>(port),
+                         caf::actor_cast<caf::actor>(*self_), internal::ConnOptionsOf(config));
+  }
+  ~RawPeer() { caf::anon_send(conn_, net::close_atom::value); }
+  void Send(const net::Message& m) { net::Send(conn_, m); }
+  // The next frame (or the close, as an ErrorMsg "closed: <why>"), within 10 s.
+  net::Message Next() {
+    net::Message got = net::ErrorMsg{0, "no frame within 10 s", -1, net::Role::kScheduler};
+    (*self_)->receive([&](net::recv_atom, const caf::actor&, const net::Message& m) { got = m; },
+                      [&](net::closed_atom, const caf::actor&, const std::string& why) {
+                        got = net::ErrorMsg{0, "closed: " + why, -1, net::Role::kScheduler};
+                      },
+                      caf::after(std::chrono::seconds(10)) >> [] {});
+    return got;
+  }
+  // The message of the next frame when it is an error, else "".
+  std::string NextError() {
+    const net::Message m = Next();
+    const auto* e = std::get_if<net::ErrorMsg>(&m);
+    return e != nullptr ? e->message : std::string();
+  }
+
+ private:
+  std::shared_ptr<net::NetSystem> net_;
+  std::unique_ptr<caf::scoped_actor> self_;
+  caf::actor conn_;
+};
+
+TEST(DistKVStore, PeersCanOnlyDoWhatTheirRoleMay) {
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe_dist_roles_" + std::to_string(::getpid()));
+  const auto elsewhere = dir / "elsewhere";
+  std::filesystem::remove_all(dir);
+  DistConfig config = BaseConfig();
+  config.num_servers = 1;
+  config.num_workers = 1;
+  config.checkpoint_dir = (dir / "own").string();
+  auto scheduler = DistNode::StartScheduler(config);
+  config.root_port = scheduler->port();
+  auto server = DistNode::StartServer(config);
+  auto kv = CreateDistKVStore("dist_sync", config);
+  kv->Init({0}, {dist_test::Filled(TShape{4}, 1.f)});
+  {
+    // A second connection claiming worker 0's rank is refused (closing it must not end the job).
+    RawPeer thief(server->port(), config);
+    thief.Send(net::Hello{net::Role::kWorker, 0, net::kProtocolVersion, "127.0.0.1", 0});
+    const std::string why = thief.NextError();
+    EXPECT_NE(why.find("worker rank 0 is already connected"), std::string::npos) << why;
+  }
+  {
+    // An observer may read, not name paths or set the optimizer.
+    RawPeer observer(server->port(), config);
+    observer.Send(net::Hello{net::Role::kObserver, -1, net::kProtocolVersion, "", 0});
+    ASSERT_TRUE(std::holds_alternative<net::Hello>(observer.Next()));
+    observer.Send(net::Command{1, "checkpoint", {{"dir", elsewhere.string()}}});
+    std::string why = observer.NextError();
+    EXPECT_NE(why.find("no peer can name one"), std::string::npos) << why;
+    EXPECT_FALSE(std::filesystem::exists(elsewhere));
+    observer.Send(net::Command{2, "set_optimizer", {{"type", "sgd"}, {"param.learning_rate", "100"}}});
+    why = observer.NextError();
+    EXPECT_NE(why.find("no observer command 'set_optimizer'"), std::string::npos) << why;
+  }
+  // The public calls refuse a path too, and checkpoint into the server's own directory.
+  EXPECT_THROW(kv->Checkpoint(elsewhere.string()), Error);
+  auto obs = ClusterObserver::Connect("127.0.0.1", scheduler->port(), config.token);
+  EXPECT_THROW(obs->Checkpoint(elsewhere.string()), Error);
+  obs->Checkpoint();
+  EXPECT_TRUE(std::filesystem::exists(dir / "own" / "server-0.params"));
+  EXPECT_FALSE(std::filesystem::exists(elsewhere));
+  obs.reset();
+  // The worker was never disturbed: its rounds go on, and the job ends in order.
+  NDArray out(TShape{4}, Context::CPU(0));
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 2.f)}, {out});
+  dist_test::ExpectValues("after the intruders", out.ToVector<float>(), std::vector<float>(4, 2.f));
+  kv->Finalize();
+  EXPECT_EQ(scheduler->Wait(), 0) << scheduler->message();
+  EXPECT_EQ(server->Wait(), 0) << server->message();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
