@@ -2,7 +2,8 @@
 // 127.0.0.1 — the troupe executable for the scheduler and servers, tests/kvstore/dist_node as the workers.
 //   - 1 scheduler, 2 servers, 3 workers: every worker's rounds are exact, every process exits 0;
 //   - one worker exits 1: launch stops the others and exits non-zero with a line per process;
-//   - SIGINT to launch: it stops everything; no process it started is left (checked by pid).
+//   - SIGINT to launch: it stops everything; no process it started is left (checked by pid);
+//   - `troupe scheduler` by hand without a token refuses to start unless --insecure (then warns).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -55,6 +56,22 @@ TEST(Launch, EnvOptionsLeaveTheWorkersOptionsAlone) {
       Launch({"-n", "2", "-s", "1", "--env", "A=1", "--env", "B=2", "--", "sh", "-c", worker, "sh", "--x", "--y=1"});
   EXPECT_EQ(status, 0);
   EXPECT_EQ(Count(lines, "worker sees --x --y=1"), 2);
+}
+
+// A role started by hand without TROUPE_CLUSTER_TOKEN refuses to run unless told --insecure, and then warns.
+TEST(Launch, ByHandRolesNeedATokenOrInsecure) {
+  {
+    bench::ChildProcess refused("troupe scheduler", {TROUPE_CLI_PATH, "scheduler", "--port", "0"}, {},
+                                /*merge_stderr=*/true);
+    EXPECT_TRUE(refused.ReadLine("troupe scheduler: kvstore: no cluster token", kTimeoutMs).has_value());
+    EXPECT_EQ(refused.Wait(kTimeoutMs), 2);
+  }
+  bench::ChildProcess insecure("troupe scheduler", {TROUPE_CLI_PATH, "scheduler", "--port", "0", "--insecure"}, {},
+                               /*merge_stderr=*/true);
+  EXPECT_TRUE(insecure.ReadLine("troupe scheduler: WARNING: running without a cluster token", kTimeoutMs).has_value());
+  EXPECT_TRUE(insecure.ReadLine("troupe scheduler: listening on", kTimeoutMs).has_value());
+  insecure.Signal(SIGKILL);
+  EXPECT_EQ(insecure.Wait(kTimeoutMs), 128 + SIGKILL);
 }
 
 TEST(Launch, AFailingWorkerStopsTheJob) {

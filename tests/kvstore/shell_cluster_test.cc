@@ -59,10 +59,13 @@ class ShellCluster : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // `troupe shell --connect 127.0.0.1:PORT -c TEXT` with the token (unless another is given).
+  // `troupe shell --connect 127.0.0.1:PORT -c TEXT` with the token (unless another is given; none: the
+  // shell finds the file troupe launch wrote in TokenDir()).
   Result Shell(int port, const std::string& text, const std::string& token = kToken) {
     const std::string out = (dir_ / "shell.txt").string();
-    const std::string cmd = "TROUPE_CLUSTER_TOKEN=" + token + " " + TROUPE_CLI_PATH + " shell --connect 127.0.0.1:" +
+    const std::string with = token.empty() ? "env -u TROUPE_CLUSTER_TOKEN TROUPE_TOKEN_DIR=" + TokenDir()
+                                           : "TROUPE_CLUSTER_TOKEN=" + token;
+    const std::string cmd = with + " " + TROUPE_CLI_PATH + " shell --connect 127.0.0.1:" +
                             std::to_string(port) + " -c '" + text + "' > " + out + " 2>&1 < /dev/null";
     const int raw = std::system(cmd.c_str());
     Result r;
@@ -86,6 +89,8 @@ class ShellCluster : public ::testing::Test {
             {"TROUPE_KVSTORE_BIGARRAY_BOUND", "1000"},
             {"TROUPE_TEST_FIFO", fifo_}};
   }
+
+  std::string TokenDir() const { return (dir_ / "tokens").string(); }
 
   fs::path dir_;
   std::string fifo_;
@@ -183,6 +188,45 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
   while (launch.ReadSome(&lines)) {
   }
   EXPECT_EQ(launch.Wait(kTimeoutMs), 0);
+}
+
+// Without TROUPE_CLUSTER_TOKEN, launch makes a 256-bit token, leaves it in a file only the user can read,
+// and the shell finds it by the scheduler's address; the file goes when launch ends.
+TEST_F(ShellCluster, FindsTheTokenALaunchWrote) {
+  auto env = Env();
+  env.erase("TROUPE_CLUSTER_TOKEN");
+  env["TROUPE_TOKEN_DIR"] = TokenDir();
+  bench::ChildProcess launch("troupe launch",
+                             {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "1", "--", TROUPE_DIST_NODE, "push_then_wait"},
+                             env, /*merge_stderr=*/true);
+  const auto sched = launch.ReadLine("[scheduler] troupe scheduler: listening on", kTimeoutMs);
+  ASSERT_TRUE(sched.has_value());
+  const int port = PortOf(*sched);
+  const auto said = launch.ReadLine("troupe launch: the cluster token is in ", kTimeoutMs);
+  ASSERT_TRUE(said.has_value());
+  const std::string path = TokenDir() + "/127.0.0.1_" + std::to_string(port) + ".token";
+  EXPECT_THAT(*said, HasSubstr(path));
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::string token;
+  std::getline(std::ifstream(path), token);
+  EXPECT_EQ(token.size(), 64u) << token;  // 256 bits in hex
+  EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos) << token;
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(launch.ReadLine("[worker ", kTimeoutMs).has_value());
+  Result r = Shell(port, "nodes", "");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(Count(r.out, " alive "), 4) << r.out;
+  ReleaseWorkers();
+  std::vector<std::string> lines;
+  while (launch.ReadSome(&lines)) {
+  }
+  EXPECT_EQ(launch.Wait(kTimeoutMs), 0);
+  EXPECT_FALSE(fs::exists(path)) << "launch left its token file behind";
+  // Without a token anywhere, the shell says how to give one.
+  r = Shell(port, "nodes", "");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("no cluster token"));
 }
 
 TEST_F(ShellCluster, ShowsAKilledWorkerDeadWithinTheHeartbeatTimeout) {
