@@ -78,6 +78,9 @@ struct DistConfig {
                                        // TROUPE_KVSTORE_CHECKPOINT_EVERY
   std::int64_t bigarray_bound = 1000000;              // TROUPE_KVSTORE_BIGARRAY_BOUND (elements)
   std::size_t max_frame_bytes = std::size_t{1} << 30;  // TROUPE_KVSTORE_MAX_FRAME_BYTES
+  std::int64_t fault_kill_after_rounds = 0;  // TROUPE_FAULT_KILL_AFTER_ROUNDS: fault injection (tests): a
+                                             // server kills itself (SIGKILL) after this many updates since
+                                             // it started (0 = never)
 
   // The configuration from the environment (the variables named above; unset ones keep the defaults).
   // Throws troupe::Error naming the variable for a malformed value or an unknown interface.

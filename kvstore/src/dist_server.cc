@@ -4,6 +4,7 @@
 // values are NDArrays on cpu(0) of the process's engine; the actor waits for each update to finish before
 // it answers, so a reply always carries the updated value.
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -469,6 +470,12 @@ class Server {
       std::swap(e.stored_hold, e.merged_hold);
     }
     ++updates_;
+    if (config_.fault_kill_after_rounds > 0 && ++updates_here_ == config_.fault_kill_after_rounds) {
+      std::fprintf(stderr, "troupe %s: fault injection: killing this process after %lld updates (TROUPE_FAULT_KILL_AFTER_ROUNDS)\n",
+                   Me().c_str(), static_cast<long long>(updates_here_));
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
     if (config_.checkpoint_every > 0 && updates_ % config_.checkpoint_every == 0 && !config_.checkpoint_dir.empty()) {
       try {
         WriteCheckpoint(config_.checkpoint_dir);
@@ -711,6 +718,7 @@ class Server {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<std::pair<std::string, std::string>> optimizer_args_;
   std::int64_t updates_ = 0;
+  std::int64_t updates_here_ = 0;  // since this process started (fault injection)
   // Observer statistics: pushes received (and their payload bytes), values sent back.
   std::int64_t pushes_ = 0, pulls_ = 0, bytes_in_ = 0, bytes_out_ = 0;
   std::vector<float> scratch_;

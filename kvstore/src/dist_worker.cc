@@ -92,12 +92,12 @@ class Requests {
     if (target < 0 || target >= static_cast<int>(links_.size()) || !links_[static_cast<std::size_t>(target)]) {
       return nullptr;
     }
-    pending_[id] = {target, fn};
+    pending_[id] = Pending{target, fn, Clock::now()};
     return links_[static_cast<std::size_t>(target)];
   }
   void Add(int target, std::uint64_t id, const ReplyFn& fn) {
     std::lock_guard<std::mutex> lock(mu_);
-    pending_[id] = {target, fn};
+    pending_[id] = Pending{target, fn, Clock::now()};
   }
   // Server r's connection once its handshake is done, or null when it is down.
   void SetLink(int r, const caf::actor& conn) {
@@ -108,9 +108,23 @@ class Requests {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(id);
     if (it == pending_.end()) return nullptr;
-    ReplyFn fn = std::move(it->second.second);
+    ReplyFn fn = std::move(it->second.fn);
     pending_.erase(it);
     return fn;
+  }
+  // The requests registered before `cutoff` (unanswered for too long), with their targets.
+  std::vector<std::pair<int, ReplyFn>> TakeOlderThan(Clock::time_point cutoff) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<int, ReplyFn>> out;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.since < cutoff) {
+        out.emplace_back(it->second.target, std::move(it->second.fn));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
   }
   // Every request to `target` (or to anyone, for kAny).
   static constexpr int kAny = -1000;
@@ -118,8 +132,8 @@ class Requests {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<ReplyFn> out;
     for (auto it = pending_.begin(); it != pending_.end();) {
-      if (target == kAny || it->second.first == target) {
-        out.push_back(std::move(it->second.second));
+      if (target == kAny || it->second.target == target) {
+        out.push_back(std::move(it->second.fn));
         it = pending_.erase(it);
       } else {
         ++it;
@@ -161,7 +175,12 @@ class Requests {
  private:
   std::mutex mu_;
   std::vector<caf::actor> links_;  // server rank -> connection, null while down
-  std::unordered_map<std::uint64_t, std::pair<int, ReplyFn>> pending_;
+  struct Pending {
+    int target;
+    ReplyFn fn;
+    Clock::time_point since;  // when it was sent
+  };
+  std::unordered_map<std::uint64_t, Pending> pending_;
   std::string first_error_;
 };
 
@@ -438,6 +457,19 @@ class WorkerActor {
       Fail("the scheduler sent nothing for " + std::to_string(config_.heartbeat_timeout_ms) + " ms");
     }
     if (failed_.empty() && scheduler_) Send(scheduler_, net::Heartbeat{rank_, ++beats_});
+    // A request unanswered well past the nodes' own progress checks (a lost frame, a wedged node) fails
+    // rather than hang.
+    if (config_.progress_timeout_ms > 0) {
+      const int limit_ms = config_.progress_timeout_ms + config_.heartbeat_timeout_ms;
+      for (auto& [target, fn] : requests_->TakeOlderThan(now - std::chrono::milliseconds(limit_ms))) {
+        const std::string why = "no answer from " + (target == kScheduler ? std::string("the scheduler") : ServerName(target)) +
+                                " within " + std::to_string(limit_ms) +
+                                " ms (TROUPE_PROGRESS_TIMEOUT_MS + TROUPE_HEARTBEAT_TIMEOUT_MS): the request or its "
+                                "answer was lost";
+        requests_->NoteError(why);
+        fn(Reply{why, std::nullopt});
+      }
+    }
     for (auto it = queued_.begin(); it != queued_.end();) {
       if (now >= it->deadline) {
         auto fn = std::move(it->fn);

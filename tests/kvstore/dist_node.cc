@@ -356,6 +356,21 @@ int TwoRoundsWithPause() {
   return 0;
 }
 
+// Fault injection: prints its rank, then PushPull rounds until one fails (the test injects the fault);
+// 0 when one failed within 1000 rounds, with "FAILED AS PROMISED after N ms: <error>".
+int RoundsUntilFailure() {
+  auto kv = Join("dist_sync");
+  Say("RANK " + std::to_string(kv->rank()));
+  kv->Init({0}, {dist_test::Filled(TShape{256}, 0.f)});
+  NDArray out(TShape{256}, Context::CPU(0));
+  return ExpectFailure("1000 rounds under fault injection", [&] {
+    for (int r = 0; r < 1000; ++r) {
+      kv->PushPull({0}, {dist_test::Filled(TShape{256}, 1.f)}, {out});
+      out.WaitToRead();
+    }
+  }, {});
+}
+
 int Main(int argc, char** argv) {
   if (const int status = RunDistRoleFromEnv(); status >= 0) return status;
   if (argc < 2) {
@@ -379,6 +394,7 @@ int Main(int argc, char** argv) {
     if (name == "rounds_until_other_fails") return RoundsUntilOtherFails();
     if (name == "push_versus_barrier") return PushVersusBarrier();
     if (name == "two_rounds_with_pause") return TwoRoundsWithPause();
+    if (name == "rounds_until_failure") return RoundsUntilFailure();
     const auto& all = dist_test::Scenarios();
     auto it = all.find(name);
     if (it == all.end()) {

@@ -14,6 +14,9 @@
 //   - a failing worker (exits without KVStore::Finalize): the other worker's next round fails naming it;
 //   - no progress with every node alive (one worker in a sync round, the other in a barrier): both fail once
 //     the progress timeout expires, naming who did not arrive, not before;
+//   - fault injection (TROUPE_FAULT_*): a connection closed after N frames fails the job naming the worker;
+//     dropped tensor frames end in a progress error, not a hang; a server killed after N updates fails the
+//     calls naming it; delayed frames still give exact rounds;
 //   - heartbeats on both sides of the timeout: a worker stopped (SIGSTOP) is declared dead no earlier than
 //     the timeout minus one interval and no later than the timeout plus one interval (and slack); a worker
 //     stopped for half the timeout and resumed is not, and its round completes.
@@ -333,6 +336,74 @@ TEST(DistFaults, AWorkerStoppedForHalfTheTimeoutIsNotDeclaredDead) {
   EXPECT_EQ(other->Wait(), 0);
   EXPECT_EQ(c.scheduler->Wait(), 0);  // nobody was declared dead
   EXPECT_EQ(c.servers[0]->Wait(), 0);
+}
+
+// Fault injection built into the transport (TROUPE_FAULT_*, docs/settings.md) drives the failure paths.
+
+// The rank a rounds_until_failure worker printed.
+int RankOf(Proc& w) {
+  const std::string line = w.WaitLine("RANK ");
+  return line.empty() ? -1 : std::stoi(line.substr(5));
+}
+
+TEST(DistFaults, InjectedConnectionCloseFailsTheJobNamingTheWorker) {
+  Cluster c(1, 2);
+  auto faulty = c.Worker("rounds_until_failure", {{"TROUPE_FAULT_CLOSE_AFTER", "40"}});
+  auto other = c.Worker("rounds_until_failure");
+  const int faulty_rank = RankOf(*faulty);
+  RankOf(*other);
+  const std::string mine = faulty->WaitLine("FAILED AS PROMISED");
+  const std::string theirs = other->WaitLine("FAILED AS PROMISED");
+  std::printf("%s\n%s\n", mine.c_str(), theirs.c_str());
+  EXPECT_NE(mine.find("fault injection: closed after 40 frames"), std::string::npos) << mine;
+  EXPECT_NE(theirs.find("worker " + std::to_string(faulty_rank)), std::string::npos) << theirs;
+  EXPECT_EQ(faulty->Wait(), 0);
+  EXPECT_EQ(other->Wait(), 0);
+  EXPECT_EQ(c.scheduler->Wait(), 1);
+}
+
+TEST(DistFaults, DroppedTensorFramesEndInAClearErrorNotAHang) {
+  constexpr int kProgressMs = 1500;
+  Cluster c(1, 2, {{"TROUPE_PROGRESS_TIMEOUT_MS", std::to_string(kProgressMs)}});
+  const auto t0 = Clock::now();
+  auto lossy = c.Worker("rounds_until_failure", {{"TROUPE_FAULT_DROP", "0.5"}, {"TROUPE_FAULT_SEED", "7"}});
+  auto other = c.Worker("rounds_until_failure");
+  for (Proc* w : {lossy.get(), other.get()}) {
+    const std::string line = w->WaitLine("FAILED AS PROMISED");
+    std::printf("%s\n", line.c_str());
+    EXPECT_NE(line.find("made no progress"), std::string::npos) << line;
+    EXPECT_EQ(w->Wait(), 0);
+  }
+  // The first drop comes within a few rounds; then the progress check (every heartbeat interval) fires.
+  EXPECT_LE(MsSince(t0), 20000);
+  EXPECT_EQ(c.scheduler->Wait(), 1);
+}
+
+TEST(DistFaults, AServerKilledByFaultInjectionFailsTheCallsNamingIt) {
+  Cluster c(1, 2, {{"TROUPE_FAULT_KILL_AFTER_ROUNDS", "5"}});
+  auto a = c.Worker("rounds_until_failure");
+  auto b = c.Worker("rounds_until_failure");
+  EXPECT_EQ(c.servers[0]->Wait(), 128 + SIGKILL);
+  const auto killed = Clock::now();
+  for (Proc* w : {a.get(), b.get()}) {
+    const std::string line = w->WaitLine("FAILED AS PROMISED");
+    std::printf("%s\n", line.c_str());
+    EXPECT_NE(line.find("server 0"), std::string::npos) << line;
+    EXPECT_EQ(w->Wait(), 0);
+  }
+  // Calls wait up to the heartbeat timeout for the server to come back, then fail.
+  EXPECT_LE(MsSince(killed), 2 * kHeartbeatTimeoutMs + 2000);
+  EXPECT_EQ(c.scheduler->Wait(), 1);
+}
+
+TEST(DistFaults, DelayedFramesStillGiveExactRounds) {
+  Cluster c(2, 2, {{"TROUPE_FAULT_DELAY_MS", "3"}});
+  auto a = c.Worker("sync_rounds");
+  auto b = c.Worker("sync_rounds");
+  EXPECT_EQ(a->Wait(), 0);
+  EXPECT_EQ(b->Wait(), 0);
+  EXPECT_EQ(c.scheduler->Wait(), 0);
+  for (auto& s : c.servers) EXPECT_EQ(s->Wait(), 0);
 }
 
 }  // namespace

@@ -135,6 +135,27 @@ using recv_atom = caf::atom_constant<caf::atom("tr_recv")>;
 using closed_atom = caf::atom_constant<caf::atom("tr_closed")>;
 using tick_atom = caf::atom_constant<caf::atom("tr_tick")>;
 
+// Fault injection built into the transport (as ps-lite's PS_DROP_MSG), for tests of the failure paths;
+// read once per process from the environment (docs/settings.md). Applied to the frames a process sends
+// through Send after authentication, per connection:
+//   TROUPE_FAULT_DROP=P          drop a fraction P (0..1) of the tensor frames (init, push, pull and the
+//                                answers that carry values): their requests are never answered
+//   TROUPE_FAULT_DELAY_MS=D      delay every frame by D ms on the sending thread (a slow link)
+//   TROUPE_FAULT_CLOSE_AFTER=N   close each connection once it has carried N frames (both sides see it close)
+//   TROUPE_FAULT_SEED=S          the seed of the drops (default 1)
+// A malformed value is an error when the first node starts (NetSystem::Acquire). Every injected fault is
+// logged (the first few, then every 1000th).
+struct FaultPlan {
+  double drop = 0;
+  int delay_ms = 0;
+  std::uint64_t close_after = 0;
+  std::uint64_t seed = 1;
+  bool any() const { return drop > 0 || delay_ms > 0 || close_after > 0; }
+};
+// Throws troupe::Error naming a malformed variable.
+FaultPlan ParseFaultPlan();
+const FaultPlan& Faults();
+
 // EncodeFrame into a shared buffer (throws troupe::Error as EncodeFrame does).
 SharedBytes EncodeShared(const Message& message);
 

@@ -9,7 +9,10 @@
 #include <future>
 #include <map>
 #include <deque>
+#include <atomic>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <unordered_map>
 
 #include <sys/socket.h>
@@ -160,6 +163,9 @@ class Writer {
  public:
   enum class Now { kWritten, kStarted, kMailIt };
 
+  // Frames handed to Send for this connection so far (fault injection counts them).
+  std::uint64_t CountSent() { return ++sent_; }
+
   // On a sender's thread. kWritten: the socket took the whole frame. kStarted: it took a part and the rest
   // is queued: mail the broker pump_atom. kMailIt: mail the frame to the broker (counted: from here on,
   // later frames wait behind it).
@@ -295,6 +301,7 @@ class Writer {
     if (caf_pending_ > 0) self->flush(hdl);
   }
 
+  std::atomic<std::uint64_t> sent_{0};
   std::mutex mu_;
   int fd_ = -1;          // the socket, once the broker started
   bool open_ = false;    // the peer authenticated: the owner's frames may go out
@@ -304,6 +311,45 @@ class Writer {
   std::size_t mailed_ = 0;       // frames mailed to the broker and not yet queued
   std::deque<OutFrame> out_;     // frames waiting (the first may be partly written)
 };
+
+// ---- fault injection (FaultPlan in transport.h; docs/settings.md) ----
+
+FaultPlan ReadFaultPlan() {
+  FaultPlan f;
+  auto number = [](const char* name, double min, double max) -> std::optional<double> {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (*end != '\0' || !(x >= min && x <= max)) {
+      throw Error(std::string("kvstore: ") + name + "='" + v + "' must be a number in [" + std::to_string(min) + ", " +
+                  std::to_string(max) + "]");
+    }
+    return x;
+  };
+  if (auto x = number("TROUPE_FAULT_DROP", 0, 1)) f.drop = *x;
+  if (auto x = number("TROUPE_FAULT_DELAY_MS", 0, 60000)) f.delay_ms = static_cast<int>(*x);
+  if (auto x = number("TROUPE_FAULT_CLOSE_AFTER", 0, 1e15)) f.close_after = static_cast<std::uint64_t>(*x);
+  if (auto x = number("TROUPE_FAULT_SEED", 0, 1e15)) f.seed = static_cast<std::uint64_t>(*x);
+  return f;
+}
+
+std::once_flag g_faults_once;
+FaultPlan g_faults;
+
+// Logs an injected fault: the first few, then every 1000th (a test may inject thousands).
+void LogFault(const std::string& line) {
+  static std::atomic<std::uint64_t> count{0};
+  const std::uint64_t n = ++count;
+  if (n <= 5 || n % 1000 == 0) {
+    std::fprintf(stderr, "troupe kvstore: fault injection: %s (%llu faults so far)\n", line.c_str(),
+                 static_cast<unsigned long long>(n));
+  }
+}
+
+bool IsTensorFrame(const Message& m) {
+  return std::holds_alternative<TensorMsg>(m) || (std::holds_alternative<Ack>(m) && std::get<Ack>(m).value);
+}
 
 // The writers of this process's live connections, by broker (Send finds them here).
 std::mutex g_writers_mu;
@@ -332,6 +378,7 @@ void ForgetWriter(caf::actor_id id, const Writer* w) {
 using auth_timeout_atom = caf::atom_constant<caf::atom("tr_authto")>;
 using evict_atom = caf::atom_constant<caf::atom("tr_evict")>;
 using linger_atom = caf::atom_constant<caf::atom("tr_linger")>;
+using fault_close_atom = caf::atom_constant<caf::atom("tr_fclose")>;
 
 // A connection closed with a refusal stays open this long (or until the peer closes) so that the peer
 // reads the refusal: closing a socket with unread bytes in it resets the connection, and the reset can
@@ -610,6 +657,13 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
         self->flush(hdl);
         self->delayed_send(self, kLingerTime, linger_atom::value);
       },
+      [st, finish](fault_close_atom) {
+        if (!st->done) {
+          finish("fault injection: closed after " + std::to_string(Faults().close_after) +
+                     " frames (TROUPE_FAULT_CLOSE_AFTER)",
+                 kLogOther);
+        }
+      },
       [self, hdl](linger_atom) {
         self->close(hdl);
         self->quit();
@@ -757,9 +811,39 @@ SharedBytes EncodeShared(const Message& message) {
 }
 
 namespace {
+// Applies the fault plan to a frame about to be sent on `w`'s connection: false when it is not to be sent
+// (dropped, or the connection is being closed).
+bool InjectFaults(const caf::actor& conn, Writer& w, const Message& m) {
+  const FaultPlan& f = Faults();
+  const std::uint64_t n = w.CountSent();
+  if (f.close_after > 0 && n >= f.close_after) {
+    if (n == f.close_after) {
+      LogFault("closing a connection after " + std::to_string(n) + " frames");
+      caf::anon_send(conn, fault_close_atom::value);
+    }
+    return false;
+  }
+  if (f.drop > 0 && IsTensorFrame(m)) {
+    static std::mutex mu;
+    static std::mt19937_64 rng(f.seed);
+    bool drop = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      drop = std::uniform_real_distribution<double>(0, 1)(rng) < f.drop;
+    }
+    if (drop) {
+      LogFault("dropped a tensor frame");
+      return false;
+    }
+  }
+  if (f.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(f.delay_ms));
+  return true;
+}
+
 void SendVia(const caf::actor& conn, const Message& m, const SharedBytes& bytes) {
   if (!conn) return;
   if (auto w = FindWriter(conn)) {
+    if (Faults().any() && !InjectFaults(conn, *w, m)) return;
     std::span<const std::byte> encoded;
     if (bytes) encoded = *bytes;
     switch (w->TryNow(m, encoded)) {
@@ -799,7 +883,28 @@ NetSystem::NetSystem() : config_(std::make_unique<caf::actor_system_config>()) {
 
 NetSystem::~NetSystem() { system_.reset(); }  // waits for every actor of the nodes to quit
 
+FaultPlan ParseFaultPlan() { return ReadFaultPlan(); }
+
+const FaultPlan& Faults() {
+  std::call_once(g_faults_once, [] {
+    try {
+      g_faults = ParseFaultPlan();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe kvstore: %s; fault injection stays off\n", e.what());
+    }
+    if (g_faults.any()) {
+      std::fprintf(stderr,
+                   "troupe kvstore: fault injection on: drop %g of tensor frames, delay %d ms, close after %llu "
+                   "frames (seed %llu)\n",
+                   g_faults.drop, g_faults.delay_ms, static_cast<unsigned long long>(g_faults.close_after),
+                   static_cast<unsigned long long>(g_faults.seed));
+    }
+  });
+  return g_faults;
+}
+
 std::shared_ptr<NetSystem> NetSystem::Acquire() {
+  ParseFaultPlan();  // a malformed setting is an error where the first node starts
   std::lock_guard<std::mutex> lock(g_system_mu);
   if (auto s = g_system.lock()) return s;
   std::shared_ptr<NetSystem> s(new NetSystem());
