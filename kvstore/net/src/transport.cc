@@ -314,23 +314,25 @@ class Writer {
 
 // ---- fault injection (FaultPlan in transport.h; docs/settings.md) ----
 
+// A number in [min, max] from the environment, or nullopt when unset; throws troupe::Error when malformed.
+std::optional<double> EnvDouble(const char* name, double min, double max) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (*end != '\0' || !(x >= min && x <= max)) {
+    throw Error(std::string("kvstore: ") + name + "='" + v + "' must be a number in [" + std::to_string(min) + ", " +
+                std::to_string(max) + "]");
+  }
+  return x;
+}
+
 FaultPlan ReadFaultPlan() {
   FaultPlan f;
-  auto number = [](const char* name, double min, double max) -> std::optional<double> {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return std::nullopt;
-    char* end = nullptr;
-    const double x = std::strtod(v, &end);
-    if (*end != '\0' || !(x >= min && x <= max)) {
-      throw Error(std::string("kvstore: ") + name + "='" + v + "' must be a number in [" + std::to_string(min) + ", " +
-                  std::to_string(max) + "]");
-    }
-    return x;
-  };
-  if (auto x = number("TROUPE_FAULT_DROP", 0, 1)) f.drop = *x;
-  if (auto x = number("TROUPE_FAULT_DELAY_MS", 0, 60000)) f.delay_ms = static_cast<int>(*x);
-  if (auto x = number("TROUPE_FAULT_CLOSE_AFTER", 0, 1e15)) f.close_after = static_cast<std::uint64_t>(*x);
-  if (auto x = number("TROUPE_FAULT_SEED", 0, 1e15)) f.seed = static_cast<std::uint64_t>(*x);
+  if (auto x = EnvDouble("TROUPE_FAULT_DROP", 0, 1)) f.drop = *x;
+  if (auto x = EnvDouble("TROUPE_FAULT_DELAY_MS", 0, 60000)) f.delay_ms = static_cast<int>(*x);
+  if (auto x = EnvDouble("TROUPE_FAULT_CLOSE_AFTER", 0, 1e15)) f.close_after = static_cast<std::uint64_t>(*x);
+  if (auto x = EnvDouble("TROUPE_FAULT_SEED", 0, 1e15)) f.seed = static_cast<std::uint64_t>(*x);
   return f;
 }
 
