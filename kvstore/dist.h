@@ -69,6 +69,8 @@ struct DistConfig {
   int heartbeat_interval_ms = 1000;    // TROUPE_HEARTBEAT_INTERVAL_MS
   int heartbeat_timeout_ms = 10000;    // TROUPE_HEARTBEAT_TIMEOUT_MS
   int connect_timeout_ms = 60000;      // TROUPE_CONNECT_TIMEOUT_MS: how long a node waits for the cluster
+  int reconnect_timeout_ms = 60000;    // TROUPE_RECONNECT_TIMEOUT_MS: how long a worker's calls wait for a
+                                       // server that checkpoints by itself to come back from its checkpoint
   int progress_timeout_ms = 120000;    // TROUPE_PROGRESS_TIMEOUT_MS: a barrier or sync round whose parties have
                                        // not all arrived this long after the first fails the job, naming
                                        // who is missing (0 = wait forever)

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -85,6 +86,10 @@ std::string Describe(const std::string& label, const std::string& where, int pid
 
 struct Proc {
   std::unique_ptr<ChildProcess> child;
+  std::vector<std::string> argv;              // what it runs, to start it again (a server's restart)
+  std::map<std::string, std::string> env;
+  int restarts = 0;                           // times it was started again
+  bool server = false;
   std::string label;  // "scheduler", "server 0", "worker 2", "mpirun"
   std::string where;  // ssh: the host it runs on
   bool worker = false;  // its end is the workers' end (a worker, or the mpirun/srun job)
@@ -192,7 +197,11 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       "as '[worker 1] ...'. When a process fails, launch stops the others and prints one line per process "
       "(mpi, slurm: mpirun/srun stop the job's other tasks and each task prints its own last line); with "
       "--keep-going (local, ssh) the others go on, and the cluster's survivors can be looked at with 'troupe "
-      "shell --connect' (the scheduler's address is in its 'listening on' line). Ctrl-C "
+      "shell --connect' (the scheduler's address is in its 'listening on' line). A server that dies is "
+      "started again (local launcher, --restart-servers times, default 3): servers get ranks "
+      "(TROUPE_SERVER_RANK) and checkpoint every TROUPE_KVSTORE_CHECKPOINT_EVERY updates (default here 100) "
+      "into TROUPE_KVSTORE_CHECKPOINT_DIR (default a folder of launch's, removed at the end); the restarted "
+      "server reloads its checkpoint and the workers resend what it lacks, so the job goes on. Ctrl-C "
       "stops everything. Exit status: 0 when every process exited 0, 1 when one failed, 130 when "
       "interrupted, 2 on bad usage.\n\n"
       "Launchers:\n"
@@ -231,6 +240,11 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
   app_->add_option("--env", options_.env, "K=V for every process (repeatable)")->allow_extra_args(false);
   app_->add_flag("--keep-going", options_.keep_going,
                  "local, ssh: when a process fails, leave the others running (launch still exits 1 at the end)");
+  app_->add_option("--restart-servers", options_.restart_servers,
+                   "local: start a server that died again from its checkpoint, up to N times per server (0: a dead "
+                   "server fails the job); the workers resend what its checkpoint lacks")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   app_->add_option("command", options_.command, "The worker command and its arguments (after --)")->required();
   app_->allow_extras(false);
 
@@ -281,13 +295,37 @@ int RunLaunch(const LaunchOptions& o) {
     std::fprintf(stderr, "troupe launch: cannot create a pipe\n");
     return 1;
   }
+  // Restartable servers checkpoint by themselves: into a folder of this launch's unless one is given.
+  struct TempDir {
+    std::string path;
+    ~TempDir() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove_all(path, ec);
+    }
+  } checkpoints;
+  const auto given = [&](const char* name) { return env.count(name) != 0 || std::getenv(name) != nullptr; };
+  if (o.restart_servers > 0 && o.launcher == "local") {
+    if (!given("TROUPE_KVSTORE_CHECKPOINT_DIR")) {
+      std::string templ = (std::filesystem::temp_directory_path() / "troupe-launch-XXXXXX").string();
+      if (::mkdtemp(templ.data()) == nullptr) {
+        std::fprintf(stderr, "troupe launch: cannot create a folder for the servers' checkpoints in %s\n",
+                     std::filesystem::temp_directory_path().c_str());
+        return 1;
+      }
+      checkpoints.path = templ;
+      env["TROUPE_KVSTORE_CHECKPOINT_DIR"] = templ;
+    }
+    if (!given("TROUPE_KVSTORE_CHECKPOINT_EVERY")) env["TROUPE_KVSTORE_CHECKPOINT_EVERY"] = "100";
+  }
 
   const std::string self = bench::SelfExe();
   std::vector<Proc> procs;
   auto start = [&](const std::string& label, std::vector<std::string> argv, std::map<std::string, std::string> e,
                    bool worker) -> Proc& {
     Proc p;
-    p.child = std::make_unique<ChildProcess>(label, std::move(argv), e, /*merge_stderr=*/true);
+    p.child = std::make_unique<ChildProcess>(label, argv, e, /*merge_stderr=*/true);
+    p.argv = std::move(argv);
+    p.env = std::move(e);
     p.label = label;
     p.worker = worker;
     procs.push_back(std::move(p));
@@ -342,7 +380,8 @@ int RunLaunch(const LaunchOptions& o) {
       const std::vector<std::string> cmd = server ? std::vector<std::string>{self, "server"} : o.command;
       e = role_env(server, index);
       if (o.launcher == "local") {
-        start(label, cmd, e, !server);
+        if (server) e["TROUPE_SERVER_RANK"] = std::to_string(index);  // a restart takes the same rank
+        start(label, cmd, e, !server).server = server;
         continue;
       }
       // ssh, as dmlc-core's ssh tracker: round robin over the hosts.
@@ -417,6 +456,21 @@ int RunLaunch(const LaunchOptions& o) {
       }
       if (p.status < 0) {
         p.status = p.child->Wait(0);
+        if (p.status > 0 && p.server && p.restarts < o.restart_servers && !failed && o.launcher == "local") {
+          // Drain what it said, then start it again: it reloads its checkpoint and takes its rank back once
+          // the scheduler has seen the old process go; the workers resend what the checkpoint lacks.
+          std::vector<std::string> rest;
+          while (p.output_open && p.child->ReadSome(&rest)) {
+          }
+          Print(p, rest);
+          ++p.restarts;
+          std::fprintf(stderr, "%s; starting it again from its checkpoint (restart %d of %d, --restart-servers)\n",
+                       Describe(p).c_str(), p.restarts, o.restart_servers);
+          p.child = std::make_unique<ChildProcess>(p.label, p.argv, p.env, /*merge_stderr=*/true);
+          p.status = -1;
+          p.output_open = true;
+          continue;
+        }
         if (p.status > 0 && o.keep_going) {
           failed = true;
           std::fprintf(stderr, "%s; the others keep going (--keep-going)\n", Describe(p).c_str());

@@ -34,6 +34,7 @@ struct LaunchOptions {
   std::string launcher_args;       // extra arguments for ssh / mpirun / srun, split at whitespace
   std::vector<std::string> command;  // the worker command
   bool keep_going = false;           // local, ssh: a failed process does not stop the others
+  int restart_servers = 3;           // local: times a dead server is started again from its checkpoint
 };
 
 // Runs the job; returns launch's exit status: 0 when every process exited 0, 1 when one failed, 130 after

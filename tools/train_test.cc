@@ -5,6 +5,7 @@
 // as two dist_async workers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench/common/child_process.h"
 #include "io/io.h"
 #include "io/recordio.h"
 #include "tests/common/jpeg_util.h"
@@ -240,6 +242,56 @@ TEST_F(TrainCommandTest, DistSyncWorkersAgreeAndWorkerZeroCheckpoints) {
   EXPECT_EQ(acc[0], acc[1]) << r.out;
   EXPECT_TRUE(fs::exists(prefix + "-0002.params"));
   EXPECT_FALSE(fs::exists(prefix + "-0002.states"));  // the optimizer's states live on the server
+}
+
+// A server killed with SIGKILL mid-epoch: launch starts it again from its checkpoint (--restart-servers,
+// on by default), the workers resend what the checkpoint lacks, and the job ends as an uninterrupted run
+// with the same seed does (final accuracy within 0.005).
+TEST_F(TrainCommandTest, DistSyncSurvivesAServerKilledMidEpoch) {
+  const std::string cli = TROUPE_CLI_PATH;
+  const std::string train = " train --kvstore dist_sync --batch-size 50 --data " + Data("idx") +
+                            " --epochs 4 --progress none --seed 3";
+  const Result plain = RunShell(cli + " launch -n 2 -s 1 -- " + cli + train);
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  const auto want = FinalAccuracies(plain.out);
+  ASSERT_EQ(want.size(), 2u) << plain.out;
+
+  std::vector<std::string> argv{cli, "launch", "-n", "2", "-s", "1", "--", cli};
+  std::istringstream words(train);
+  for (std::string w; words >> w;) argv.push_back(w);
+  troupe::bench::ChildProcess launch("troupe launch", argv, {}, /*merge_stderr=*/true);
+  const auto started = launch.ReadLine("troupe launch: started", 60000);
+  ASSERT_TRUE(started.has_value());
+  std::istringstream pids(started->substr(started->find("pids") + 4));
+  int scheduler_pid = 0, server_pid = 0;
+  pids >> scheduler_pid >> server_pid;
+  ASSERT_GT(server_pid, 0) << *started;
+  // Once worker 0 has finished epoch 0 the next epoch's rounds are under way: kill the server now.
+  ASSERT_TRUE(launch.ReadLine("[worker 0] Epoch[0]", 120000).has_value());
+  ASSERT_EQ(::kill(server_pid, SIGKILL), 0);
+  std::vector<std::string> lines;
+  while (launch.ReadSome(&lines)) {
+  }
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  EXPECT_EQ(launch.Wait(120000), 0) << out;
+  EXPECT_THAT(out, HasSubstr("killed by signal 9; starting it again from its checkpoint (restart 1 of 3"));
+  EXPECT_THAT(out, HasSubstr("troupe server 0: resumed from its checkpoint"));
+  const auto got = FinalAccuracies(out);
+  ASSERT_EQ(got.size(), 2u) << out;
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NEAR(std::stod(got[w]), std::stod(want[w]), 0.005) << "worker " << w << "\n" << out;
+  }
+  EXPECT_THAT(out, HasSubstr("is back; resent "));
+  std::printf("final test accuracy: uninterrupted %s, with the server killed mid-epoch and restarted %s\n",
+              want[0].c_str(), got[0].c_str());
+  std::istringstream all(out);
+  for (std::string l; std::getline(all, l);) {
+    if (l.find("resent") != std::string::npos || l.find("resumed") != std::string::npos ||
+        l.find("again") != std::string::npos || l.find("Epoch[1]") != std::string::npos) {
+      std::printf("  %s\n", l.c_str());
+    }
+  }
 }
 
 // The schedule runs where the optimizer does: on the server, counting rounds.

@@ -69,6 +69,9 @@ struct TensorRequest {
   compressed @6 :Bool;          # value.data is 2-bit compressed (push/pushPull only); value.dtype is float32
                                 # and value.shape is the shape of the uncompressed gradient.
   compressionThreshold @7 :Float32;  # The 2-bit threshold (a gradient value, > 0) when compressed.
+  round @8 :UInt64;             # push/pushPull: this worker's push number of this key (1, 2, ...), so that a
+                                # server restarted from a checkpoint applies a resent push once and drops a
+                                # duplicate; 0 = unnumbered (init, pull).
 }
 
 # Synchronise a group of nodes; the scheduler answers with an ack when all of the group arrived.

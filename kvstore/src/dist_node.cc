@@ -73,6 +73,7 @@ DistConfig DistConfig::FromEnv() {
   c.heartbeat_timeout_ms = static_cast<int>(EnvInt("TROUPE_HEARTBEAT_TIMEOUT_MS", c.heartbeat_timeout_ms, 1));
   c.connect_timeout_ms = static_cast<int>(EnvInt("TROUPE_CONNECT_TIMEOUT_MS", c.connect_timeout_ms, 1));
   c.progress_timeout_ms = static_cast<int>(EnvInt("TROUPE_PROGRESS_TIMEOUT_MS", c.progress_timeout_ms, 0));
+  c.reconnect_timeout_ms = static_cast<int>(EnvInt("TROUPE_RECONNECT_TIMEOUT_MS", c.reconnect_timeout_ms, 1));
   c.fault_kill_after_rounds = EnvInt("TROUPE_FAULT_KILL_AFTER_ROUNDS", c.fault_kill_after_rounds, 0);
   c.rank = static_cast<int>(EnvInt("TROUPE_SERVER_RANK", c.rank, -1));
   if (const char* v = Env("TROUPE_KVSTORE_CHECKPOINT_DIR")) c.checkpoint_dir = v;

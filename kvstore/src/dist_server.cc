@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -51,7 +52,8 @@ struct Entry {
   std::uint32_t part_count = 1;
   std::set<int> pushed;  // workers whose push is in the current sync round
   Clock::time_point round_started;  // when its first push arrived
-  std::int64_t rounds = 0;          // sync rounds completed
+  std::int64_t rounds = 0;          // sync rounds completed (applied), kept in checkpoints
+  std::map<int, std::uint64_t> worker_rounds;  // dist_async: each worker's pushes applied, kept in checkpoints
   // The round's first push, kept as received (its frame buffer) until the second arrives: the two are
   // then summed into `merged` in one pass instead of a copy and an add.
   net::Blob first_push;
@@ -107,6 +109,23 @@ Checkpoint LoadCheckpoint(const DistConfig& config) {
     const std::string k = line.substr(0, tab), v = line.substr(tab + 1);
     if (k == "updates") {
       ck.updates = std::stoll(v);
+    } else if (k == "round" || k == "wround") {
+      // "round\t<key> <rounds>" (sync) and "wround\t<key> <worker> <pushes>" (async).
+      std::istringstream in(v);
+      int key = 0, worker = 0;
+      std::int64_t n = 0;
+      in >> key;
+      if (k == "wround") in >> worker;
+      in >> n;
+      auto it = ck.entries.find(key);
+      if (!in || it == ck.entries.end()) {
+        throw Error("kvstore server: checkpoint " + base + ".meta has a bad line '" + line + "'");
+      }
+      if (k == "round") {
+        it->second.rounds = n;
+      } else {
+        it->second.worker_rounds[worker] = static_cast<std::uint64_t>(n);
+      }
     } else if (k.rfind("opt.", 0) == 0) {
       ck.optimizer_args.emplace_back(k.substr(4), v);
     }
@@ -126,6 +145,7 @@ class Server {
     updates_ = ck.updates;
     optimizer_args_ = std::move(ck.optimizer_args);
     optimizer_ = std::move(ck.optimizer);
+    resumed_ = !entries_.empty();
     last_seen_ = Clock::now();
   }
 
@@ -274,6 +294,18 @@ class Server {
                                std::to_string(rank_));
         }
         std::printf("troupe server %d: started (listening on %s:%u)\n", rank_, config_.host.c_str(), port_);
+        if (resumed_) {
+          std::int64_t lo = -1, hi = -1;
+          for (const auto& [key, e] : entries_) {
+            lo = lo < 0 ? e.rounds : std::min(lo, e.rounds);
+            hi = std::max(hi, e.rounds);
+          }
+          std::printf("troupe server %d: resumed from its checkpoint in %s: %zu keys at rounds %lld..%lld, %lld updates, "
+                      "optimizer %s; the workers resend what it lacks\n",
+                      rank_, config_.checkpoint_dir.c_str(), entries_.size(), static_cast<long long>(lo),
+                      static_cast<long long>(hi), static_cast<long long>(updates_),
+                      optimizer_ != nullptr ? "restored" : "none");
+        }
         std::fflush(stdout);
         auto early = std::move(early_);
         early_.clear();
@@ -302,6 +334,13 @@ class Server {
         }
         sync_ = sync;
         mode_set_ = true;
+        // The answer tells the worker what this server holds, so that after a restart it resends what the
+        // checkpoint lacks: whether it checkpoints by itself, whether it has an optimizer, and per key the
+        // pushes it applied (sync: the rounds; async: this worker's pushes).
+        net::Command reply{c.request_id, "mode", {{"checkpointing", RecoveryOn() ? "1" : "0"},
+                                                   {"optimizer", optimizer_ != nullptr ? "1" : "0"}}};
+        AppendRounds(w.rank, &reply.args);
+        return Send(conn, reply);
       } else if (c.name == "set_optimizer") {
         if (w.rank != 0) {
           return Fail(conn, c.request_id, Me() + ": only worker 0 sets the optimizer (as in MXNet), not " +
@@ -394,6 +433,13 @@ class Server {
       return;
     }
     if (!sync_) {
+      // A numbered push this server applied already (a resend to a server restarted from a checkpoint, or a
+      // duplicate) is answered without applying it again.
+      if (t.round != 0 && t.round <= e.worker_rounds[w.rank]) {
+        if (t.op == net::TensorOp::kPushPull) return ReplyValue(conn, t.request_id, e);
+        return Send(conn, net::Ack{t.request_id, std::nullopt});
+      }
+      if (t.round != 0) e.worker_rounds[w.rank] = t.round;
       try {
         Accumulate(e, t, true);
         Update(t.key, e);
@@ -404,8 +450,15 @@ class Server {
       return Send(conn, net::Ack{t.request_id, std::nullopt});
     }
     if (!broken_.empty()) return Fail(conn, t.request_id, broken_, dead_rank_);
-    if (e.pushed.count(w.rank) != 0) {
-      e.deferred.emplace_back(conn, t);  // this worker is a round ahead: keep its push for the next round
+    // A numbered push: round r applies to round r only. An earlier one was applied already (a resend after
+    // a restart, or a duplicate): answered at once with the value, which is round r's or later's. A later
+    // one waits for its round.
+    if (t.round != 0 && static_cast<std::int64_t>(t.round) <= e.rounds) {
+      if (t.op == net::TensorOp::kPushPull) return ReplyValue(conn, t.request_id, e);
+      return Send(conn, net::Ack{t.request_id, std::nullopt});
+    }
+    if (e.pushed.count(w.rank) != 0 || (t.round != 0 && static_cast<std::int64_t>(t.round) > e.rounds + 1)) {
+      e.deferred.emplace_back(conn, t);  // this worker is a round ahead: keep its push for its round
       return;
     }
     if (e.pushed.empty()) e.round_started = Clock::now();
@@ -577,6 +630,32 @@ class Server {
     if (left_.count(w.rank) == 0) WorkerDied(w.rank, NodeName(net::Role::kWorker, w.rank, w.host) + " died: " + why);
   }
 
+  // Whether this server checkpoints by itself (then workers keep what they pushed since its last checkpoint,
+  // to resend it to a restarted server).
+  bool RecoveryOn() const { return config_.checkpoint_every > 0 && !config_.checkpoint_dir.empty(); }
+
+  // ("round", "<key> <pushes applied>") per key: the sync rounds, or worker `rank`'s pushes in async.
+  void AppendRounds(int rank, std::vector<std::pair<std::string, std::string>>* args) const {
+    for (const auto& [key, e] : entries_) {
+      std::uint64_t n = static_cast<std::uint64_t>(e.rounds);
+      if (!sync_) {
+        auto it = e.worker_rounds.find(rank);
+        n = it == e.worker_rounds.end() ? 0 : it->second;
+      }
+      args->emplace_back("round", std::to_string(key) + " " + std::to_string(n));
+    }
+  }
+
+  // After a checkpoint: tells every worker what it holds, so that they drop what they kept for a restart.
+  void AnnounceCheckpoint() {
+    for (const auto& [conn, w] : workers_) {
+      if (w.observer) continue;
+      net::Command c{0, "checkpointed", {}};
+      AppendRounds(w.rank, &c.args);
+      Send(conn, c);
+    }
+  }
+
   // Tells the scheduler that the job cannot go on (it tells every node), and fails what waits here; the
   // message is "server N: <what>".
   void ReportFailure(const std::string& what) {
@@ -678,6 +757,10 @@ class Server {
     {
       std::ofstream meta(base + ".meta.tmp", std::ios::trunc);
       meta << "updates\t" << updates_ << "\n";
+      for (const auto& [key, e] : entries_) {
+        meta << "round\t" << key << " " << e.rounds << "\n";
+        for (const auto& [worker, n] : e.worker_rounds) meta << "wround\t" << key << " " << worker << " " << n << "\n";
+      }
       for (const auto& [k, v] : optimizer_args_) meta << "opt." << k << "\t" << v << "\n";
       if (!meta) throw Error("cannot write " + base + ".meta.tmp");
     }
@@ -688,6 +771,7 @@ class Server {
     std::filesystem::rename(base + ".meta.tmp", base + ".meta");
     NDArray::Save(base + ".params.tmp", arrays, names);
     std::filesystem::rename(base + ".params.tmp", base + ".params");
+    AnnounceCheckpoint();
   }
 
   void Finish(int status, const std::string& message) {
@@ -719,6 +803,7 @@ class Server {
   std::vector<std::pair<std::string, std::string>> optimizer_args_;
   std::int64_t updates_ = 0;
   std::int64_t updates_here_ = 0;  // since this process started (fault injection)
+  bool resumed_ = false;           // loaded a checkpoint at start
   // Observer statistics: pushes received (and their payload bytes), values sent back.
   std::int64_t pushes_ = 0, pulls_ = 0, bytes_in_ = 0, bytes_out_ = 0;
   std::vector<float> scratch_;

@@ -19,7 +19,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <variant>
 #include <vector>
@@ -39,7 +41,9 @@ namespace {
 struct Reply {
   std::string error;
   std::optional<net::TensorPayload> value;
+  std::vector<std::pair<std::string, std::string>> args;  // a command's answer (the mode handshake's)
 };
+using Args = std::vector<std::pair<std::string, std::string>>;
 using ReplyFn = std::function<void(Reply)>;
 
 struct StartInfo {
@@ -56,6 +60,7 @@ using StartFn = std::function<void(StartInfo)>;
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::internal::ReplyFn)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::internal::StartFn)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::internal::Args)
 
 namespace troupe {
 namespace internal {
@@ -84,20 +89,51 @@ class Requests {
   void Resize(int num_servers) {
     std::lock_guard<std::mutex> lock(mu_);
     links_.assign(static_cast<std::size_t>(num_servers), caf::actor{});
+    recover_.assign(static_cast<std::size_t>(num_servers), false);
+  }
+  // Whether server r checkpoints by itself (its mode answer said so): then what is sent to it is kept
+  // (Retention) until it has checkpointed it, and its death suspends the requests in flight instead of
+  // failing them.
+  void SetRecover(int r, bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (r >= 0 && r < static_cast<int>(recover_.size())) recover_[static_cast<std::size_t>(r)] = on;
+  }
+  bool Recover(int r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return r >= 0 && r < static_cast<int>(recover_.size()) && recover_[static_cast<std::size_t>(r)];
   }
   // When server `target` is up: registers the request and returns its connection; else null (nothing
   // registered: the caller goes through the actor, which queues the request until the server is back).
-  caf::actor RegisterIfUp(int target, std::uint64_t id, const ReplyFn& fn) {
+  caf::actor RegisterIfUp(int target, std::uint64_t id, const ReplyFn& fn, const net::Message& frame) {
     std::lock_guard<std::mutex> lock(mu_);
     if (target < 0 || target >= static_cast<int>(links_.size()) || !links_[static_cast<std::size_t>(target)]) {
       return nullptr;
     }
-    pending_[id] = Pending{target, fn, Clock::now()};
+    pending_[id] = Pending{target, fn, Clock::now(), frame};
     return links_[static_cast<std::size_t>(target)];
   }
-  void Add(int target, std::uint64_t id, const ReplyFn& fn) {
+  void Add(int target, std::uint64_t id, const ReplyFn& fn, const net::Message& frame = {}) {
     std::lock_guard<std::mutex> lock(mu_);
-    pending_[id] = Pending{target, fn, Clock::now()};
+    pending_[id] = Pending{target, fn, Clock::now(), frame};
+  }
+  // Every request to server `target`, with its frame (to resend it once the server is back).
+  struct InFlight {
+    std::uint64_t id;
+    net::Message frame;
+    ReplyFn fn;
+  };
+  std::vector<InFlight> TakeInFlight(int target) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<InFlight> out;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.target == target) {
+        out.push_back(InFlight{it->first, std::move(it->second.frame), std::move(it->second.fn)});
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
   }
   // Server r's connection once its handshake is done, or null when it is down.
   void SetLink(int r, const caf::actor& conn) {
@@ -141,6 +177,46 @@ class Requests {
     }
     return out;
   }
+  // Pushes kept for a resend to a restarted server (only to servers that checkpoint by themselves): per
+  // (server, key, part), by push number, each an owning copy; dropped once the server has checkpointed them.
+  void Retain(int server, const net::TensorMsg& t) {
+    net::TensorMsg copy = t;
+    copy.value.data = net::Blob::Copy(t.value.data.bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    retained_[{server, t.key, t.part_index}][t.round] = std::move(copy);
+  }
+  void Prune(int server, int key, std::uint64_t upto) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = retained_.lower_bound({server, key, 0}); it != retained_.end() && std::get<0>(it->first) == server &&
+                                                                 std::get<1>(it->first) == key;
+         ++it) {
+      it->second.erase(it->second.begin(), it->second.upper_bound(upto));
+    }
+  }
+  // The kept pushes to `server`, per key, numbered above what it applied (`applied`: key -> pushes; a key
+  // it lacks counts 0), in order.
+  std::vector<net::TensorMsg> RetainedAbove(int server, const std::map<int, std::uint64_t>& applied) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<net::TensorMsg> out;
+    for (const auto& [where, rounds] : retained_) {
+      if (std::get<0>(where) != server) continue;
+      auto a = applied.find(std::get<1>(where));
+      for (auto it = rounds.upper_bound(a == applied.end() ? 0 : a->second); it != rounds.end(); ++it) {
+        out.push_back(it->second);
+      }
+    }
+    return out;
+  }
+  // Bytes kept (a test of the pruning, and diagnostics).
+  std::size_t RetainedBytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::size_t n = 0;
+    for (const auto& [where, rounds] : retained_) {
+      for (const auto& [round, t] : rounds) n += t.value.data.size();
+    }
+    return n;
+  }
+
   // The first error this worker's calls met (the failure it reports when it ends without Finalize).
   void NoteError(const std::string& e) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -179,7 +255,10 @@ class Requests {
     int target;
     ReplyFn fn;
     Clock::time_point since;  // when it was sent
+    net::Message frame;       // kept for a resend to a restarted server (views, no copies)
   };
+  std::vector<bool> recover_;  // per server
+  std::map<std::tuple<int, int, std::uint32_t>, std::map<std::uint64_t, net::TensorMsg>> retained_;
   std::unordered_map<std::uint64_t, Pending> pending_;
   std::string first_error_;
 };
@@ -207,13 +286,13 @@ class WorkerActor {
           leaving_ = true;
           Fail(why);
         },
-        [this](mode_atom, int target, std::uint64_t generation, const std::string& error) {
+        [this](mode_atom, int target, std::uint64_t generation, const std::string& error, const Args& state) {
           // A reply to a handshake that a later event (death, replacement) made stale is ignored.
           if (target < 0 || target >= static_cast<int>(servers_.size())) return;
           const ServerLink& s = servers_[static_cast<std::size_t>(target)];
           if (s.generation != generation || !s.conn) return;
           if (!error.empty()) return ServerDown(target, error);
-          ServerUp(target);
+          ServerUp(target, state);
         },
         [this](connected_atom, int target, std::uint64_t generation, const caf::actor& conn, const std::string& error) {
           OnConnected(target, generation, conn, error);
@@ -230,6 +309,7 @@ class WorkerActor {
     std::uint64_t generation = 0;  // bumped by every connect and every death: stale replies are ignored
     std::string address;
     bool up = false;          // handshake done and not dead
+    bool was_up = false;      // it was up before: its next handshake is a reconnect
     std::string down_reason;  // why it is down (empty before the first handshake)
   };
   struct Queued {  // a request for a server that is down, waiting for it to come back
@@ -259,13 +339,71 @@ class WorkerActor {
       return fn(Reply{"kvstore worker: no server " + std::to_string(target), std::nullopt});
     }
     ServerLink& s = servers_[static_cast<std::size_t>(target)];
+    if (requests_->Recover(target)) Remember(target, frame);
     if (!s.up) {
-      queued_.push_back(Queued{target, id, frame, fn,
-                               Clock::now() + std::chrono::milliseconds(config_.heartbeat_timeout_ms)});
+      queued_.push_back(Queued{target, id, frame, fn, Clock::now() + std::chrono::milliseconds(DownWaitMs(target))});
       return;
     }
-    requests_->Add(target, id, fn);
+    requests_->Add(target, id, fn, frame);
     net::Send(s.conn, frame);
+  }
+
+  // How long a request waits for server r to come back: a server that checkpoints by itself may be
+  // restarted from its checkpoint (TROUPE_RECONNECT_TIMEOUT_MS), another only replaced (the heartbeat timeout).
+  int DownWaitMs(int r) { return requests_->Recover(r) ? config_.reconnect_timeout_ms : config_.heartbeat_timeout_ms; }
+
+  // Worker 0's frames that set a server up (its keys' initial values, the optimizer), kept to send again to
+  // a server restarted from a checkpoint that lacks them.
+  void Remember(int r, const net::Message& frame) {
+    if (const auto* t = std::get_if<net::TensorMsg>(&frame); t != nullptr && t->op == net::TensorOp::kInit) {
+      replay_init_[r][t->key] = frame;
+    } else if (const auto* c = std::get_if<net::Command>(&frame); c != nullptr && c->name == "set_optimizer") {
+      replay_optimizer_[r] = frame;
+    }
+  }
+
+  // Server r came back from its checkpoint (a reconnect): sends it, in order, what it lacks — worker 0's
+  // initial values of keys it does not hold and the optimizer if it has none, then every kept push numbered
+  // above what it applied (a push still waiting for its answer goes with its own request id, so that the
+  // answer completes it; so does a push queued while the server was down).
+  void Replay(int r, const Args& state) {
+    ServerLink& s = servers_[static_cast<std::size_t>(r)];
+    std::map<int, std::uint64_t> applied;
+    bool has_optimizer = false;
+    for (const auto& [k, v] : state) {
+      if (k == "optimizer") has_optimizer = v == "1";
+      int key = 0;
+      unsigned long long n = 0;
+      if (k == "round" && std::sscanf(v.c_str(), "%d %llu", &key, &n) == 2) applied[key] = n;
+    }
+    auto send_fresh = [&](net::Message frame) {
+      const std::uint64_t id = ++internal_ids_ | (std::uint64_t{1} << 63);
+      std::visit([id](auto& m) {
+        if constexpr (requires { m.request_id; }) m.request_id = id;
+      }, frame);
+      requests_->Add(r, id, [](Reply) {}, frame);
+      net::Send(s.conn, frame);
+    };
+    for (const auto& [key, frame] : replay_init_[r]) {
+      if (applied.count(key) == 0) send_fresh(frame);
+    }
+    if (!has_optimizer && replay_optimizer_.count(r) != 0) send_fresh(replay_optimizer_[r]);
+    std::size_t pushes = 0;
+    for (const net::TensorMsg& t : requests_->RetainedAbove(r, applied)) {
+      ReplyFn fn = [](Reply) {};  // answered before the server died: the answer is not waited for
+      for (auto it = queued_.begin(); it != queued_.end(); ++it) {
+        if (it->target == r && it->id == t.request_id) {
+          fn = std::move(it->fn);
+          queued_.erase(it);
+          break;
+        }
+      }
+      requests_->Add(r, t.request_id, fn, t);
+      net::Send(s.conn, t);
+      ++pushes;
+    }
+    std::fprintf(stderr, "troupe kvstore worker %d: %s is back; resent %zu pushes its checkpoint lacks\n", rank_,
+                 ServerName(r).c_str(), pushes);
   }
 
   int TargetOf(const caf::actor& conn) const {
@@ -296,9 +434,22 @@ class WorkerActor {
       auto self = caf::actor_cast<caf::actor>(self_);
       const std::uint64_t generation = servers_[static_cast<std::size_t>(target)].generation;
       requests_->Add(target, id, [self, target, generation](Reply r) {
-        caf::anon_send(self, mode_atom::value, target, generation, r.error);
+        caf::anon_send(self, mode_atom::value, target, generation, r.error, r.args);
       });
       Send(conn, net::Command{id, "mode", {{"sync", sync_ ? "1" : "0"}}});
+      return;
+    }
+    if (const auto* c = std::get_if<net::Command>(&m); c != nullptr && target >= 0) {
+      if (c->request_id != 0) return Answer(c->request_id, Reply{{}, std::nullopt, c->args});
+      if (c->name == "checkpointed") {
+        // The server wrote a checkpoint: what it holds needs no resend any more.
+        for (const auto& [k, v] : c->args) {
+          if (k != "round") continue;
+          int key = 0;
+          unsigned long long n = 0;
+          if (std::sscanf(v.c_str(), "%d %llu", &key, &n) == 2) requests_->Prune(target, key, n);
+        }
+      }
       return;
     }
     if (const auto* c = std::get_if<net::Command>(&m); c != nullptr && target == kScheduler) {
@@ -384,12 +535,18 @@ class WorkerActor {
     Send(s.conn, net::Hello{net::Role::kWorker, rank_, net::kProtocolVersion, config_.host, 0});
   }
 
-  void ServerUp(int r) {
+  void ServerUp(int r, const Args& state) {
     ServerLink& s = servers_[static_cast<std::size_t>(r)];
+    const bool reconnect = s.was_up;
     s.up = true;
+    s.was_up = true;
     s.down_reason.clear();
-    requests_->SetLink(r, s.conn);
-    // Requests queued for this server go out; those for servers still down keep their own deadlines.
+    bool checkpointing = false;
+    for (const auto& [k, v] : state) checkpointing = checkpointing || (k == "checkpointing" && v == "1");
+    requests_->SetRecover(r, checkpointing);
+    if (reconnect && checkpointing) Replay(r, state);
+    // Requests queued for this server go out (in order, after the resent pushes, which took their own out of
+    // the queue); those for servers still down keep their own deadlines.
     auto queued = std::move(queued_);
     queued_.clear();
     for (Queued& q : queued) {
@@ -399,6 +556,7 @@ class WorkerActor {
         queued_.push_back(std::move(q));
       }
     }
+    requests_->SetLink(r, s.conn);
     if (start_fn_ && std::all_of(servers_.begin(), servers_.end(), [](const ServerLink& x) { return x.up; })) {
       auto fn = std::move(start_fn_);
       start_fn_ = nullptr;
@@ -409,6 +567,7 @@ class WorkerActor {
   void ServerDown(int r, const std::string& why) {
     if (r < 0 || r >= static_cast<int>(servers_.size())) return;
     ServerLink& s = servers_[static_cast<std::size_t>(r)];
+    const bool was_up = s.up;
     if (s.conn) self_->send(s.conn, net::close_atom::value);
     s.conn = nullptr;
     s.up = false;
@@ -416,6 +575,17 @@ class WorkerActor {
     s.down_reason = why;
     requests_->SetLink(r, nullptr);
     if (start_fn_) return Fail("cannot reach " + ServerName(r) + ": " + why);
+    if (requests_->Recover(r) && failed_.empty()) {
+      // It checkpoints by itself, so it may come back from its checkpoint: the requests in flight wait for
+      // it (and are resent then), up to the reconnect timeout.
+      const auto deadline = Clock::now() + std::chrono::milliseconds(config_.reconnect_timeout_ms);
+      for (auto& f : requests_->TakeInFlight(r)) queued_.push_back(Queued{r, f.id, std::move(f.frame), std::move(f.fn), deadline});
+      if (was_up && !leaving_) {
+        std::fprintf(stderr, "troupe kvstore worker %d: %s is down (%s); waiting up to %d ms for it to come back\n",
+                     rank_, ServerName(r).c_str(), why.c_str(), config_.reconnect_timeout_ms);
+      }
+      return;
+    }
     requests_->NoteError(why);
     // Requests in flight are lost with the server: fail them now.
     for (ReplyFn& fn : requests_->TakeTarget(r)) fn(Reply{why, std::nullopt});
@@ -476,8 +646,9 @@ class WorkerActor {
         const int r = it->target;
         it = queued_.erase(it);
         requests_->NoteError(ServerName(r) + " is down");
-        fn(Reply{ServerName(r) + " is down and did not come back within " +
-                     std::to_string(config_.heartbeat_timeout_ms) + " ms: " +
+        fn(Reply{ServerName(r) + " is down and did not come back within " + std::to_string(DownWaitMs(r)) +
+                     " ms (" + (requests_->Recover(r) ? "TROUPE_RECONNECT_TIMEOUT_MS" : "TROUPE_HEARTBEAT_TIMEOUT_MS") +
+                     "): " +
                      servers_[static_cast<std::size_t>(r)].down_reason,
                  std::nullopt});
       } else {
@@ -500,6 +671,8 @@ class WorkerActor {
   std::vector<ServerLink> servers_;
   std::shared_ptr<Requests> requests_;
   std::vector<Queued> queued_;
+  std::map<int, std::map<int, net::Message>> replay_init_;  // server -> key -> worker 0's init frame
+  std::map<int, net::Message> replay_optimizer_;            // server -> the last set_optimizer
   std::string failed_;
   bool leaving_ = false;
   Clock::time_point last_seen_;
@@ -716,6 +889,7 @@ class KVStoreDist final : public KVStore {
     NDArray order;  // its variable orders the key's pushes before its pulls
     std::vector<Part> parts;
     std::atomic<bool> failed{false};  // a function of the key failed: drain `order` before the next one
+    std::uint64_t round = 0;          // pushes of this key so far (each push carries its number)
     std::vector<NDArray> residuals, compressed;  // per part, with compression on
     std::vector<NDArray> staging;                // host copies of device values
   };
@@ -877,7 +1051,7 @@ class KVStoreDist final : public KVStore {
   // the socket.
   net::Message TensorFrame(net::TensorOp op, int key, const Key& k, std::size_t p, const TBlob& b, std::uint64_t id,
                            const std::shared_ptr<const void>& owner, const TBlob* codes = nullptr,
-                           float threshold = 0.f, int priority = 0) {
+                           float threshold = 0.f, int priority = 0, std::uint64_t round = 0) {
     const Part& part = k.parts[p];
     net::TensorMsg t;
     t.op = op;
@@ -886,6 +1060,7 @@ class KVStoreDist final : public KVStore {
     t.part_index = static_cast<std::uint32_t>(p);
     t.part_count = static_cast<std::uint32_t>(k.parts.size());
     t.priority = priority;
+    t.round = round;
     t.value.dtype = k.proto.dtype();
     t.value.shape = k.parts.size() == 1 ? k.proto.shape().ToVector() : std::vector<std::int64_t>{part.end - part.begin};
     if (op != net::TensorOp::kPull) {
@@ -942,7 +1117,8 @@ class KVStoreDist final : public KVStore {
                 reads.end());
     const float threshold = src.threshold;
     Key* kp = &k;
-    auto fn = [this, op, key, kp, data, codes, held, target, threshold, priority, has_target = outs.present](
+    const std::uint64_t round = op == net::TensorOp::kPull ? 0 : ++k.round;
+    auto fn = [this, op, key, kp, data, codes, held, target, threshold, priority, round, has_target = outs.present](
                   RunContext, CallbackOnComplete done) {
       auto gather = std::make_shared<Gather>();
       gather->left = static_cast<int>(kp->parts.size());
@@ -957,15 +1133,17 @@ class KVStoreDist final : public KVStore {
         const std::uint64_t id = NextId();
         try {
           frame = TensorFrame(op, key, *kp, p, data, id, held, codes.empty() ? nullptr : &codes[p], threshold,
-                              priority);
+                              priority, round);
         } catch (const std::exception& e) {
           gather->Complete(kp->parts, p, Reply{e.what(), std::nullopt});
           continue;
         }
         ReplyFn reply([gather, kp, p](Reply r) { gather->Complete(kp->parts, p, std::move(r)); });
         const int server = kp->parts[p].server;
+        // Kept until the server has checkpointed it, for a resend should it restart from its checkpoint.
+        if (round != 0 && requests_->Recover(server)) requests_->Retain(server, std::get<net::TensorMsg>(frame));
         // Straight to the server's broker when it is up (one hop less); else through the actor.
-        if (caf::actor conn = requests_->RegisterIfUp(server, id, reply)) {
+        if (caf::actor conn = requests_->RegisterIfUp(server, id, reply, frame)) {
           net::Send(conn, frame);
         } else {
           caf::anon_send(actor_, request_atom::value, server, id, std::move(frame), std::move(reply));

@@ -371,6 +371,31 @@ int RoundsUntilFailure() {
   }, {});
 }
 
+// A server dies mid-training and comes back from its checkpoint: 30 rounds of sgd with momentum on the
+// servers over a split key and a small one, each round's value checked exactly (as TrainAcrossServerRestart
+// does, but the test kills the server while the rounds run: pushes are in flight, and the checkpoint is
+// some rounds behind). Prints "ROUND r" after each round.
+int TrainThroughServerDeath() {
+  auto kv = Join("dist_sync");
+  const TShape shape{5000};  // over the test's bound of 1000: split over both servers
+  kv->Init({0, 1}, {dist_test::Filled(shape, 1.f), dist_test::Filled(TShape{3}, 1.f)});
+  kv->SetOptimizer(OptimizerConfig("sgd", {{"learning_rate", "0.01"}, {"momentum", "0.9"}}));
+  const float grad = 1.f + static_cast<float>(kv->rank());  // the sum of both workers' gradients is 3
+  NDArray out(shape, Context::CPU(0)), out1(TShape{3}, Context::CPU(0));
+  float w = 1.f, mom = 0.f;
+  for (int r = 1; r <= 30; ++r) {
+    kv->PushPull({0, 1}, {dist_test::Filled(shape, grad), dist_test::Filled(TShape{3}, grad)}, {out, out1});
+    mom = 0.9f * mom - 0.01f * 3.f;
+    w += mom;
+    dist_test::ExpectValues("round " + std::to_string(r) + " key 0", out.ToVector<float>(), std::vector<float>(5000, w));
+    dist_test::ExpectValues("round " + std::to_string(r) + " key 1", out1.ToVector<float>(), std::vector<float>(3, w));
+    Say("ROUND " + std::to_string(r));
+  }
+  kv->Finalize();
+  Say("DONE");
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   if (const int status = RunDistRoleFromEnv(); status >= 0) return status;
   if (argc < 2) {
@@ -395,6 +420,7 @@ int Main(int argc, char** argv) {
     if (name == "push_versus_barrier") return PushVersusBarrier();
     if (name == "two_rounds_with_pause") return TwoRoundsWithPause();
     if (name == "rounds_until_failure") return RoundsUntilFailure();
+    if (name == "train_through_server_death") return TrainThroughServerDeath();
     const auto& all = dist_test::Scenarios();
     auto it = all.find(name);
     if (it == all.end()) {

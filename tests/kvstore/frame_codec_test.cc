@@ -39,12 +39,13 @@ std::vector<Message> AllKinds() {
   // float32 [2, 3]: 24 bytes, word-multiple (referenced by the encoder when aligned).
   all.push_back(TensorMsg{TensorOp::kInit, 11, 7, 0, 1, Payload(DType::kFloat32, {2, 3}, 24, 1), 5, false, 0.0f});
   // uint8 [3]: 3 bytes (copied by the encoder), split part 2 of 4, negative priority.
-  all.push_back(TensorMsg{TensorOp::kPush, 12, -4, 2, 4, Payload(DType::kUint8, {3}, 3, 2), -9, false, 0.0f});
+  all.push_back(TensorMsg{TensorOp::kPush, 12, -4, 2, 4, Payload(DType::kUint8, {3}, 3, 2), -9, false, 0.0f,
+                          (std::uint64_t{1} << 63) + 5});  // a push number far beyond 32 bits
   // pull: no data, expected shape.
   all.push_back(
       TensorMsg{TensorOp::kPull, 13, 2147483647, 0, 1, TensorPayload{DType::kFloat64, {5, 0}, {}}, 0, false, 0.0f});
   // pushPull, 2-bit compressed: 17 float32 values -> ceil(17 / 16) = 2 words of 4 bytes.
-  all.push_back(TensorMsg{TensorOp::kPushPull, 14, 1, 0, 1, Payload(DType::kFloat32, {17}, 8, 3), 1, true, 0.5f});
+  all.push_back(TensorMsg{TensorOp::kPushPull, 14, 1, 0, 1, Payload(DType::kFloat32, {17}, 8, 3), 1, true, 0.5f, 42});
   // scalar int64 push, and a zero-size array.
   all.push_back(TensorMsg{TensorOp::kPush, 15, 0, 0, 1, Payload(DType::kInt64, {}, 8, 4), 0, false, 0.0f});
   all.push_back(

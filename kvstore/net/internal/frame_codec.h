@@ -112,6 +112,7 @@ struct TensorMsg {
   std::int32_t priority = 0;
   bool compressed = false;             // value.data is 2-bit compressed; value.dtype is float32
   float compression_threshold = 0.0f;  // > 0 when compressed; decoded as 0 when not
+  std::uint64_t round = 0;             // push/pushPull: the worker's push number of this key; 0 = unnumbered
   friend bool operator==(const TensorMsg&, const TensorMsg&) = default;
 };
 

@@ -216,6 +216,7 @@ void SetTensorRequest(wire::TensorRequest::Builder out, const TensorMsg& m, capn
   out.setPriority(m.priority);
   out.setCompressed(m.compressed);
   out.setCompressionThreshold(m.compression_threshold);
+  out.setRound(m.round);
 }
 
 // Words the first segment needs so that the message stays one segment (plus referenced data segments).
@@ -274,6 +275,7 @@ TensorMsg ReadTensorRequest(TensorOp op, wire::TensorRequest::Reader in, const s
   m.compressed = in.getCompressed();
   // Meaningful only for compressed data; normalised so that a decoded message re-encodes to itself.
   m.compression_threshold = m.compressed ? in.getCompressionThreshold() : 0.0f;
+  m.round = in.getRound();
   return m;
 }
 
