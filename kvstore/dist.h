@@ -20,12 +20,20 @@
 //     A node whose connection closes without leaving, or that misses heartbeats for `heartbeat_timeout_ms`,
 //     is dead: the pending Push/Pull/Barrier calls that need it fail with a troupe::Error naming it
 //     ("worker 1 at 127.0.0.1 died: ..."), surfacing where the caller waits (the pulled arrays'
-//     WaitToRead, Barrier). After a worker died, sync rounds fail until the run ends. After a server died,
-//     calls to it wait up to `heartbeat_timeout_ms` for a server of the same rank to come back (started
-//     with `rank` set and the same checkpoint_dir), then fail.
-//   - A worker leaves when its KVStore is destroyed (after its pending calls finished): servers stop
-//     waiting for it in sync rounds and barriers stop counting it, so workers with different numbers of
-//     batches finish. When every worker has left the scheduler stops the servers and every node returns 0.
+//     WaitToRead, Barrier). A worker that dies or fails (its store destroyed without Finalize) breaks a
+//     sync job: every node is told, and every waiting call fails with its name. Workers whose keys differ
+//     at Init fail at Init (server 0 compares every worker's declarations). A barrier or sync round that
+//     makes no progress for `progress_timeout_ms` with everyone alive fails the job, naming who is missing.
+//   - Servers: one that checkpoints by itself (`checkpoint_every` > 0 and `checkpoint_dir`) is restartable:
+//     its workers keep what they push to it until it has checkpointed it; when it dies or its connection
+//     drops, their calls wait up to `reconnect_timeout_ms` (reconnecting with backoff) for it to come back
+//     (a process started with `rank` set and the same checkpoint_dir, e.g. by `troupe launch`), then resend
+//     what its checkpoint lacks, in order; pushes carry their number, so none is applied twice or lost, and
+//     the job goes on as if nothing happened. Another server's death fails the calls that need it after
+//     `heartbeat_timeout_ms` (requests in flight at once).
+//   - A worker leaves with KVStore::Finalize (after its pending calls finished): servers stop waiting for it
+//     in sync rounds and barriers stop counting it, so workers with different numbers of batches finish.
+//     When every worker has left the scheduler stops the servers and every node returns 0.
 //   - Checkpoints: a server writes its keys' values, the optimizer configuration and its state to
 //     `checkpoint_dir/server-<rank>.*` on KVStore::Checkpoint() and every `checkpoint_every` updates; a
 //     server started with `rank` >= 0 loads them.
@@ -82,7 +90,7 @@ struct DistConfig {
   std::size_t max_frame_bytes = std::size_t{1} << 30;  // TROUPE_KVSTORE_MAX_FRAME_BYTES
   std::int64_t fault_kill_after_rounds = 0;  // TROUPE_FAULT_KILL_AFTER_ROUNDS: fault injection (tests): a
                                              // server kills itself (SIGKILL) after this many updates since
-                                             // it started (0 = never)
+                                             // it started (0 = never); not one that resumed from a checkpoint
 
   // The configuration from the environment (the variables named above; unset ones keep the defaults).
   // Throws troupe::Error naming the variable for a malformed value or an unknown interface.

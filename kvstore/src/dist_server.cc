@@ -523,7 +523,7 @@ class Server {
       std::swap(e.stored_hold, e.merged_hold);
     }
     ++updates_;
-    if (config_.fault_kill_after_rounds > 0 && ++updates_here_ == config_.fault_kill_after_rounds) {
+    if (config_.fault_kill_after_rounds > 0 && !resumed_ && ++updates_here_ == config_.fault_kill_after_rounds) {
       std::fprintf(stderr, "troupe %s: fault injection: killing this process after %lld updates (TROUPE_FAULT_KILL_AFTER_ROUNDS)\n",
                    Me().c_str(), static_cast<long long>(updates_here_));
       std::fflush(stderr);
@@ -625,9 +625,16 @@ class Server {
     if (it == workers_.end()) return;
     const WorkerConn w = it->second;
     workers_.erase(it);
-    if (w.observer) return;
+    if (w.observer || left_.count(w.rank) != 0) return;
+    if (RecoveryOn() && !finished_) {
+      // A restartable server's workers reconnect and resend what it lacks (a dropped connection is not a
+      // death): the scheduler, which hears from every worker, says when one died.
+      std::fprintf(stderr, "troupe %s: worker %d disconnected (%s); waiting for it to reconnect\n", Me().c_str(),
+                   w.rank, why.c_str());
+      return;
+    }
     // A worker that closes without leaving died (the scheduler will say so too; the first notice counts).
-    if (left_.count(w.rank) == 0) WorkerDied(w.rank, NodeName(net::Role::kWorker, w.rank, w.host) + " died: " + why);
+    WorkerDied(w.rank, NodeName(net::Role::kWorker, w.rank, w.host) + " died: " + why);
   }
 
   // Whether this server checkpoints by itself (then workers keep what they pushed since its last checkpoint,

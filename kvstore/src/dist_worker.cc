@@ -72,6 +72,7 @@ using leave_atom = caf::atom_constant<caf::atom("wk_leave")>;
 using mode_atom = caf::atom_constant<caf::atom("wk_mode")>;
 using connected_atom = caf::atom_constant<caf::atom("wk_conn")>;
 using fail_atom = caf::atom_constant<caf::atom("wk_fail")>;
+using reconnect_atom = caf::atom_constant<caf::atom("wk_recon")>;
 
 constexpr int kScheduler = -1;  // request target: the scheduler; 0.. are server ranks
 
@@ -294,6 +295,13 @@ class WorkerActor {
           if (!error.empty()) return ServerDown(target, error);
           ServerUp(target, state);
         },
+        [this](reconnect_atom, int r, std::uint64_t generation) {
+          // A scheduled reconnect to a restartable server whose connection ended; stale once anything else
+          // happened to the link (a death notice, the server's return elsewhere, a newer attempt).
+          if (r < 0 || r >= static_cast<int>(servers_.size()) || !failed_.empty() || leaving_) return;
+          const ServerLink& s = servers_[static_cast<std::size_t>(r)];
+          if (s.generation == generation && !s.up && !s.conn) Connect(r);
+        },
         [this](connected_atom, int target, std::uint64_t generation, const caf::actor& conn, const std::string& error) {
           OnConnected(target, generation, conn, error);
         },
@@ -310,6 +318,8 @@ class WorkerActor {
     std::string address;
     bool up = false;          // handshake done and not dead
     bool was_up = false;      // it was up before: its next handshake is a reconnect
+    int backoff_ms = 100;     // before the next reconnect attempt (doubles up to 2 s while it fails)
+    Clock::time_point down_since;  // when it went down (reconnects are tried for the reconnect timeout)
     std::string down_reason;  // why it is down (empty before the first handshake)
   };
   struct Queued {  // a request for a server that is down, waiting for it to come back
@@ -474,7 +484,10 @@ class WorkerActor {
       }
       return;
     }
-    if (c.name == "node_dead" && Arg(c, "role") == "server") return ServerDown(IntArg(c, "rank"), Arg(c, "message"));
+    // A dead server is not tried again at its old address: the scheduler says where it comes back (server_up).
+    if (c.name == "node_dead" && Arg(c, "role") == "server") {
+      return ServerDown(IntArg(c, "rank"), Arg(c, "message"), /*retry=*/false);
+    }
     // The job failed (a worker died or failed, the models differ, a wait made no progress): in dist_sync
     // every call fails with it from now on; dist_async goes on (KVStore::Finalize reports it either way).
     if (c.name == "broken" && sync_) return Fail(Arg(c, "message", "the job failed"));
@@ -564,7 +577,7 @@ class WorkerActor {
     }
   }
 
-  void ServerDown(int r, const std::string& why) {
+  void ServerDown(int r, const std::string& why, bool retry = true) {
     if (r < 0 || r >= static_cast<int>(servers_.size())) return;
     ServerLink& s = servers_[static_cast<std::size_t>(r)];
     const bool was_up = s.up;
@@ -583,6 +596,14 @@ class WorkerActor {
       if (was_up && !leaving_) {
         std::fprintf(stderr, "troupe kvstore worker %d: %s is down (%s); waiting up to %d ms for it to come back\n",
                      rank_, ServerName(r).c_str(), why.c_str(), config_.reconnect_timeout_ms);
+      }
+      // Its connection may only have dropped: try it again, backing off, for as long as requests wait for it
+      // (a death notice or the server's return elsewhere supersedes this).
+      if (was_up) s.down_since = Clock::now();
+      if (retry && !leaving_ &&
+          Clock::now() - s.down_since < std::chrono::milliseconds(config_.reconnect_timeout_ms)) {
+        s.backoff_ms = was_up ? 100 : std::min(2000, std::max(100, 2 * s.backoff_ms));
+        self_->delayed_send(self_, std::chrono::milliseconds(s.backoff_ms), reconnect_atom::value, r, s.generation);
       }
       return;
     }
@@ -618,7 +639,11 @@ class WorkerActor {
     // does not wait for them.
     const int target = TargetOf(conn);
     if (target == kScheduler) return Fail("lost the scheduler: " + why);
-    if (target >= 0) ServerDown(target, ServerName(target) + " died: " + why);
+    // A restartable server's connection may only have dropped (it says whether it died through the
+    // scheduler).
+    if (target >= 0) {
+      ServerDown(target, ServerName(target) + (requests_->Recover(target) ? " closed the connection: " : " died: ") + why);
+    }
   }
 
   void OnTick() {

@@ -396,6 +396,40 @@ int TrainThroughServerDeath() {
   return 0;
 }
 
+// The chaos test's worker: TROUPE_CHAOS_ROUNDS (default 60) dist_sync rounds over a split key and two
+// small ones, no optimizer, so that every pulled value must equal the sum of both workers' pushes of its
+// round: worker w pushes (w + 1) * r + key / 2 in round r, and the sum is 3 r + key. Prints "ROUND r".
+int ChaosRounds() {
+  const char* n = std::getenv("TROUPE_CHAOS_ROUNDS");
+  const int rounds = n != nullptr ? std::atoi(n) : 60;
+  auto kv = Join("dist_sync");
+  const std::vector<int> keys{0, 1, 2};
+  const std::vector<std::int64_t> sizes{3000, 8, 100};  // key 0 over the test's bound of 1000: split
+  std::vector<NDArray> zeros, outs;
+  for (std::int64_t size : sizes) {
+    zeros.push_back(dist_test::Filled(TShape{size}, 0.f));
+    outs.emplace_back(TShape{size}, Context::CPU(0));
+  }
+  kv->Init(keys, zeros);
+  const float w = static_cast<float>(kv->rank());
+  for (int r = 1; r <= rounds; ++r) {
+    std::vector<NDArray> pushes;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      pushes.push_back(dist_test::Filled(TShape{sizes[k]}, (w + 1.f) * static_cast<float>(r) + 0.5f * static_cast<float>(k)));
+    }
+    kv->PushPull(keys, pushes, outs);
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      dist_test::ExpectValues("round " + std::to_string(r) + " key " + std::to_string(k), outs[k].ToVector<float>(),
+                              std::vector<float>(static_cast<std::size_t>(sizes[k]), 3.f * static_cast<float>(r) +
+                                                                                        static_cast<float>(k)));
+    }
+    Say("ROUND " + std::to_string(r));
+  }
+  kv->Finalize();
+  Say("DONE");
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   if (const int status = RunDistRoleFromEnv(); status >= 0) return status;
   if (argc < 2) {
@@ -421,6 +455,7 @@ int Main(int argc, char** argv) {
     if (name == "two_rounds_with_pause") return TwoRoundsWithPause();
     if (name == "rounds_until_failure") return RoundsUntilFailure();
     if (name == "train_through_server_death") return TrainThroughServerDeath();
+    if (name == "chaos_rounds") return ChaosRounds();
     const auto& all = dist_test::Scenarios();
     auto it = all.find(name);
     if (it == all.end()) {

@@ -87,7 +87,10 @@ struct Cluster {
   std::vector<int> server_ports;
 
   // `before_servers` runs once the scheduler listens, before any server starts (given its port).
-  Cluster(int num_servers, int num_workers, Env extra = {}, const std::function<void(int)>& before_servers = {}) {
+  // `server_env`: more variables for the server of a rank (fault injection aimed at one server).
+  Cluster(int num_servers, int num_workers, Env extra = {}, const std::function<void(int)>& before_servers = {},
+          std::map<int, Env> server_env = {})
+      : server_env_(std::move(server_env)) {
     env = {{"DMLC_PS_ROOT_URI", "127.0.0.1"},
            {"DMLC_NUM_SERVER", std::to_string(num_servers)},
            {"DMLC_NUM_WORKER", std::to_string(num_workers)},
@@ -112,6 +115,7 @@ struct Cluster {
     Env s = env;
     s["DMLC_ROLE"] = "server";
     s["TROUPE_SERVER_RANK"] = std::to_string(rank);
+    for (const auto& [k, v] : server_env_[rank]) s[k] = v;
     auto p = std::make_unique<Proc>("server " + std::to_string(rank), std::vector<std::string>{}, s);
     // The main thread prints where it listens once the node is up; the node's actor prints "troupe server N:
     // started" when the scheduler's answer comes, which can be first.
@@ -131,6 +135,9 @@ struct Cluster {
     for (const auto& [k, v] : extra) w[k] = v;
     return std::make_unique<Proc>("worker " + program, std::vector<std::string>{program}, w);
   }
+
+ private:
+  std::map<int, Env> server_env_;
 };
 
 }  // namespace troupe::dist_test

@@ -142,6 +142,8 @@ using tick_atom = caf::atom_constant<caf::atom("tr_tick")>;
 //                                answers that carry values): their requests are never answered
 //   TROUPE_FAULT_DELAY_MS=D      delay every frame by D ms on the sending thread (a slow link)
 //   TROUPE_FAULT_CLOSE_AFTER=N   close each connection once it has carried N frames (both sides see it close)
+//   TROUPE_FAULT_CLOSE_ACCEPTED=1  only the connections this process accepted (a server's from workers, not
+//                                its own to the scheduler)
 //   TROUPE_FAULT_SEED=S          the seed of the drops (default 1)
 // A malformed value is an error when the first node starts (NetSystem::Acquire). Every injected fault is
 // logged (the first few, then every 1000th).
@@ -150,6 +152,7 @@ struct FaultPlan {
   int delay_ms = 0;
   std::uint64_t close_after = 0;
   std::uint64_t seed = 1;
+  bool close_accepted_only = false;
   bool any() const { return drop > 0 || delay_ms > 0 || close_after > 0; }
 };
 // Throws troupe::Error naming a malformed variable.

@@ -163,8 +163,12 @@ class Writer {
  public:
   enum class Now { kWritten, kStarted, kMailIt };
 
+  explicit Writer(bool accepted = false) : accepted_(accepted) {}
+
   // Frames handed to Send for this connection so far (fault injection counts them).
   std::uint64_t CountSent() { return ++sent_; }
+  // This process accepted the connection (else it connected).
+  bool accepted() const { return accepted_; }
 
   // On a sender's thread. kWritten: the socket took the whole frame. kStarted: it took a part and the rest
   // is queued: mail the broker pump_atom. kMailIt: mail the frame to the broker (counted: from here on,
@@ -301,6 +305,7 @@ class Writer {
     if (caf_pending_ > 0) self->flush(hdl);
   }
 
+  const bool accepted_ = false;
   std::atomic<std::uint64_t> sent_{0};
   std::mutex mu_;
   int fd_ = -1;          // the socket, once the broker started
@@ -333,6 +338,7 @@ FaultPlan ReadFaultPlan() {
   if (auto x = EnvDouble("TROUPE_FAULT_DELAY_MS", 0, 60000)) f.delay_ms = static_cast<int>(*x);
   if (auto x = EnvDouble("TROUPE_FAULT_CLOSE_AFTER", 0, 1e15)) f.close_after = static_cast<std::uint64_t>(*x);
   if (auto x = EnvDouble("TROUPE_FAULT_SEED", 0, 1e15)) f.seed = static_cast<std::uint64_t>(*x);
+  if (auto x = EnvDouble("TROUPE_FAULT_CLOSE_ACCEPTED", 0, 1)) f.close_accepted_only = *x != 0;
   return f;
 }
 
@@ -708,7 +714,7 @@ caf::behavior ListenerBroker(caf::io::broker* self, caf::actor owner, std::share
   const ConnOptions options = args->options;
   return {
       [self, owner, options](const caf::io::new_connection_msg& msg) {
-        auto writer = std::make_shared<Writer>();
+        auto writer = std::make_shared<Writer>(/*accepted=*/true);
         // Registered before anyone can know the connection (the owner learns of it from its first frame).
         caf::actor conn = self->fork(ConnectionBroker, msg.handle, owner, options, false, FrameHook{}, writer);
         RegisterWriter(conn, writer);
@@ -818,7 +824,7 @@ namespace {
 bool InjectFaults(const caf::actor& conn, Writer& w, const Message& m) {
   const FaultPlan& f = Faults();
   const std::uint64_t n = w.CountSent();
-  if (f.close_after > 0 && n >= f.close_after) {
+  if (f.close_after > 0 && n >= f.close_after && (!f.close_accepted_only || w.accepted())) {
     if (n == f.close_after) {
       LogFault("closing a connection after " + std::to_string(n) + " frames");
       caf::anon_send(conn, fault_close_atom::value);
