@@ -110,12 +110,12 @@ class Requests {
     if (target < 0 || target >= static_cast<int>(links_.size()) || !links_[static_cast<std::size_t>(target)]) {
       return nullptr;
     }
-    pending_[id] = Pending{target, fn, Clock::now(), frame};
+    pending_[id] = Pending{target, fn, Clock::now(), KeptFrame(target, frame)};
     return links_[static_cast<std::size_t>(target)];
   }
   void Add(int target, std::uint64_t id, const ReplyFn& fn, const net::Message& frame = {}) {
     std::lock_guard<std::mutex> lock(mu_);
-    pending_[id] = Pending{target, fn, Clock::now(), frame};
+    pending_[id] = Pending{target, fn, Clock::now(), KeptFrame(target, frame)};
   }
   // Every request to server `target`, with its frame (to resend it once the server is back).
   struct InFlight {
@@ -208,16 +208,6 @@ class Requests {
     }
     return out;
   }
-  // Bytes kept (a test of the pruning, and diagnostics).
-  std::size_t RetainedBytes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::size_t n = 0;
-    for (const auto& [where, rounds] : retained_) {
-      for (const auto& [round, t] : rounds) n += t.value.data.size();
-    }
-    return n;
-  }
-
   // The first error this worker's calls met (the failure it reports when it ends without Finalize).
   void NoteError(const std::string& e) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -252,6 +242,12 @@ class Requests {
  private:
   std::mutex mu_;
   std::vector<caf::actor> links_;  // server rank -> connection, null while down
+  // The frame a request keeps for a resend: only to a server that may come back from its checkpoint.
+  net::Message KeptFrame(int target, const net::Message& frame) const {  // under mu_
+    const bool keep = target >= 0 && target < static_cast<int>(recover_.size()) && recover_[static_cast<std::size_t>(target)];
+    return keep ? frame : net::Message{};
+  }
+
   struct Pending {
     int target;
     ReplyFn fn;
@@ -592,7 +588,14 @@ class WorkerActor {
       // It checkpoints by itself, so it may come back from its checkpoint: the requests in flight wait for
       // it (and are resent then), up to the reconnect timeout.
       const auto deadline = Clock::now() + std::chrono::milliseconds(config_.reconnect_timeout_ms);
-      for (auto& f : requests_->TakeInFlight(r)) queued_.push_back(Queued{r, f.id, std::move(f.frame), std::move(f.fn), deadline});
+      for (auto& f : requests_->TakeInFlight(r)) {
+        // A request sent before the server said it checkpoints (its handshake) kept no frame: it fails.
+        if (std::holds_alternative<net::Hello>(f.frame)) {
+          f.fn(Reply{why, std::nullopt});
+          continue;
+        }
+        queued_.push_back(Queued{r, f.id, std::move(f.frame), std::move(f.fn), deadline});
+      }
       if (was_up && !leaving_) {
         std::fprintf(stderr, "troupe kvstore worker %d: %s is down (%s); waiting up to %d ms for it to come back\n",
                      rank_, ServerName(r).c_str(), why.c_str(), config_.reconnect_timeout_ms);

@@ -34,15 +34,21 @@ void AwaitGo() {
 
 std::unique_ptr<KVStore> Join(const std::string& type) { return CreateDistKVStore(type, DistConfig::FromEnv()); }
 
-// The victim of the kill tests: one round, READY, then waits to be killed (or stopped).
-int RoundThenBlock() {
+// Joins, runs one round of key 0 (4 floats, pushing ones into `out`), says READY and waits for GO.
+std::unique_ptr<KVStore> RoundThenGo(NDArray* out) {
   auto kv = Join("dist_sync");
   kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
-  NDArray out(TShape{4}, Context::CPU(0));
-  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
-  out.WaitToRead();
+  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {*out});
+  out->WaitToRead();
   Say("READY");
   AwaitGo();
+  return kv;
+}
+
+// The victim of the kill tests: one round, READY, then waits to be killed (or stopped).
+int RoundThenBlock() {
+  NDArray out(TShape{4}, Context::CPU(0));
+  auto kv = RoundThenGo(&out);
   std::_Exit(0);  // not reached when killed; never leave in order (the test is about dying)
 }
 
@@ -342,13 +348,8 @@ int PushVersusBarrier() {
 // Heartbeats: one round, READY, wait for GO (the test may stop and resume this process meanwhile), one
 // more round, leave in order.
 int TwoRoundsWithPause() {
-  auto kv = Join("dist_sync");
-  kv->Init({0}, {dist_test::Filled(TShape{4}, 0.f)});
   NDArray out(TShape{4}, Context::CPU(0));
-  kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
-  out.WaitToRead();
-  Say("READY");
-  AwaitGo();
+  auto kv = RoundThenGo(&out);
   kv->PushPull({0}, {dist_test::Filled(TShape{4}, 1.f)}, {out});
   dist_test::ExpectValues("the round after the pause", out.ToVector<float>(), std::vector<float>(4, 2.f));
   kv->Finalize();

@@ -129,6 +129,12 @@ struct Cluster {
     }
   }
 
+  // Expects the scheduler to exit with `scheduler_status` (1 after a failed job) and every server with 0.
+  void ExpectEnd(int scheduler_status) {
+    EXPECT_EQ(scheduler->Wait(), scheduler_status);
+    for (auto& s : servers) EXPECT_EQ(s->Wait(), 0) << "a server";
+  }
+
   std::unique_ptr<Proc> Worker(const std::string& program, Env extra = {}) {
     Env w = env;
     w["DMLC_ROLE"] = "worker";

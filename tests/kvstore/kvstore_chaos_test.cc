@@ -46,8 +46,7 @@ TEST(DistChaos, SyncRoundsStayExactThroughDroppedConnectionsAndAServerKill) {
   EXPECT_NE(b->WaitLine("DONE", 600000), "");
   EXPECT_EQ(a->Wait(), 0);
   EXPECT_EQ(b->Wait(), 0);
-  EXPECT_EQ(c.scheduler->Wait(), 0);
-  for (auto& s : c.servers) EXPECT_EQ(s->Wait(), 0);
+  c.ExpectEnd(0);
   std::filesystem::remove_all(dir);
 }
 

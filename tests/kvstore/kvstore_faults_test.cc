@@ -165,8 +165,7 @@ TEST(DistFaults, StrangersCostTheNodeNoMemoryBeforeAuthenticating) {
   }
   worker->Write("GO\n");
   EXPECT_EQ(worker->Wait(), 0);
-  EXPECT_EQ(c.scheduler->Wait(), 0);
-  EXPECT_EQ(c.servers[0]->Wait(), 0);
+  c.ExpectEnd(0);
 }
 
 TEST(DistFaults, AThousandIdleConnectionsDoNotKeepTheClusterFromForming) {
@@ -198,8 +197,7 @@ TEST(DistFaults, AThousandIdleConnectionsDoNotKeepTheClusterFromForming) {
   EXPECT_EQ(closed, kIdle);
   std::printf("%d idle connections: the cluster formed and trained; %d were closed by the scheduler within %d ms\n",
               kIdle, closed, kHelloTimeoutMs + 5000);
-  EXPECT_EQ(c.scheduler->Wait(), 0);
-  EXPECT_EQ(c.servers[0]->Wait(), 0);
+  c.ExpectEnd(0);
 }
 
 TEST(DistFaults, NodesWithoutATokenRefuseToStartUnlessInsecure) {
@@ -220,8 +218,7 @@ TEST(DistFaults, NodesWithoutATokenRefuseToStartUnlessInsecure) {
   EXPECT_NE(w0->WaitLine("troupe worker: WARNING: running without a cluster token"), "");
   EXPECT_EQ(w0->Wait(), 0);
   EXPECT_EQ(w1->Wait(), 0);
-  EXPECT_EQ(c.scheduler->Wait(), 0);
-  EXPECT_EQ(c.servers[0]->Wait(), 0);
+  c.ExpectEnd(0);
 }
 
 TEST(DistFaults, AHeldServerRankCannotBeClaimed) {
@@ -237,8 +234,7 @@ TEST(DistFaults, AHeldServerRankCannotBeClaimed) {
   EXPECT_EQ(thief.Wait(), 1);
   worker->Write("GO\n");  // the job goes on with the real server 0
   EXPECT_EQ(worker->Wait(), 0);
-  EXPECT_EQ(c.scheduler->Wait(), 0);
-  EXPECT_EQ(c.servers[0]->Wait(), 0);
+  c.ExpectEnd(0);
 }
 
 void DifferingModels(const std::string& model) {
@@ -253,8 +249,7 @@ void DifferingModels(const std::string& model) {
     std::printf("%s\n", line.c_str());
     EXPECT_EQ(w->Wait(), 0);
   }
-  EXPECT_EQ(c.scheduler->Wait(), 1);  // the job failed
-  for (auto& s : c.servers) EXPECT_EQ(s->Wait(), 0);
+  c.ExpectEnd(1);  // the job failed
 }
 
 TEST(DistFaults, DifferingShapesFailEveryWorkerAtInit) { DifferingModels("big"); }
@@ -271,8 +266,7 @@ TEST(DistFaults, AFailingWorkerFailsTheJobForEveryone) {
   EXPECT_NE(line.find("ended without KVStore::Finalize"), std::string::npos) << line;
   EXPECT_LE(MsSince(t0), kHeartbeatTimeoutMs) << line;
   EXPECT_EQ(other->Wait(), 0);
-  EXPECT_EQ(c.scheduler->Wait(), 1);
-  EXPECT_EQ(c.servers[0]->Wait(), 0);
+  c.ExpectEnd(1);
 }
 
 TEST(DistFaults, NoProgressWithEveryoneAliveFailsEveryWaitingParty) {
@@ -293,8 +287,7 @@ TEST(DistFaults, NoProgressWithEveryoneAliveFailsEveryWaitingParty) {
     EXPECT_NE(line.find("did not"), std::string::npos) << line;
     EXPECT_EQ(w->Wait(), 0);
   }
-  EXPECT_EQ(c.scheduler->Wait(), 1);
-  EXPECT_EQ(c.servers[0]->Wait(), 0);
+  c.ExpectEnd(1);
 }
 
 TEST(DistFaults, AStoppedWorkerIsDeclaredDeadWithinOneIntervalOfTheTimeout) {
@@ -335,8 +328,7 @@ TEST(DistFaults, AWorkerStoppedForHalfTheTimeoutIsNotDeclaredDead) {
   EXPECT_NE(other->WaitLine("DONE"), "");
   EXPECT_EQ(paused->Wait(), 0);
   EXPECT_EQ(other->Wait(), 0);
-  EXPECT_EQ(c.scheduler->Wait(), 0);  // nobody was declared dead
-  EXPECT_EQ(c.servers[0]->Wait(), 0);
+  c.ExpectEnd(0);  // nobody was declared dead
 }
 
 // Fault injection built into the transport (TROUPE_FAULT_*, docs/settings.md) drives the failure paths.
@@ -403,8 +395,7 @@ TEST(DistFaults, DelayedFramesStillGiveExactRounds) {
   auto b = c.Worker("sync_rounds");
   EXPECT_EQ(a->Wait(), 0);
   EXPECT_EQ(b->Wait(), 0);
-  EXPECT_EQ(c.scheduler->Wait(), 0);
-  for (auto& s : c.servers) EXPECT_EQ(s->Wait(), 0);
+  c.ExpectEnd(0);
 }
 
 // A server killed with SIGKILL while pushes are in flight, started again by hand from its checkpoint (a few
@@ -426,8 +417,7 @@ TEST(DistFaults, AServerKilledMidTrainingComesBackAndNothingIsLostOrAppliedTwice
   EXPECT_NE(b->WaitLine("DONE"), "");
   EXPECT_EQ(a->Wait(), 0);
   EXPECT_EQ(b->Wait(), 0);
-  EXPECT_EQ(c.scheduler->Wait(), 0);
-  for (auto& s : c.servers) EXPECT_EQ(s->Wait(), 0);
+  c.ExpectEnd(0);
   std::filesystem::remove_all(dir);
 }
 
