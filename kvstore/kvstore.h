@@ -35,6 +35,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,10 +62,14 @@ class KVStore {
   virtual int num_workers() const { return 1; }
 
   virtual void Init(const std::vector<int>& keys, const std::vector<NDArray>& values) = 0;
-  virtual void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority = 0) = 0;
-  virtual void Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority = 0) = 0;
-  virtual void PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values,
-                        const std::vector<NDArray>& outs, int priority = 0);
+  // Push, Pull and PushPull are the same steps for every type: every argument is checked (one array per
+  // key, each key initialised, each array with its key's shape, dtype and engine, then the type's own
+  // checks) before anything is pushed, so an error leaves the store as it was; then the type gets the
+  // keys' groups (PushGroups, PullGroups, PushPullGroups). Nothing waits: the engine orders the work.
+  void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority = 0);
+  void Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority = 0);
+  void PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
+                int priority = 0);
 
   // String keys: mapped to int keys on first use (Init); mixing them with int keys in one store is an error.
   void Init(const std::vector<std::string>& keys, const std::vector<NDArray>& values);
@@ -116,6 +121,21 @@ class KVStore {
 
  protected:
   explicit KVStore(std::string type) : type_(std::move(type)) {}
+
+  // key -> the positions of its arrays in the call, keys in increasing order (MXNet's GroupKVPairs).
+  using KeyGroups = std::map<int, std::vector<std::size_t>>;
+  // The stored value of `key` (what the checks compare arrays with), or null when it is not initialised.
+  virtual const NDArray* StoredOf(int key) const = 0;
+  // Throws troupe::Error when the store cannot take calls any more (a dist store after Finalize).
+  virtual void CheckOpen(const char* /*op*/) const {}
+  // The type's own checks of a push's values (gradient compression, NCCL's devices), after the shared ones
+  // and before anything is pushed.
+  virtual void CheckPushValues(const char* /*op*/, const KeyGroups& /*groups*/, const std::vector<NDArray>& /*values*/) {}
+  virtual void PushGroups(const KeyGroups& groups, const std::vector<NDArray>& values, int priority) = 0;
+  virtual void PullGroups(const KeyGroups& groups, const std::vector<NDArray>& outs, int priority) = 0;
+  // PushGroups then PullGroups, unless the type does both in one step (dist: one round trip).
+  virtual void PushPullGroups(const KeyGroups& pushes, const std::vector<NDArray>& values, const KeyGroups& pulls,
+                              const std::vector<NDArray>& outs, int priority);
   // The int key of a string key; `create` (Init) maps a new string key to the next int. Throws
   // troupe::Error for an unknown key when !create, or when the store already uses int keys.
   int IntKey(const std::string& key, bool create);

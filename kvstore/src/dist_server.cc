@@ -364,8 +364,7 @@ class Server {
         WriteCheckpoint(config_.checkpoint_dir);
       } else if (c.name == "declare") {
         if (w.observer) return Fail(conn, c.request_id, Me() + ": an observer declares no keys");
-        Send(conn, net::Ack{c.request_id, std::nullopt});
-        return OnDeclare(w.rank, c);
+        return OnDeclare(conn, w.rank, c);
       } else if (c.name == "leave") {
         left_.insert(w.rank);
         Send(conn, net::Ack{c.request_id, std::nullopt});
@@ -614,6 +613,10 @@ class Server {
       e.pushed.clear();
       e.first_push = {};
     }
+    for (auto& [call, d] : declared_) {
+      for (const Waiter& w : d.waiters) Fail(w.conn, w.id, broken_, rank);
+    }
+    declared_.clear();
   }
 
   void OnClosed(const caf::actor& conn, const std::string& why) {
@@ -673,22 +676,38 @@ class Server {
     Break(message, -1);
   }
 
-  // Every worker declares its keys at Init (to server 0); once every active worker has declared Init call
-  // `call`, the declarations must agree, or the job fails naming the first difference.
-  void OnDeclare(int rank, const net::Command& c) {
+  // Every worker declares its keys at Init (to server 0), and the answers wait until every active worker
+  // has declared Init call `call`: then the declarations must agree, or every declarer gets the first
+  // difference (and the job fails), so no worker's Init can succeed beside a differing one.
+  void OnDeclare(const caf::actor& conn, int rank, const net::Command& c) {
+    if (!broken_.empty()) return Fail(conn, c.request_id, broken_, dead_rank_);
     const std::int64_t call = std::stoll(Arg(c, "call", "0"));
-    auto& by_rank = declared_[call];
-    auto& keys = by_rank[rank];
+    Declarations& d = declared_[call];
+    if (d.waiters.empty()) d.since = Clock::now();
+    d.waiters.push_back({conn, c.request_id, false});
+    auto& keys = d.keys[rank];
     for (const auto& [k, v] : c.args) {
       if (k != "key") continue;
       const auto space = v.find(' ');
       keys[v.substr(0, space)] = space == std::string::npos ? "" : v.substr(space + 1);
     }
     for (int r = 0; r < num_workers_; ++r) {
-      if (left_.count(r) == 0 && dead_.count(r) == 0 && by_rank.count(r) == 0) return;  // not all in yet
+      if (left_.count(r) == 0 && dead_.count(r) == 0 && d.keys.count(r) == 0) return;  // not all in yet
     }
-    const auto declarations = std::move(by_rank);
+    const Declarations done = std::move(d);
     declared_.erase(call);
+    const std::string diff = DeclarationsDiffer(done.keys);
+    if (!diff.empty()) {
+      ReportFailure("the workers' models differ at KVStore::Init: " + diff +
+                    " (every worker must Init the same keys with the same shapes and dtypes)");
+      for (const Waiter& w : done.waiters) Fail(w.conn, w.id, broken_, -1);
+      return;
+    }
+    for (const Waiter& w : done.waiters) Send(w.conn, net::Ack{w.id, std::nullopt});
+  }
+
+  // The first difference between the workers' declarations of one Init call, or empty.
+  static std::string DeclarationsDiffer(const std::map<int, std::map<std::string, std::string>>& declarations) {
     const auto& [first, want] = *declarations.begin();
     for (const auto& [r, got] : declarations) {
       std::string diff;
@@ -710,18 +729,30 @@ class Server {
                  std::to_string(first);
         }
       }
-      if (!diff.empty()) {
-        return ReportFailure("the workers' models differ at KVStore::Init: " + diff +
-                             " (every worker must Init the same keys with the same shapes and dtypes)");
-      }
+      if (!diff.empty()) return diff;
     }
+    return {};
   }
 
   // A sync round whose workers have not all pushed within the progress timeout fails the job, naming the
   // key, the round and who is missing.
   void CheckRoundProgress() {
-    if (config_.progress_timeout_ms <= 0 || !sync_ || !broken_.empty()) return;
+    if (config_.progress_timeout_ms <= 0 || !broken_.empty()) return;
     const auto now = Clock::now();
+    for (const auto& [call, d] : declared_) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - d.since).count();
+      if (waited < config_.progress_timeout_ms) continue;
+      std::string missing;
+      for (int r = 0; r < num_workers_; ++r) {
+        if (left_.count(r) == 0 && dead_.count(r) == 0 && d.keys.count(r) == 0) {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        }
+      }
+      return ReportFailure("KVStore::Init call " + std::to_string(call + 1) + " made no progress for " +
+                           std::to_string(waited) + " ms (TROUPE_PROGRESS_TIMEOUT_MS): worker(s) " + missing +
+                           " did not declare their keys (every worker must call Init alike)");
+    }
+    if (!sync_) return;
     for (const auto& [key, e] : entries_) {
       if (e.pushed.empty()) continue;
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - e.round_started).count();
@@ -814,8 +845,14 @@ class Server {
   // Observer statistics: pushes received (and their payload bytes), values sent back.
   std::int64_t pushes_ = 0, pulls_ = 0, bytes_in_ = 0, bytes_out_ = 0;
   std::vector<float> scratch_;
-  // Init declarations (OnDeclare): call -> worker rank -> key -> "dtype(shape)".
-  std::map<std::int64_t, std::map<int, std::map<std::string, std::string>>> declared_;
+  // Init declarations (OnDeclare), by Init call: per worker rank, key -> "dtype(shape)"; the declarers
+  // waiting for the answer; when the first came.
+  struct Declarations {
+    std::map<int, std::map<std::string, std::string>> keys;
+    std::vector<Waiter> waiters;
+    Clock::time_point since;
+  };
+  std::map<std::int64_t, Declarations> declared_;
   std::uint64_t internal_ids_ = 0;
   Clock::time_point last_seen_;
   std::uint64_t beats_ = 0;

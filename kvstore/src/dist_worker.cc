@@ -103,9 +103,6 @@ class KVStoreDist final : public KVStore {
   }
 
   using KVStore::Init;
-  using KVStore::Pull;
-  using KVStore::Push;
-  using KVStore::PushPull;
 
   int rank() const override { return rank_; }
   int num_workers() const override { return num_workers_; }
@@ -159,34 +156,26 @@ class KVStoreDist final : public KVStore {
     Barrier();
   }
 
-  void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority) override {
-    NoteIntKeys("Push");
-    const KeyGroups groups = Check("Push", keys, values, "value");
-    CheckCompression("Push", keys, values);
+  void PushGroups(const KeyGroups& groups, const std::vector<NDArray>& values, int priority) override {
     for (const auto& [key, idx] : groups) {
       Key& k = Prepare(key);
       Send(net::TensorOp::kPush, key, k, Source(key, k, values, idx, priority), {}, priority);
     }
   }
 
-  void Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) override {
-    NoteIntKeys("Pull");
-    const KeyGroups groups = Check("Pull", keys, outs, "output");
+  void PullGroups(const KeyGroups& groups, const std::vector<NDArray>& outs, int priority) override {
     for (const auto& [key, idx] : groups) {
       Key& k = Prepare(key);
       Send(net::TensorOp::kPull, key, k, {}, Outputs(k, outs, idx), priority);
     }
   }
 
-  void PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
-                int priority) override {
-    NoteIntKeys("PushPull");
-    const KeyGroups groups = Check("PushPull", keys, values, "value");
-    const KeyGroups out_groups = Check("PushPull", keys, outs, "output");
-    CheckCompression("PushPull", keys, values);
-    for (const auto& [key, idx] : groups) {
+  // One round trip per key: the push and the pull of a key are one frame.
+  void PushPullGroups(const KeyGroups& pushes, const std::vector<NDArray>& values, const KeyGroups& pulls,
+                      const std::vector<NDArray>& outs, int priority) override {
+    for (const auto& [key, idx] : pushes) {
       Key& k = Prepare(key);
-      Send(net::TensorOp::kPushPull, key, k, Source(key, k, values, idx, priority), Outputs(k, outs, out_groups.at(key)),
+      Send(net::TensorOp::kPushPull, key, k, Source(key, k, values, idx, priority), Outputs(k, outs, pulls.at(key)),
            priority);
     }
   }
@@ -230,24 +219,20 @@ class KVStoreDist final : public KVStore {
 
   std::uint64_t NextId() { return next_id_.fetch_add(1) + 1; }
 
-  const NDArray* StoredOf(int key) const {
+  const NDArray* StoredOf(int key) const override {
     auto it = keys_.find(key);
     return it == keys_.end() ? nullptr : &it->second->proto;
   }
-  KeyGroups Check(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& arrays,
-                  const char* what) const {
-    CheckOpen(op);
-    return CheckArrays(op, keys, arrays, what, [this](int k) { return StoredOf(k); },
-                       [this](int k) { return KeyName(k); });
-  }
 
   // With compression on, every value must be float32 (checked before anything is pushed).
-  void CheckCompression(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& values) const {
+  void CheckPushValues(const char* op, const KeyGroups& groups, const std::vector<NDArray>& values) override {
     if (compression_.empty()) return;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      if (values[i].dtype() != DType::kFloat32) {
-        throw Error(std::string("KVStore::") + op + ": gradient compression takes float32 values; key " +
-                    KeyName(keys[i]) + " is " + DTypeName(values[i].dtype()));
+    for (const auto& [key, idx] : groups) {
+      for (std::size_t i : idx) {
+        if (values[i].dtype() != DType::kFloat32) {
+          throw Error(std::string("KVStore::") + op + ": gradient compression takes float32 values; key " +
+                      KeyName(key) + " is " + DTypeName(values[i].dtype()));
+        }
       }
     }
   }
@@ -483,7 +468,7 @@ class KVStoreDist final : public KVStore {
 
   // Sends one request and returns its answer's future (answered on a node's death too).
   // Throws once the store was finalized (its connections are gone).
-  void CheckOpen(const char* op) const {
+  void CheckOpen(const char* op) const override {
     if (!link_) {
       throw Error(std::string("KVStore::") + op + ": this store has left the cluster (KVStore::Finalize)");
     }

@@ -75,10 +75,40 @@ std::string KVStore::KeyName(int key) const {
   return std::to_string(key);
 }
 
+void KVStore::Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority) {
+  NoteIntKeys("Push");
+  CheckOpen("Push");
+  const KeyGroups groups = internal::CheckArrays("Push", keys, values, "value", [this](int k) { return StoredOf(k); },
+                                                 [this](int k) { return KeyName(k); });
+  CheckPushValues("Push", groups, values);
+  PushGroups(groups, values, priority);
+}
+
+void KVStore::Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) {
+  NoteIntKeys("Pull");
+  CheckOpen("Pull");
+  const KeyGroups groups = internal::CheckArrays("Pull", keys, outs, "output", [this](int k) { return StoredOf(k); },
+                                                 [this](int k) { return KeyName(k); });
+  PullGroups(groups, outs, priority);
+}
+
 void KVStore::PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values,
                        const std::vector<NDArray>& outs, int priority) {
-  Push(keys, values, priority);
-  Pull(keys, outs, priority);
+  NoteIntKeys("PushPull");
+  CheckOpen("PushPull");
+  // Both halves are checked before either is pushed, so a bad output does not leave a push behind.
+  auto stored = [this](int k) { return StoredOf(k); };
+  auto name = [this](int k) { return KeyName(k); };
+  const KeyGroups pushes = internal::CheckArrays("PushPull", keys, values, "value", stored, name);
+  const KeyGroups pulls = internal::CheckArrays("PushPull", keys, outs, "output", stored, name);
+  CheckPushValues("PushPull", pushes, values);
+  PushPullGroups(pushes, values, pulls, outs, priority);
+}
+
+void KVStore::PushPullGroups(const KeyGroups& pushes, const std::vector<NDArray>& values, const KeyGroups& pulls,
+                             const std::vector<NDArray>& outs, int priority) {
+  PushGroups(pushes, values, priority);
+  PullGroups(pulls, outs, priority);
 }
 
 void KVStore::Init(const std::vector<std::string>& keys, const std::vector<NDArray>& values) {

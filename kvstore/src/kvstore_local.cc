@@ -40,9 +40,6 @@ class KVStoreLocal final : public KVStore {
   explicit KVStoreLocal(const std::string& type) : KVStore(type), device_mode_(type == "device") {}
 
   using KVStore::Init;
-  using KVStore::Pull;
-  using KVStore::Push;
-  using KVStore::PushPull;
 
   void Init(const std::vector<int>& keys, const std::vector<NDArray>& values) override {
     NoteIntKeys("Init");
@@ -56,29 +53,6 @@ class KVStoreLocal final : public KVStore {
     }
   }
 
-  void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority) override {
-    NoteIntKeys("Push");
-    const Groups groups = Check("Push", keys, values, "value");
-    CheckCompression("Push", groups, values);
-    DoPush(groups, values, priority);
-  }
-
-  void Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) override {
-    NoteIntKeys("Pull");
-    Check("Pull", keys, outs, "output");
-    DoPull(keys, outs, priority);
-  }
-
-  void PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
-                int priority) override {
-    NoteIntKeys("PushPull");
-    // Both halves are checked before either is pushed, so a bad output does not leave a push behind.
-    const Groups groups = Check("PushPull", keys, values, "value");
-    Check("PushPull", keys, outs, "output");
-    CheckCompression("PushPull", groups, values);
-    DoPush(groups, values, priority);
-    DoPull(keys, outs, priority);
-  }
 
   void SetUpdater(Updater updater) override { updater_ = std::move(updater); }
 
@@ -99,23 +73,15 @@ class KVStoreLocal final : public KVStore {
     std::vector<NDArray> staging;  // copies of off-device values on the reduction device
     std::map<SlotKey, CompressedSlot> compressed;
   };
-  // key -> indices of its values, keys in increasing order (MXNet's GroupKVPairs).
-  using Groups = internal::KeyGroups;
 
-  // The shared checks (kvstore/internal/store_checks.h) against this store's keys.
-  const NDArray* StoredOf(int key) const {
+  const NDArray* StoredOf(int key) const override {
     const auto it = store_.find(key);
     return it == store_.end() ? nullptr : &it->second.stored;
-  }
-  Groups Check(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& arrays,
-               const char* what) const {
-    return internal::CheckArrays(op, keys, arrays, what, [this](int k) { return StoredOf(k); },
-                                 [this](int k) { return KeyName(k); });
   }
 
   // With compression on: every value and the reduction device must suit the CPU float32 kernels. Also
   // (re)builds the compressor when the configuration changed, so that a bad one fails here, before pushing.
-  void CheckCompression(const char* op, const Groups& groups, const std::vector<NDArray>& values) {
+  void CheckPushValues(const char* op, const KeyGroups& groups, const std::vector<NDArray>& values) override {
     if (compression_.empty()) return;
     if (gc_ == nullptr || gc_config_ != compression_) {
       gc_ = std::make_unique<GradientCompression>(compression_);
@@ -144,7 +110,7 @@ class KVStoreLocal final : public KVStore {
     }
   }
 
-  void DoPush(const Groups& groups, const std::vector<NDArray>& values, int priority) {
+  void PushGroups(const KeyGroups& groups, const std::vector<NDArray>& values, int priority) override {
     const bool compress = !compression_.empty();
     for (const auto& [key, idx] : groups) {
       Entry& e = store_.at(key);
@@ -163,8 +129,10 @@ class KVStoreLocal final : public KVStore {
     }
   }
 
-  void DoPull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) {
-    for (std::size_t i = 0; i < keys.size(); ++i) CopyFromTo(store_.at(keys[i]).stored, outs[i], priority);
+  void PullGroups(const KeyGroups& groups, const std::vector<NDArray>& outs, int priority) override {
+    for (const auto& [key, idx] : groups) {
+      for (std::size_t i : idx) CopyFromTo(store_.at(key).stored, outs[i], priority);
+    }
   }
 
   NDArray& Staging(Entry* e, std::size_t slot) {

@@ -233,9 +233,6 @@ class KVStoreNccl final : public KVStore {
   KVStoreNccl() : KVStore("nccl") {}
 
   using KVStore::Init;
-  using KVStore::Pull;
-  using KVStore::Push;
-  using KVStore::PushPull;
 
   // As "device": the key is stored on the device of its initial value (any device, CPUs included).
   void Init(const std::vector<int>& keys, const std::vector<NDArray>& values) override {
@@ -249,29 +246,6 @@ class KVStoreNccl final : public KVStore {
     }
   }
 
-  void Push(const std::vector<int>& keys, const std::vector<NDArray>& values, int priority) override {
-    NoteIntKeys("Push");
-    const Groups groups = Check("Push", keys, values, "value");
-    const std::vector<std::shared_ptr<CommSet>> sets = CheckForNccl("Push", groups, values);
-    DoPush(groups, values, sets, priority);
-  }
-
-  void Pull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) override {
-    NoteIntKeys("Pull");
-    Check("Pull", keys, outs, "output");
-    DoPull(keys, outs, priority);
-  }
-
-  void PushPull(const std::vector<int>& keys, const std::vector<NDArray>& values, const std::vector<NDArray>& outs,
-                int priority) override {
-    NoteIntKeys("PushPull");
-    // Both halves are checked before either is pushed, so a bad output does not leave a push behind.
-    const Groups groups = Check("PushPull", keys, values, "value");
-    Check("PushPull", keys, outs, "output");
-    const std::vector<std::shared_ptr<CommSet>> sets = CheckForNccl("PushPull", groups, values);
-    DoPush(groups, values, sets, priority);
-    DoPull(keys, outs, priority);
-  }
 
   void SetUpdater(Updater updater) override { updater_ = std::move(updater); }
 
@@ -289,24 +263,28 @@ class KVStoreNccl final : public KVStore {
     NDArray merged;                  // the reduction's target (swapped with stored when there is no updater)
     std::map<int, NDArray> scratch;  // GPU id -> that GPU's copy of the all-reduce result
   };
-  // key -> indices of its values, keys in increasing order (MXNet's GroupKVPairs).
-  using Groups = internal::KeyGroups;
 
-  // The shared checks (kvstore/internal/store_checks.h) against this store's keys.
-  const NDArray* StoredOf(int key) const {
+  const NDArray* StoredOf(int key) const override {
     const auto it = store_.find(key);
     return it == store_.end() ? nullptr : &it->second.stored;
   }
-  Groups Check(const char* op, const std::vector<int>& keys, const std::vector<NDArray>& arrays,
-               const char* what) const {
-    return internal::CheckArrays(op, keys, arrays, what, [this](int k) { return StoredOf(k); },
-                                 [this](int k) { return KeyName(k); });
+
+  void CheckPushValues(const char* op, const KeyGroups& groups, const std::vector<NDArray>& values) override {
+    CheckForNccl(op, groups, values);  // creates the communicators a push needs, before anything is pushed
+  }
+  void PushGroups(const KeyGroups& groups, const std::vector<NDArray>& values, int priority) override {
+    DoPush(groups, values, CheckForNccl("Push", groups, values), priority);  // the sets made by the check
+  }
+  void PullGroups(const KeyGroups& groups, const std::vector<NDArray>& outs, int priority) override {
+    for (const auto& [key, idx] : groups) {
+      for (std::size_t i : idx) CopyFromTo(store_.at(key).stored, outs[i], priority);
+    }
   }
 
   // What NCCL needs of a push: GPU values, at most one per GPU for a key (NCCL has one rank per device
   // in a communicator), a dtype NCCL sums. Returns the communicator set of each group (in `groups`'
   // order), creating the missing ones: all before anything is pushed.
-  std::vector<std::shared_ptr<CommSet>> CheckForNccl(const char* op, const Groups& groups,
+  std::vector<std::shared_ptr<CommSet>> CheckForNccl(const char* op, const KeyGroups& groups,
                                                      const std::vector<NDArray>& values) {
     std::vector<std::vector<int>> dev_lists;
     for (const auto& [key, idx] : groups) {
@@ -353,7 +331,7 @@ class KVStoreNccl final : public KVStore {
     return sets;
   }
 
-  void DoPush(const Groups& groups, const std::vector<NDArray>& values,
+  void DoPush(const KeyGroups& groups, const std::vector<NDArray>& values,
               const std::vector<std::shared_ptr<CommSet>>& sets, int priority) {
     std::size_t g = 0;
     for (const auto& [key, idx] : groups) {
@@ -367,10 +345,6 @@ class KVStoreNccl final : public KVStore {
         std::swap(e.stored, e.merged);
       }
     }
-  }
-
-  void DoPull(const std::vector<int>& keys, const std::vector<NDArray>& outs, int priority) {
-    for (std::size_t i = 0; i < keys.size(); ++i) CopyFromTo(store_.at(keys[i]).stored, outs[i], priority);
   }
 
   // e->merged = sum of values[idx...] (one per GPU of `set`), pushed.
