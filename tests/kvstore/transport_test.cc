@@ -25,6 +25,7 @@
 #include <variant>
 #include <vector>
 
+#include "actors/error.h"
 #include "caf/all.hpp"
 #include "kvstore/net/internal/auth.h"
 #include "tests/kvstore/pattern_bytes.h"
@@ -272,6 +273,28 @@ TEST_F(TransportTest, ConcurrentSendersKeepEachThreadsOrder) {
     EXPECT_TRUE(m == sent[t][next[t]]) << "thread " << t << ": frame " << next[t] << " out of order or changed";
     ++next[t];
   }
+}
+
+// A peer with another token: Connect fails naming it, and nothing of the owner's reaches the peer (it
+// reads the refusal only, then the close).
+TEST(TransportAuthTest, ConnectToAPeerWithAnotherTokenFails) {
+  RawPeer peer("another-token");
+  auto net = NetSystem::Acquire();
+  caf::scoped_actor owner(net->system());
+  ConnOptions options;
+  options.token = kToken;
+  try {
+    Connect(net->system(), "127.0.0.1", peer.port(), caf::actor_cast<caf::actor>(owner), options);
+    ADD_FAILURE() << "connected to a peer with another token";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("wrong cluster token"), std::string::npos) << e.what();
+  }
+  std::string error;
+  const std::vector<Message> got = peer.Finish(&error);
+  EXPECT_EQ(error, "the sender's proof is wrong");
+  ASSERT_EQ(got.size(), 1u);  // the refusal
+  ASSERT_TRUE(std::holds_alternative<ErrorMsg>(got[0]));
+  EXPECT_NE(std::get<ErrorMsg>(got[0]).message.find("wrong cluster token"), std::string::npos);
 }
 
 }  // namespace

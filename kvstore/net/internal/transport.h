@@ -44,6 +44,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -128,6 +129,8 @@ struct ConnOptions {
   std::string token;                                    // the cluster token; empty = insecure mode
   int hello_timeout_ms = 5000;                          // to authenticate
   std::shared_ptr<Admission> admission;                 // a listening node's; null for outgoing connections
+  // Outgoing connections (set by Connect): "" once the peer authenticated, else why the connection ended.
+  std::shared_ptr<std::promise<std::string>> authenticated;
 };
 
 using close_atom = caf::atom_constant<caf::atom("tr_close")>;
@@ -205,7 +208,8 @@ using FrameHook = std::function<bool(Message&)>;
 // Connects to host:port (blocking) and returns the connection broker, owned by `owner`. A refused
 // connection is retried every 100 ms for up to `retry_ms` (nodes of a cluster start in any order). Throws
 // troupe::Error naming the address on failure.
-// The connection authenticates before it carries the owner's frames (held until then).
+// Returns once the connection has authenticated both ways; throws troupe::Error naming the address and the
+// reason when the peer refused it (another token) or did not authenticate within options.hello_timeout_ms.
 caf::actor Connect(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
                    const ConnOptions& options, int retry_ms = 0, FrameHook hook = nullptr);
 

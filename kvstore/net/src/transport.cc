@@ -456,13 +456,18 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     st->writer->Close(self, hdl, false);
     self->quit();
   });
+  // Tells Connect how the authentication ended (once): "" when it succeeded, else why the connection ended.
+  auto report_auth = [st](const std::string& why) {
+    if (auto p = std::exchange(st->options.authenticated, nullptr)) p->set_value(why);
+  };
   // Ends the connection; `end` counts it in the admission, `log` (a LogKind, or -1) prints `why`. With
   // `linger`, what is queued is written and the socket stays open until the peer closes or kLingerTime
   // passed (the owner learns of the end at once either way).
-  auto finish = [self, hdl, owner, st](const std::string& why, int log, Admission::End end = Admission::End::kOther,
-                                       bool linger = false) {
+  auto finish = [self, hdl, owner, st, report_auth](const std::string& why, int log,
+                                                    Admission::End end = Admission::End::kOther, bool linger = false) {
     if (st->done) return;
     st->done = true;
+    report_auth(why.empty() ? std::string("the connection ended") : why);
     st->writer->Close(self, hdl, linger);
     const std::string line = "troupe kvstore: closing the connection from " + st->peer + ": " + why;
     if (log >= 0 && st->options.admission) {
@@ -492,13 +497,14 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     finish(why, log, end, /*linger=*/true);
   };
   // The peer authenticated: its frames go to the owner, and the owner's frames held until now go out.
-  auto open = [self, hdl, st, refuse]() {
+  auto open = [self, hdl, st, refuse, report_auth]() {
     if (st->options.admission && !st->options.admission->Authenticated(self->id())) {
       return refuse("the node holds its maximum of " + std::to_string(st->options.admission->limits().max_connections) +
                         " connections (TROUPE_KVSTORE_MAX_CONNECTIONS)",
                     kLogRefused, Admission::End::kOther);
     }
     st->authed = true;
+    report_auth("");
     st->decoder.set_max_frame_bytes(st->options.max_frame_bytes);
     st->writer->Open();
     auto held = std::move(st->held);
@@ -944,6 +950,8 @@ caf::actor Connect(caf::actor_system& system, const std::string& host, std::uint
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(retry_ms);
   ConnOptions outgoing = options;
   outgoing.admission = nullptr;  // caps are a listening node's
+  outgoing.authenticated = std::make_shared<std::promise<std::string>>();
+  auto authenticated = outgoing.authenticated->get_future();
   auto writer = std::make_shared<Writer>();
   auto r = system.middleman().spawn_client(ConnectionBroker, host, port, owner, outgoing, true, hook, writer);
   while (!r && std::chrono::steady_clock::now() < deadline) {
@@ -954,6 +962,16 @@ caf::actor Connect(caf::actor_system& system, const std::string& host, std::uint
     throw Error("kvstore: cannot connect to " + host + ":" + std::to_string(port) + ": " + system.render(r.error()));
   }
   RegisterWriter(*r, writer);  // before the caller can send to it
+  const std::string where = host + ":" + std::to_string(port);
+  // The broker ends the connection itself after the hello timeout; the margin covers a busy machine.
+  if (authenticated.wait_for(std::chrono::milliseconds(options.hello_timeout_ms + 5000)) != std::future_status::ready) {
+    caf::anon_send_exit(*r, caf::exit_reason::user_shutdown);
+    throw Error("kvstore: cannot connect to " + where + ": it did not authenticate within " +
+                std::to_string(options.hello_timeout_ms) + " ms");
+  }
+  if (const std::string why = authenticated.get(); !why.empty()) {
+    throw Error("kvstore: cannot connect to " + where + ": " + why);
+  }
   return *r;
 }
 
