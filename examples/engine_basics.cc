@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   // Errors travel as values: x's function throws, y depends on x and is skipped, and WaitForVar(y)
   // rethrows x's error — once. The engine keeps working.
   VarHandle vx = engine->NewVariable(), vy = engine->NewVariable();
-  bool y_ran = false;
+  bool y_ran = false, y_error = false, x_error = false;
   engine->PushSync([](RunContext) { throw troupe::Error("sensor x unplugged"); }, cpu, {}, {vx},
                    FnProperty::kNormal, 0, "x=read()");
   engine->PushSync([&](RunContext) { y_ran = true; }, cpu, {vx}, {vy}, FnProperty::kNormal, 0, "y=f(x)");
@@ -128,11 +128,14 @@ int main(int argc, char** argv) {
     engine->WaitForVar(vy);
     std::puts("error demo: no error?!");
   } catch (const troupe::Error& err) {
+    y_error = true;
     std::printf("error demo: WaitForVar(y) rethrew \"%s\"; y's function ran: %s\n", err.what(), y_ran ? "yes" : "no");
   }
   try {
     engine->WaitForVar(vx);
+    std::puts("error demo: no error for x?!");
   } catch (const troupe::Error&) {
+    x_error = true;
     std::puts("error demo: WaitForVar(x) rethrew it for x as well (each poisoned variable reports once)");
   }
   engine->WaitForAll();
@@ -147,7 +150,7 @@ int main(int argc, char** argv) {
     std::printf("  %-16s %-8s %-6d %-8s %10.1f %10.1f\n", r.name.c_str(), r.ctx.ToString().c_str(), r.thread_id,
                 kLanes[r.lane & 3], (r.begin_ns - t0) / 1e3, (r.end_ns - t0) / 1e3);
   }
-  const bool ok = a == 1 && b == 2 && c == 4 && d == 30.5 && e == 300 && pushes == 3 && !y_ran;
+  const bool ok = a == 1 && b == 2 && c == 4 && d == 30.5 && e == 300 && pushes == 3 && !y_ran && y_error && x_error;
   std::printf("\n%s\n", ok ? "engine demo: OK" : "engine demo: WRONG RESULT");
   return ok ? 0 : 1;
 }
