@@ -29,7 +29,7 @@ using troupe::NDArray;
 using troupe::OperatorRunner;
 using troupe::TShape;
 
-// A SimpleOp of our own: y = x^2 * scalar, written once; usable on NDArrays and (issue 5) in graphs.
+// A SimpleOp of our own: y = x^2 * scalar, written once; usable on NDArrays and in graphs.
 void ScaledSquare(const troupe::TBlob& src, const troupe::EnvArguments& env, troupe::TBlob* ret,
                   troupe::OpReqType req, troupe::RunContext) {
   const float* x = src.dptr_as<float>();

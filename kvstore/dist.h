@@ -1,4 +1,4 @@
-// The distributed KVStore (issue 8; DESIGN.md §4): the roles of a ps-lite style cluster — one scheduler,
+// The distributed KVStore (DESIGN.md §4): the roles of a ps-lite style cluster — one scheduler,
 // servers that own key ranges, workers that push and pull — talking length-prefixed Cap'n Proto frames over
 // TCP (kvstore/net). A worker is a KVStore (CreateDistKVStore, or KVStore::Create("dist_sync") with the
 // DMLC_* environment); the scheduler and the servers are DistNodes, started in this process or as their own

@@ -1,15 +1,15 @@
 // 2-bit gradient compression with error feedback, as MXNet defines it (src/kvstore/gradient_compression*):
 // each value of (gradient + residual) becomes +threshold, -threshold or 0, coded in 2 bits, 16 values per
 // 32-bit word; what was not sent stays in the residual (kept per key and device by the caller) and is added
-// to the next gradient. Used by the KVStore's device mode (issue 7) and the dist modes (issue 8).
+// to the next gradient. Used by the KVStore's device mode and the dist modes.
 //
 // Layout, bit for bit MXNet 1.9.1's quantize_2bit / dequantize_2bit: the compressed array is read as bytes
 // in memory order; byte j holds values 4j .. 4j+3, value 4j in the two most significant bits. Codes: 11 =
 // +threshold, 10 = -threshold, 00 = 0 (a 01 decodes to 0); bits past the last value are 0. A value is sent
 // when (gradient + residual) >= threshold or <= -threshold.
 //
-// Devices: CPU arrays (cpu, cpu_pinned). GPU arrays throw troupe::Error naming the device until issue 7's
-// GPU path brings the kernels.
+// Devices: CPU arrays (cpu, cpu_pinned). GPU arrays throw troupe::Error naming the device (there are no GPU
+// kernels for the 2-bit codes yet).
 //
 // Thread-safety: the object is immutable after construction; the work is pushed to the engine (ordered by
 // the arrays' variables), so calls from one thread are enough.

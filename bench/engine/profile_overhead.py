@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The profiler's overhead on the engine benchmark (issue 10): runs `troupe bench engine` in pairs, plain
+"""The profiler's overhead on the engine benchmark: runs `troupe bench engine` in pairs, plain
 then with --profile, and reports per workload the median of the paired slowdowns (profiled / plain, each
 pair measured back to back, so that a slow minute of a shared machine hits both) with a bootstrap 90%
 interval. Usage: profile_overhead.py TROUPE_BINARY OUT_DIR [PAIRS] [WORKERS]"""

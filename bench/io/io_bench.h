@@ -1,4 +1,4 @@
-// The data-loading benchmark behind `troupe bench io` (issue 5; DESIGN.md §5 "Benchmarks").
+// The data-loading benchmark behind `troupe bench io` (DESIGN.md §5 "Benchmarks").
 //
 // Two workloads, each against the library work it cannot avoid, measured in the same run and interleaved
 // with it (bench/common/measure.h: a warm-up that sizes the runs, then --repeat rounds of figure, anchor):

@@ -1,5 +1,5 @@
 // `troupe bench kvstore-local`: parameter synchronisation across the CPU devices of one machine through a
-// "local" KVStore, against the memory bandwidth it cannot beat (issue 7's benchmark).
+// "local" KVStore, against the memory bandwidth it cannot beat.
 //
 // push_pull: per device count k (--devices, default 2 and 4; contexts cpu(0) .. cpu(k-1)), a call is one
 // round of MXNet's tools/bandwidth/measure.py on a model given as a list of key sizes: for every key i (in

@@ -1,5 +1,5 @@
 // `troupe bench kvstore-dist`: the distributed KVStore across processes on loopback against raw TCP
-// between two processes, measured in the same run (issue 8's benchmark).
+// between two processes, measured in the same run.
 //
 // The cluster: a scheduler, 1 server and 2 workers, each a separate process (copies of this executable:
 // the roles through DMLC_ROLE, the workers through the hidden --role worker). Each worker runs dist_sync

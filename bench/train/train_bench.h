@@ -1,5 +1,5 @@
 // `troupe bench train`: training speed of the model definitions (ops/graph/models.h) through the Module,
-// against the matrix products they cannot avoid (issue 6's benchmark).
+// against the matrix products they cannot avoid.
 //
 // What is measured, per workload (mlp, lenet): a call is one training step of a Module on one batch of
 // Fashion-MNIST (batch --batch-size, preloaded into memory from the t10k files so that reading is not

@@ -1,5 +1,5 @@
 // `troupe bench train-dist`: dist_sync training of the MLP across processes on loopback against training
-// the same total batch in one process, in the same run (issue 9's benchmark: what the network costs).
+// the same total batch in one process, in the same run (what the network costs).
 //
 // What is measured: a step = Forward(true), Backward, Update of the Module on one preloaded Fashion-MNIST
 // batch (t10k files; copying the batch in is part of the step, reading the files is not), timed over

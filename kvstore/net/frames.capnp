@@ -1,4 +1,4 @@
-# The wire format of the distributed KVStore (issue 8, DESIGN.md §4): every message between scheduler,
+# The wire format of the distributed KVStore (DESIGN.md §4): every message between scheduler,
 # servers and workers is one Frame. On a TCP connection a frame is an 8-byte little-endian length (the
 # number of bytes of the Cap'n Proto flat message that follows) and then the message itself (segment table
 # and segments, as capnp::writeMessage writes them). kvstore/net/src/frame_codec.cc is the only code that

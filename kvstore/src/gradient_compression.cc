@@ -65,7 +65,7 @@ void CheckArray(const char* op, const char* role, const NDArray& a) {
                 "; 2-bit compression works on float32 only (convert with AsType)");
   }
   if (a.ctx().is_gpu()) {
-    // The GPU kernels come with issue 7's GPU path; until then say so rather than run on the wrong device.
+    // There are no GPU kernels for the 2-bit codes yet: say so rather than run on the wrong device.
     throw Error(std::string(op) + ": the " + role + " array is on " + a.ctx().ToString() +
                 "; 2-bit compression is implemented for CPU arrays only (copy the arrays to the CPU)");
   }

@@ -1,4 +1,4 @@
-// Worker programs of the distributed KVStore's semantic tests (issue 8), shared by the cluster hosted in
+// Worker programs of the distributed KVStore's semantic tests, shared by the cluster hosted in
 // one test process (kvstore_dist_test.cc) and the cluster of real processes (kvstore_dist_process_test.cc,
 // through the dist_node program). Each runs on one worker of a cluster of 2 servers and 2 workers and throws
 // std::runtime_error describing the first value that differs from the expected one.

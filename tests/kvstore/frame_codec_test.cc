@@ -1,4 +1,4 @@
-// The wire format of the distributed KVStore (issue 8, kvstore/net): every message kind round-trips field by
+// The wire format of the distributed KVStore (kvstore/net): every message kind round-trips field by
 // field, a stream may be cut anywhere, several frames may arrive in one read, and hostile input (oversized,
 // truncated, random, inconsistent, another version) gives troupe::Error and never a crash.
 #include "kvstore/net/internal/frame_codec.h"

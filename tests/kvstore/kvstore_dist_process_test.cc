@@ -1,4 +1,4 @@
-// The distributed KVStore as real processes on 127.0.0.1 (issue 8): a scheduler, servers and workers, each
+// The distributed KVStore as real processes on 127.0.0.1: a scheduler, servers and workers, each
 // its own process (the dist_node program), ephemeral ports, every process reaped at the end.
 //   - the semantic scenarios of dist_scenarios.h, all exit codes 0 (uneven batches included);
 //   - kill -9 of a worker mid-round: the other worker's pull fails naming it, within a bound (a stopped

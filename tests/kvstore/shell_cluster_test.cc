@@ -1,4 +1,4 @@
-// `troupe shell --connect` against real clusters on 127.0.0.1 (issue 10's cluster mode):
+// `troupe shell --connect` against real clusters on 127.0.0.1 (its cluster mode):
 //   - a cluster started by `troupe launch -n 2 -s 2`: `nodes` lists the scheduler, both servers and both
 //     workers as alive; `kv keys` shows a small key and a key split over both servers; `kv pull` shows the
 //     values the workers pushed (and keeps one as a variable the shell computes with); `kv stats` counts the

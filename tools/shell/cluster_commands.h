@@ -1,4 +1,4 @@
-// The cluster commands of `troupe shell --connect HOST:PORT` (issue 10): the shell becomes an observer of a
+// The cluster commands of `troupe shell --connect HOST:PORT`: the shell becomes an observer of a
 // running cluster (kvstore/dist.h ClusterObserver: it takes no part in rounds, sends no heartbeats and is
 // not counted) and gains
 //   nodes                 every node: role, rank, address, state (alive, joining, left, dead) and when the

@@ -1,4 +1,4 @@
-// libFuzzer target for the kvstore/net frame decoder (issue 8): any byte stream, split at a point the input
+// libFuzzer target for the kvstore/net frame decoder: any byte stream, split at a point the input
 // chooses, must either decode or give troupe::Error; never crash, hang or allocate beyond the frame limit.
 // Build with clang (the target exists when CMake finds -fsanitize=fuzzer), then e.g.
 //   ./frame_decoder_fuzz -max_len=4096 -rss_limit_mb=512 corpus/

@@ -1,4 +1,4 @@
-// The frame codec of the distributed KVStore (issue 8): plain C++ mirrors of the messages in
+// The frame codec of the distributed KVStore: plain C++ mirrors of the messages in
 // kvstore/net/frames.capnp, EncodeFrame (message -> length-prefixed Cap'n Proto bytes) and FrameDecoder
 // (a byte stream -> messages, with every check a hostile peer needs). Internal to kvstore/: no Cap'n Proto
 // type appears here, so the brokers (and tests) include this without capnp headers.

@@ -1,4 +1,4 @@
-// The transport of the distributed KVStore (issue 8, DESIGN.md §4): a process-wide CAF actor system with the
+// The transport of the distributed KVStore (DESIGN.md §4): a process-wide CAF actor system with the
 // io middleman, and one CAF broker per TCP connection that turns the byte stream into frames
 // (kvstore/net/internal/frame_codec.h) and back. Internal to kvstore/ (it includes CAF).
 //
