@@ -81,12 +81,14 @@ class Requests {
   }
   bool Recover(int r) {
     std::lock_guard<std::mutex> lock(mu_);
-    return r >= 0 && r < static_cast<int>(recover_.size()) && recover_[static_cast<std::size_t>(r)];
+    return RecoverLocked(r);
   }
   // When server `target` is up: registers the request and returns its connection; else null (nothing
   // registered: the caller goes through the actor, which queues the request until the server is back).
-  caf::actor RegisterIfUp(int target, std::uint64_t id, const ReplyFn& fn, const net::Message& frame) {
+  // *recover says whether the server checkpoints by itself (read under the same lock).
+  caf::actor RegisterIfUp(int target, std::uint64_t id, const ReplyFn& fn, const net::Message& frame, bool* recover) {
     std::lock_guard<std::mutex> lock(mu_);
+    *recover = RecoverLocked(target);
     if (target < 0 || target >= static_cast<int>(links_.size()) || !links_[static_cast<std::size_t>(target)]) {
       return nullptr;
     }
@@ -97,24 +99,22 @@ class Requests {
     std::lock_guard<std::mutex> lock(mu_);
     pending_[id] = Pending{target, fn, Clock::now(), KeptFrame(target, frame)};
   }
-  // Every request to server `target`, with its frame (to resend it once the server is back).
+  // A request taken from the table: its target, its frame when it kept one (to resend it once a
+  // restartable server is back) and its answer.
   struct InFlight {
+    int target;
     std::uint64_t id;
-    net::Message frame;
+    std::optional<net::Message> frame;
     ReplyFn fn;
   };
+  // Every request to `target` (or to anyone, for kAny).
+  static constexpr int kAny = -1000;
   std::vector<InFlight> TakeInFlight(int target) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<InFlight> out;
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second.target == target) {
-        out.push_back(InFlight{it->first, std::move(it->second.frame), std::move(it->second.fn)});
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    return out;
+    return TakeIf([target](const Pending& p) { return target == kAny || p.target == target; });
+  }
+  // The requests registered before `cutoff` (unanswered for too long).
+  std::vector<InFlight> TakeOlderThan(Clock::time_point cutoff) {
+    return TakeIf([cutoff](const Pending& p) { return p.since < cutoff; });
   }
   // Server r's connection once its handshake is done, or null when it is down.
   void SetLink(int r, const caf::actor& conn) {
@@ -128,35 +128,6 @@ class Requests {
     ReplyFn fn = std::move(it->second.fn);
     pending_.erase(it);
     return fn;
-  }
-  // The requests registered before `cutoff` (unanswered for too long), with their targets.
-  std::vector<std::pair<int, ReplyFn>> TakeOlderThan(Clock::time_point cutoff) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::pair<int, ReplyFn>> out;
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second.since < cutoff) {
-        out.emplace_back(it->second.target, std::move(it->second.fn));
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    return out;
-  }
-  // Every request to `target` (or to anyone, for kAny).
-  static constexpr int kAny = -1000;
-  std::vector<ReplyFn> TakeTarget(int target) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<ReplyFn> out;
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (target == kAny || it->second.target == target) {
-        out.push_back(std::move(it->second.fn));
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    return out;
   }
   // Pushes kept for a resend to a restarted server (only to servers that checkpoint by themselves): per
   // (server, key, part), by push number, each an owning copy; dropped once the server has checkpointed them.
@@ -222,18 +193,35 @@ class Requests {
  private:
   std::mutex mu_;
   std::vector<caf::actor> links_;  // server rank -> connection, null while down
+  bool RecoverLocked(int r) const {  // under mu_
+    return r >= 0 && r < static_cast<int>(recover_.size()) && recover_[static_cast<std::size_t>(r)];
+  }
   // The frame a request keeps for a resend: only to a server that may come back from its checkpoint.
-  net::Message KeptFrame(int target, const net::Message& frame) const {  // under mu_
-    const bool keep = target >= 0 && target < static_cast<int>(recover_.size()) && recover_[static_cast<std::size_t>(target)];
-    return keep ? frame : net::Message{};
+  std::optional<net::Message> KeptFrame(int target, const net::Message& frame) const {  // under mu_
+    if (!RecoverLocked(target)) return std::nullopt;
+    return frame;
   }
 
   struct Pending {
     int target;
     ReplyFn fn;
-    Clock::time_point since;  // when it was sent
-    net::Message frame;       // kept for a resend to a restarted server (views, no copies)
+    Clock::time_point since;            // when it was sent
+    std::optional<net::Message> frame;  // kept for a resend to a restarted server (views, no copies)
   };
+  template <class Pred>
+  std::vector<InFlight> TakeIf(Pred pred) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<InFlight> out;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (pred(it->second)) {
+        out.push_back(InFlight{it->second.target, it->first, std::move(it->second.frame), std::move(it->second.fn)});
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
+  }
   std::vector<bool> recover_;  // per server
   std::map<std::tuple<int, int, std::uint32_t>, std::map<std::uint64_t, net::TensorMsg>> retained_;
   std::unordered_map<std::uint64_t, Pending> pending_;
@@ -570,11 +558,11 @@ class WorkerActor {
       const auto deadline = Clock::now() + std::chrono::milliseconds(config_.reconnect_timeout_ms);
       for (auto& f : requests_->TakeInFlight(r)) {
         // A request sent before the server said it checkpoints (its handshake) kept no frame: it fails.
-        if (std::holds_alternative<net::Hello>(f.frame)) {
+        if (!f.frame) {
           f.fn(Reply{why, std::nullopt});
           continue;
         }
-        queued_.push_back(Queued{r, f.id, std::move(f.frame), std::move(f.fn), deadline});
+        queued_.push_back(Queued{r, f.id, std::move(*f.frame), std::move(f.fn), deadline});
       }
       if (was_up && !leaving_) {
         std::fprintf(stderr, "troupe kvstore worker %d: %s is down (%s); waiting up to %d ms for it to come back\n",
@@ -592,7 +580,7 @@ class WorkerActor {
     }
     requests_->NoteError(why);
     // Requests in flight are lost with the server: fail them now.
-    for (ReplyFn& fn : requests_->TakeTarget(r)) fn(Reply{why, std::nullopt});
+    for (auto& f : requests_->TakeInFlight(r)) f.fn(Reply{why, std::nullopt});
   }
 
   void Answer(std::uint64_t id, Reply reply) {
@@ -610,7 +598,7 @@ class WorkerActor {
       fn(StartInfo{why, -1, 0, 0});
     }
     for (std::size_t r = 0; r < servers_.size(); ++r) requests_->SetLink(static_cast<int>(r), nullptr);
-    for (ReplyFn& fn : requests_->TakeTarget(Requests::kAny)) fn(Reply{why, std::nullopt});
+    for (auto& f : requests_->TakeInFlight(Requests::kAny)) f.fn(Reply{why, std::nullopt});
     auto queued = std::move(queued_);
     queued_.clear();
     for (Queued& q : queued) q.fn(Reply{why, std::nullopt});
@@ -639,7 +627,7 @@ class WorkerActor {
     // rather than hang.
     if (config_.progress_timeout_ms > 0) {
       const int limit_ms = config_.progress_timeout_ms + config_.heartbeat_timeout_ms;
-      for (auto& [target, fn] : requests_->TakeOlderThan(now - std::chrono::milliseconds(limit_ms))) {
+      for (auto& [target, id, frame, fn] : requests_->TakeOlderThan(now - std::chrono::milliseconds(limit_ms))) {
         const std::string why = "no answer from " + (target == kScheduler ? std::string("the scheduler") : ServerName(target)) +
                                 " within " + std::to_string(limit_ms) +
                                 " ms (TROUPE_PROGRESS_TIMEOUT_MS + TROUPE_HEARTBEAT_TIMEOUT_MS): the request or its "
@@ -731,8 +719,10 @@ void WorkerLink::Request(int target, std::uint64_t id, net::Message frame, Reply
 
 void WorkerLink::SendTensor(int server, std::uint64_t id, const net::TensorMsg& frame, ReplyFn fn) {
   Requests& requests = *impl_->requests;
-  if (frame.round != 0 && requests.Recover(server)) requests.Retain(server, frame);
-  if (caf::actor conn = requests.RegisterIfUp(server, id, fn, frame)) {
+  bool recover = false;
+  caf::actor conn = requests.RegisterIfUp(server, id, fn, frame, &recover);  // one lock on the common path
+  if (recover && frame.round != 0) requests.Retain(server, frame);
+  if (conn) {
     net::Send(conn, frame);
   } else {
     caf::anon_send(impl_->actor, request_atom::value, server, id, net::Message{frame}, std::move(fn));
