@@ -25,7 +25,7 @@
 // Admission (DESIGN.md §4: a peer is a stranger until it authenticates): before anything else both sides
 // authenticate (kvstore/net/internal/auth.h). Until the peer's proof checked out, the broker reads frames of
 // at most kPreAuthMaxFrameBytes, takes nothing but the authentication frames (and an error frame, which
-// ends the connection), delivers nothing to its owner and holds back the owner's frames; a peer that has
+// ends the connection) and delivers nothing to its owner (whose frames can only follow it); a peer that has
 // not authenticated within ConnOptions::hello_timeout_ms is closed. A listening node's Admission caps its
 // unauthenticated connections (the oldest is closed to make room for a new one, so a flood of idle
 // connections cannot keep a real node out), its authenticated ones, and the bytes of frames it is
@@ -40,6 +40,7 @@
 // Thread-safety: Listen, Connect and Send may be called from any thread; everything else is actor messages.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -115,7 +116,8 @@ class Admission {
   std::vector<caf::actor> pending_;  // in arrival order
   std::size_t authenticated_ = 0;
   std::set<caf::actor_id> authed_;
-  AdmissionStats stats_;
+  AdmissionStats stats_;  // but for the buffered bytes:
+  std::atomic<std::size_t> buffered_{0}, peak_buffered_{0};
   struct LogState {
     std::chrono::steady_clock::time_point last{};
     std::uint64_t held = 0;

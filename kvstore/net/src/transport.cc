@@ -221,8 +221,8 @@ class Writer {
     Enqueue(m, {});
     PumpLocked(self, hdl);
   }
-  // The peer authenticated: senders may write directly from now on (the frames held until now are queued
-  // by the broker, in order, before any sender can go direct: mailed_ counts them until then).
+  // The peer authenticated: senders may write directly from now on (before, a frame is mailed to the
+  // broker, which refuses it: see sent_too_early).
   void Open() {
     std::lock_guard<std::mutex> lock(mu_);
     open_ = true;
@@ -424,7 +424,6 @@ struct ConnState {
   // Authentication (kvstore/net/internal/auth.h).
   bool authed = false;
   std::string own_nonce, peer_nonce;
-  std::vector<std::variant<Message, SharedBytes>> held;  // the owner's frames before authentication
 };
 
 caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle hdl, caf::actor owner,
@@ -496,7 +495,7 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     }
     finish(why, log, end, /*linger=*/true);
   };
-  // The peer authenticated: its frames go to the owner, and the owner's frames held until now go out.
+  // The peer authenticated: its frames go to the owner, and the owner's frames may go out.
   auto open = [self, hdl, st, refuse, report_auth]() {
     if (st->options.admission && !st->options.admission->Authenticated(self->id())) {
       return refuse("the node holds its maximum of " + std::to_string(st->options.admission->limits().max_connections) +
@@ -507,15 +506,12 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
     report_auth("");
     st->decoder.set_max_frame_bytes(st->options.max_frame_bytes);
     st->writer->Open();
-    auto held = std::move(st->held);
-    st->held.clear();
-    for (auto& h : held) {
-      if (auto* bytes = std::get_if<SharedBytes>(&h)) {
-        st->writer->Queue(self, hdl, Message{}, std::span<const std::byte>(**bytes));
-      } else {
-        st->writer->Queue(self, hdl, std::get<Message>(h), {});
-      }
-    }
+  };
+  // No owner can send before authentication (Connect returns after it, and an accepting owner learns of a
+  // connection from its first frame, which comes after it): a frame that does is a bug, and ends the
+  // connection rather than break the protocol.
+  auto sent_too_early = [finish]() {
+    finish("the owner sent a frame before the connection authenticated (a bug)", kLogOther);
   };
   // A frame before authentication; false when the connection ended.
   auto on_auth_frame = [st, self, hdl, finish, refuse, open](const Message& m) -> bool {
@@ -618,12 +614,9 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
                  st->authed ? Admission::End::kOther : Admission::End::kAuthFailed);
         }
       },
-      [self, hdl, st, finish](send_atom, const Message& m) {
+      [self, hdl, st, finish, sent_too_early](send_atom, const Message& m) {
         if (st->done) return;
-        if (!st->authed) {
-          st->held.emplace_back(m);
-          return;
-        }
+        if (!st->authed) return sent_too_early();
         try {
           st->writer->Queue(self, hdl, m, {});
         } catch (const std::exception& e) {
@@ -634,12 +627,9 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
           return finish(std::string("a frame could not be encoded: ") + e.what(), kLogOther);
         }
       },
-      [self, hdl, st](send_atom, const SharedBytes& bytes) {
+      [self, hdl, st, sent_too_early](send_atom, const SharedBytes& bytes) {
         if (st->done) return;
-        if (!st->authed) {
-          st->held.emplace_back(bytes);
-          return;
-        }
+        if (!st->authed) return sent_too_early();
         st->writer->Queue(self, hdl, Message{}, std::span<const std::byte>(*bytes));
       },
       [self, hdl, st](pump_atom) {
@@ -741,6 +731,8 @@ AdmissionStats Admission::Stats() const {
   AdmissionStats s = stats_;
   s.pending = pending_.size();
   s.authenticated = authenticated_;
+  s.buffered_bytes = buffered_.load();
+  s.peak_buffered_bytes = peak_buffered_.load();
   return s;
 }
 
@@ -783,21 +775,23 @@ void Admission::Closed(caf::actor_id conn, End why) {
   }
 }
 
+// Every received frame passes here: lock-free (the count and its peak are atomics).
 bool Admission::Reserve(std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stats_.buffered_bytes + bytes > limits_.max_buffered_bytes) {
-    ++stats_.refused;
-    return false;
+  std::size_t now = buffered_.load(std::memory_order_relaxed);
+  do {
+    if (now + bytes > limits_.max_buffered_bytes) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.refused;
+      return false;
+    }
+  } while (!buffered_.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
+  std::size_t peak = peak_buffered_.load(std::memory_order_relaxed);
+  while (now + bytes > peak && !peak_buffered_.compare_exchange_weak(peak, now + bytes, std::memory_order_relaxed)) {
   }
-  stats_.buffered_bytes += bytes;
-  stats_.peak_buffered_bytes = std::max(stats_.peak_buffered_bytes, stats_.buffered_bytes);
   return true;
 }
 
-void Admission::Release(std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.buffered_bytes -= std::min(bytes, stats_.buffered_bytes);
-}
+void Admission::Release(std::size_t bytes) { buffered_.fetch_sub(bytes, std::memory_order_relaxed); }
 
 void Admission::Log(int kind, const std::string& line) {
   std::uint64_t held = 0;
