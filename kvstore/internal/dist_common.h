@@ -31,6 +31,9 @@ std::string Arg(const net::Command& command, const std::string& key, const std::
 // As an int; throws troupe::Error when missing or malformed.
 int IntArg(const net::Command& command, const std::string& key);
 
+// Appends `rank` to a list of ranks for a message ("0, 2").
+void AppendRank(std::string* list, int rank);
+
 // "(2,3)" for a shape.
 std::string ShapeText(const std::vector<std::int64_t>& shape);
 

@@ -61,6 +61,11 @@ net::ConnOptions ListenOptionsOf(const DistConfig& config, const std::string& no
   return o;
 }
 
+void AppendRank(std::string* list, int rank) {
+  if (!list->empty()) list->append(", ");
+  list->append(std::to_string(rank));
+}
+
 std::string ShapeText(const std::vector<std::int64_t>& shape) {
   std::string s = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) s.append(i ? "," : "").append(std::to_string(shape[i]));

@@ -382,8 +382,7 @@ class Scheduler {
       const Member& w = members_[static_cast<std::size_t>(idx)];
       if (!w.alive || w.left) continue;
       const bool here = std::any_of(barrier_.begin(), barrier_.end(), [&](const auto& x) { return x.first == w.conn; });
-      std::string& list = here ? arrived : missing;
-      list += (list.empty() ? "" : ", ") + std::to_string(w.rank);
+      AppendRank(here ? &arrived : &missing, w.rank);
     }
     BreakJob("barrier round " + std::to_string(barrier_rounds_ + 1) + " made no progress for " + std::to_string(waited) +
                  " ms (TROUPE_PROGRESS_TIMEOUT_MS): worker(s) " + missing + " did not arrive (arrived: " +

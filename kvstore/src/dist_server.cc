@@ -745,7 +745,7 @@ class Server {
       std::string missing;
       for (int r = 0; r < num_workers_; ++r) {
         if (left_.count(r) == 0 && dead_.count(r) == 0 && d.keys.count(r) == 0) {
-          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          AppendRank(&missing, r);
         }
       }
       return ReportFailure("KVStore::Init call " + std::to_string(call + 1) + " made no progress for " +
@@ -760,8 +760,7 @@ class Server {
       std::string missing, pushed;
       for (int r = 0; r < num_workers_; ++r) {
         if (left_.count(r) != 0 || dead_.count(r) != 0) continue;
-        std::string& list = e.pushed.count(r) != 0 ? pushed : missing;
-        list += (list.empty() ? "" : ", ") + std::to_string(r);
+        AppendRank(e.pushed.count(r) != 0 ? &pushed : &missing, r);
       }
       return ReportFailure("key " + std::to_string(key) + " round " + std::to_string(e.rounds + 1) +
                            " made no progress for " + std::to_string(waited) +

@@ -399,6 +399,7 @@ enum LogKind { kLogEvicted, kLogTimedOut, kLogAuthFailed, kLogRefused, kLogOther
 const char* KindOf(const Message& m) {
   static const char* kNames[] = {"hello", "tensor", "barrier", "heartbeat", "command", "ack", "error",
                                  "auth challenge", "auth proof"};
+  static_assert(std::size(kNames) == std::variant_size_v<Message>, "a name for every kind of Message");
   return kNames[m.index()];
 }
 
