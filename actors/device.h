@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/context.h"
+#include "base/context.h"
 
 namespace troupe {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "actors/config.h"
-#include "actors/context.h"
+#include "base/context.h"
 #include "actors/device.h"
 
 namespace caf {

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "actors/config.h"
-#include "actors/context.h"
+#include "base/context.h"
 #include "actors/device.h"
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace caf {
 class actor_system;

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/context.h"
+#include "base/context.h"
 #include "ops/param.h"
 #include "ops/resource.h"
 #include "ops/tensor.h"

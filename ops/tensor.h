@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/context.h"
-#include "actors/error.h"
+#include "base/context.h"
+#include "base/error.h"
 
 #if defined(__CUDACC__)
 #define TROUPE_HOST_DEVICE __host__ __device__

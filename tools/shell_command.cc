@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
 #include "tools/cluster_token.h"
 #include "tools/shell/cluster_commands.h"

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/io.h"
 #include "kvstore/kvstore.h"
 #include "ops/graph/models.h"

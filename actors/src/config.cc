@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace troupe {
 

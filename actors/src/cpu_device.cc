@@ -1,7 +1,7 @@
 #include <climits>
 
-#include "actors/internal/devices.h"
-#include "actors/internal/lane_group.h"
+#include "actors/detail/devices.h"
+#include "actors/detail/lane_group.h"
 
 namespace troupe::internal {
 namespace {

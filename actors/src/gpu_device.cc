@@ -7,9 +7,9 @@
 #include <mutex>
 #include <string>
 
-#include "actors/error.h"
-#include "actors/internal/devices.h"
-#include "actors/internal/lane_group.h"
+#include "base/error.h"
+#include "actors/detail/devices.h"
+#include "actors/detail/lane_group.h"
 
 namespace troupe::internal {
 namespace {

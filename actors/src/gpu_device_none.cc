@@ -1,6 +1,6 @@
 // Built instead of gpu_device.cc when troupe is configured without CUDA.
-#include "actors/error.h"
-#include "actors/internal/devices.h"
+#include "base/error.h"
+#include "actors/detail/devices.h"
 
 namespace troupe::internal {
 

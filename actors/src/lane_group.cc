@@ -1,15 +1,11 @@
-#include "actors/internal/lane_group.h"
+#include "actors/detail/lane_group.h"
 
 #include <algorithm>
 #include <chrono>
 
-namespace troupe::internal {
+#include "base/thread_id.h"
 
-int CurrentThreadId() {
-  static std::atomic<int> next{1};
-  thread_local int id = next.fetch_add(1, std::memory_order_relaxed);
-  return id;
-}
+namespace troupe::internal {
 
 LaneGroup::LaneGroup(caf::actor_system& system, Device* device, Options options)
     : system_(system), device_(device), options_(std::move(options)) {

@@ -5,9 +5,9 @@
 #include <unordered_map>
 
 #include "actors/config.h"
-#include "actors/error.h"
-#include "actors/internal/devices.h"
-#include "actors/internal/wakeable.h"
+#include "base/error.h"
+#include "actors/detail/devices.h"
+#include "actors/detail/wakeable.h"
 #include "caf/all.hpp"
 
 extern "C" void openblas_set_num_threads(int num_threads);

@@ -1,4 +1,4 @@
-#include "actors/internal/wakeable.h"
+#include "actors/detail/wakeable.h"
 
 #include "caf/all.hpp"
 

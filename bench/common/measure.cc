@@ -6,7 +6,7 @@
 #include <exception>
 #include <fstream>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "engine/engine.h"
 
 namespace troupe::bench {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "bench/common/measure.h"
 
 namespace troupe::bench {

@@ -34,7 +34,7 @@
 
 #include "actors/config.h"
 #include "bench/common/bench_util.h"
-#include "actors/context.h"
+#include "base/context.h"
 #include "engine/engine.h"
 
 #ifndef TROUPE_VERSION

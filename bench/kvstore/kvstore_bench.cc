@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "actors/config.h"
-#include "actors/error.h"
+#include "base/error.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/measure.h"
 #include "bench/common/training.h"

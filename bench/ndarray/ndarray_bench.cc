@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "actors/config.h"
-#include "actors/context.h"
+#include "base/context.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/measure.h"
 #include "engine/engine.h"

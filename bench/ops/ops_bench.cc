@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "actors/config.h"
-#include "actors/context.h"
+#include "base/context.h"
 #include "actors/runtime.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/measure.h"

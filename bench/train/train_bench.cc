@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/measure.h"
 #include "bench/common/training.h"

@@ -28,9 +28,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "actors/internal/lane_group.h"
-#include "actors/internal/spinlock.h"
-#include "actors/internal/wakeable.h"
+#include "actors/detail/lane_group.h"
+#include "base/spinlock.h"
+#include "actors/detail/wakeable.h"
 #include "actors/runtime.h"
 #include "engine/internal/engines.h"
 #include "engine/internal/profile_clock.h"

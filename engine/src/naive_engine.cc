@@ -9,7 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "actors/internal/lane_group.h"
+#include "base/thread_id.h"
 #include "actors/runtime.h"
 #include "engine/internal/engines.h"
 #include "engine/internal/profile_clock.h"
@@ -192,7 +192,7 @@ class NaiveEngine final : public Engine {
       error = slot->TakeError();
       free_slots_.push_back(slot);
     }
-    if (record) profile_.push_back(ProfileRecord{op.name, ctx, 0, internal::CurrentThreadId(), begin, ProfileTicks()});
+    if (record) profile_.push_back(ProfileRecord{op.name, ctx, 0, CurrentThreadId(), begin, ProfileTicks()});
     if (error) {
       for (NaiveVar* v : op.mutable_vars) v->error = error;
       if (!global_error_) global_error_ = error;

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "actors/internal/lane_group.h"  // CurrentThreadId
+#include "base/thread_id.h"
 #include "engine/internal/profile_clock.h"
 
 namespace troupe::internal {

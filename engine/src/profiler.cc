@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "actors/config.h"
-#include "actors/error.h"
-#include "actors/internal/lane_group.h"
+#include "base/error.h"
+#include "base/thread_id.h"
 #include "engine/engine.h"
 
 namespace troupe {
@@ -32,7 +32,7 @@ std::int64_t NowNs() {
       .count();
 }
 
-int ThreadId() { return internal::CurrentThreadId(); }
+int ThreadId() { return CurrentThreadId(); }
 }  // namespace profiler_detail
 
 namespace {

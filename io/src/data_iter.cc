@@ -11,7 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/io.h"
 
 namespace troupe {

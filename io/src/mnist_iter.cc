@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/internal/shuffle.h"
 #include "io/io.h"
 

@@ -17,7 +17,7 @@
 #include <numeric>
 #include <random>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/io.h"
 
 namespace troupe {

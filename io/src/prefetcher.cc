@@ -19,7 +19,7 @@
 #include <thread>
 #include <utility>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "engine/profiler.h"
 #include "io/io.h"
 

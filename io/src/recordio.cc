@@ -18,7 +18,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace troupe {
 namespace {

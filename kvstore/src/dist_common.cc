@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace troupe::internal {
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
 #include "kvstore/internal/dist_common.h"
 #include "kvstore/internal/dist_roles.h"

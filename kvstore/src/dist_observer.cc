@@ -12,7 +12,7 @@
 #include <variant>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
 #include "kvstore/internal/dist_common.h"
 #include "kvstore/net/internal/transport.h"

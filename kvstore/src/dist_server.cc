@@ -19,7 +19,7 @@
 #include <variant>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "engine/profiler.h"
 #include "kvstore/internal/dist_common.h"
 #include "kvstore/internal/dist_roles.h"

@@ -25,7 +25,7 @@
 #include <variant>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
 #include "kvstore/gradient_compression.h"
 #include "kvstore/internal/dist_common.h"

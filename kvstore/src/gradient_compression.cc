@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace troupe {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
 #include "kvstore/internal/store_checks.h"
 

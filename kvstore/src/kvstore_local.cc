@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/gradient_compression.h"
 #include "kvstore/internal/store_checks.h"
 #include "kvstore/kvstore.h"

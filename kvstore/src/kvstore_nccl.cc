@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "actors/runtime.h"
 #include "kvstore/internal/store_checks.h"
 #include "kvstore/kvstore.h"

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace troupe::internal {
 

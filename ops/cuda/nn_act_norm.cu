@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/nn/act_norm.h"
 #include "ops/resource.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/operator.h"
 #include "ops/tensor.h"
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/nn/act_norm.h"
 #include "ops/resource.h"
 

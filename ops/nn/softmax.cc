@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/nn/act_norm.h"
 
 namespace troupe {

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace troupe {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace troupe {
 

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "actors/config.h"
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/internal/op_util.h"
 #include "ops/internal/optimizer_kernels.h"
 

@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace troupe {
 

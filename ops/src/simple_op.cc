@@ -5,7 +5,7 @@
 #include <map>
 #include <mutex>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/internal/op_util.h"
 
 namespace troupe {

@@ -13,8 +13,8 @@
 #include <unordered_map>
 
 #include "actors/config.h"
-#include "actors/internal/spinlock.h"
-#include "actors/error.h"
+#include "base/spinlock.h"
+#include "base/error.h"
 #include "actors/runtime.h"
 #include "ops/internal/kernels.h"
 
@@ -170,7 +170,7 @@ class DevicePool {
                   ": the size is larger than any device can hold");
     }
     {
-      std::lock_guard<internal::SpinLock> lock(mu_);
+      std::lock_guard<SpinLock> lock(mu_);
       ++stats_.allocs;
       if (policy_ != PoolPolicy::kNone) {
         std::vector<void*>* list = free_.Find(block);
@@ -206,7 +206,7 @@ class DevicePool {
          << " in use in " << s.blocks_in_use << " blocks. Free arrays you no longer need or use a smaller batch.";
       throw Error(os.str());
     }
-    std::lock_guard<internal::SpinLock> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     ++stats_.system_allocs;
     TakeLocked(block);
     return {p, size, ctx_};
@@ -216,7 +216,7 @@ class DevicePool {
     if (h.dptr == nullptr) return;
     const std::size_t block = BlockSize(h.size);
     {
-      std::lock_guard<internal::SpinLock> lock(mu_);
+      std::lock_guard<SpinLock> lock(mu_);
       stats_.bytes_in_use -= block;
       --stats_.blocks_in_use;
       if (!direct && policy_ != PoolPolicy::kNone) {
@@ -234,7 +234,7 @@ class DevicePool {
     std::vector<void*> blocks;
     std::uint64_t bytes = 0;
     {
-      std::lock_guard<internal::SpinLock> lock(mu_);
+      std::lock_guard<SpinLock> lock(mu_);
       blocks = free_.TakeAll();
       bytes = stats_.bytes_cached;
       stats_.system_frees += stats_.blocks_cached;
@@ -246,7 +246,7 @@ class DevicePool {
   }
 
   StorageStats Stats() const {
-    std::lock_guard<internal::SpinLock> lock(mu_);
+    std::lock_guard<SpinLock> lock(mu_);
     StorageStats s = stats_;
     s.ctx = ctx_;
     s.policy = policy_;
@@ -265,7 +265,7 @@ class DevicePool {
   // about 17 us, which a burst of misses would otherwise pay each time).
   void KeepReserve(std::size_t block) {
     {
-      std::lock_guard<internal::SpinLock> lock(mu_);
+      std::lock_guard<SpinLock> lock(mu_);
       if (stats_.bytes_cached == 0 || reserve_percent_ <= 0) return;
     }
     std::size_t avail = 0, total = 0;
@@ -325,7 +325,7 @@ class DevicePool {
   const int round_cutoff_;
   // A spin lock: the critical sections are a few dozen instructions, and a std::mutex's lock and unlock
   // (two atomic read-modify-writes) cost as much as the rest of a pool hit.
-  mutable internal::SpinLock mu_;
+  mutable SpinLock mu_;
   FreeLists free_;
   StorageStats stats_;
   std::mutex meminfo_mu_;  // guards the cached device memory figures below

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/imperative.h"
 #include "ops/ndarray.h"
 #include "ops/operator.h"

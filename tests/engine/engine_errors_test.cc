@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "engine/engine.h"
 #include "tests/common/scoped_env.h"
 #include "tests/engine/test_util.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "actors/device.h"
-#include "actors/error.h"
+#include "base/error.h"
 #include "actors/runtime.h"
 #include "engine/engine.h"
 #include "tests/engine/test_util.h"

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "actors/config.h"
-#include "actors/context.h"
-#include "actors/error.h"
+#include "base/context.h"
+#include "base/error.h"
 #include "engine/engine.h"
 #include "tests/common/test_params.h"
 

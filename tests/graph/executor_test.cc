@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/graph/internal/memory_plan.h"
 #include "ops/graph/models.h"
 #include "ops/graph/symbol.h"

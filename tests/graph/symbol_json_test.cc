@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/graph/models.h"
 #include "ops/graph/symbol.h"
 #include "tests/common/op_test_util.h"

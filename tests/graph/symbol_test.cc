@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/graph/internal/graph.h"
 #include "tests/common/op_test_util.h"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/io.h"
 
 namespace troupe {

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <set>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/io.h"
 
 namespace troupe {

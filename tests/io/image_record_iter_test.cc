@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/io.h"
 #include "io/recordio.h"
 #include "tests/common/jpeg_util.h"

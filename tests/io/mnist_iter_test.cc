@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/io.h"
 
 namespace troupe {

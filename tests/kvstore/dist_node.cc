@@ -14,7 +14,7 @@
 #include <iostream>
 #include <string>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
 #include "tests/kvstore/dist_scenarios.h"
 

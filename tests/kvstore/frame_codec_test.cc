@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/internal/dist_common.h"
 #include "tests/kvstore/pattern_bytes.h"
 

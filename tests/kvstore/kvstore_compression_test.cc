@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "actors/runtime.h"
 #include "kvstore/kvstore.h"
 #include "tests/common/op_test_util.h"

@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
 #include "kvstore/internal/dist_common.h"
 #include "kvstore/net/internal/frame_codec.h"

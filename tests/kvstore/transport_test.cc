@@ -25,7 +25,7 @@
 #include <variant>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "caf/all.hpp"
 #include "kvstore/net/internal/auth.h"
 #include "tests/kvstore/pattern_bytes.h"

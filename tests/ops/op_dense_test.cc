@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/imperative.h"
 #include "ops/nn/dense.h"
 #include "ops/operator.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/imperative.h"
 #include "ops/operator.h"
 #include "ops/param.h"

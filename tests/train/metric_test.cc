@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "train/train.h"
 
 namespace troupe {

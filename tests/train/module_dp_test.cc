@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/io.h"
 #include "kvstore/dist.h"
 #include "ops/graph/models.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "io/io.h"
 #include "ops/graph/models.h"
 #include "train/train.h"

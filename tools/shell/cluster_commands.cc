@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
 #include "tools/shell/interpreter.h"
 

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "actors/device.h"
-#include "actors/error.h"
+#include "base/error.h"
 #include "engine/engine.h"
 #include "engine/profiler.h"
 #include "ops/imperative.h"

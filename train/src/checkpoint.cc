@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "train/internal/checkpoint.h"
 #include "train/train.h"
 

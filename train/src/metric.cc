@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "train/train.h"
 
 namespace troupe {

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "actors/config.h"
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/resource.h"
 #include "train/internal/checkpoint.h"
 #include "train/train.h"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <variant>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/net/internal/frame_codec.h"
 
 namespace {

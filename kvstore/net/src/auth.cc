@@ -6,7 +6,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
 #include "kvstore/net/internal/frame_codec.h"
 

@@ -15,7 +15,7 @@
 #include <new>
 #include <type_traits>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "frames.capnp.h"
 
 namespace troupe::net {

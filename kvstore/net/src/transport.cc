@@ -19,7 +19,7 @@
 #include <sys/uio.h>
 #include <cerrno>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "kvstore/net/internal/auth.h"
 
 namespace troupe::net {

@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "actors/config.h"
-#include "actors/error.h"
+#include "base/error.h"
 #include "engine/profiler.h"
 #include "ops/graph/internal/graph.h"
 #include "ops/graph/internal/memory_plan.h"

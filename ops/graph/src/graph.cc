@@ -2,7 +2,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/graph/internal/graph.h"
 
 namespace troupe {

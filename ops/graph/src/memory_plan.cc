@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "actors/error.h"
+#include "base/error.h"
 
 namespace troupe {
 namespace graph {

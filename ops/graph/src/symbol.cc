@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/graph/internal/graph.h"
 #include "ops/param.h"
 

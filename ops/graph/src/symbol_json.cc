@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/error.h"
+#include "base/error.h"
 #include "ops/graph/internal/graph.h"
 #include "ops/graph/symbol.h"
 

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "actors/context.h"
+#include "base/context.h"
 
 int main() {
   auto engine = troupe::Engine::Create(troupe::EngineConfig{});

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "actors/device.h"
-#include "actors/internal/spinlock.h"
-#include "actors/internal/wakeable.h"
+#include "base/spinlock.h"
+#include "actors/detail/wakeable.h"
 
 namespace troupe::internal {
 
@@ -80,8 +80,5 @@ class LaneGroup {
   std::atomic<std::uint64_t> executed_{0};
   std::atomic<int> top_priority_{INT_MIN};
 };
-
-// A small process-unique id for the calling thread (for profiles and logs).
-int CurrentThreadId();
 
 }  // namespace troupe::internal

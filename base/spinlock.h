@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-namespace troupe::internal {
+namespace troupe {
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -56,4 +56,4 @@ class SpinLock {
   std::atomic<bool> locked_{false};
 };
 
-}  // namespace troupe::internal
+}  // namespace troupe

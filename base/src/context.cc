@@ -1,6 +1,6 @@
-#include "actors/context.h"
+#include "base/context.h"
 
-#include "actors/device.h"
+#include <string>
 
 namespace troupe {
 
@@ -14,20 +14,6 @@ std::string Context::ToString() const {
       return "cpu_pinned(" + std::to_string(dev_id) + ")";
   }
   return "unknown_device(" + std::to_string(static_cast<int>(dev_type)) + ")";
-}
-
-const char* LaneName(Lane lane) {
-  switch (lane) {
-    case Lane::kNormal:
-      return "normal";
-    case Lane::kPriority:
-      return "priority";
-    case Lane::kCopyIn:
-      return "copy_in";
-    case Lane::kCopyOut:
-      return "copy_out";
-  }
-  return "unknown";
 }
 
 }  // namespace troupe
