@@ -14,15 +14,15 @@ function(run)
   endif()
 endfunction()
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-foreach(header engine/engine.h actors/context.h actors/runtime.h ops/ndarray.h ops/tensor.h ops/storage.h
+foreach(header base/error.h base/context.h base/spinlock.h engine/engine.h actors/context.h actors/error.h actors/runtime.h ops/ndarray.h ops/tensor.h ops/storage.h
                ops/resource.h)
   if(NOT EXISTS "${prefix}/include/troupe/${header}")
     message(FATAL_ERROR "installed tree lacks include/troupe/${header}")
   endif()
 endforeach()
-file(GLOB_RECURSE internal_headers "${prefix}/include/*/internal/*")
+file(GLOB_RECURSE internal_headers "${prefix}/include/*/internal/*" "${prefix}/include/*/detail/*")
 if(internal_headers)
-  message(FATAL_ERROR "internal headers were installed: ${internal_headers}")
+  message(FATAL_ERROR "internal or detail headers were installed: ${internal_headers}")
 endif()
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/install/consumer" -B "${WORK_DIR}/consumer-build"
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)

@@ -1,12 +1,14 @@
-// Uses the installed headers both ways (<troupe/engine/engine.h> and "engine/engine.h"), the engine and
-// NDArrays; and the distributed KVStore's public header, which must compile without CAF or Cap'n Proto.
+// Uses the installed headers both ways (<troupe/engine/engine.h> and "engine/engine.h"), a header at its old
+// path (a forwarding header) and one at its new path, the engine and NDArrays; and the distributed KVStore's
+// public header, which must compile without CAF or Cap'n Proto.
 #include <troupe/engine/engine.h>
 #include <troupe/kvstore/dist.h>
 #include <troupe/ops/ndarray.h>
 
 #include <cstdio>
 
-#include "base/context.h"
+#include "actors/context.h"  // an old path: a forwarding header, kept for one release
+#include "base/error.h"
 
 int main() {
   auto engine = troupe::Engine::Create(troupe::EngineConfig{});
