@@ -17,10 +17,12 @@
 
 #include "actors/config.h"
 #include "bench/common/bench_util.h"
-#include "bench/common/child_process.h"
 #include "bench/common/measure.h"
+#include "bench/common/multi_process.h"
 #include "kvstore/kvstore.h"
 #include "ops/ndarray.h"
+#include "proc/process.h"
+#include "proc/socket.h"
 
 #ifndef TROUPE_VERSION
 #define TROUPE_VERSION "unknown"
@@ -92,7 +94,7 @@ struct Header {
 };
 
 int RunTcpPeer(int port) {
-  const int fd = ConnectLoopback(port);
+  const int fd = proc::ConnectLoopback(port);
   if (fd < 0) {
     std::fprintf(stderr, "troupe bench kvstore-dist (tcp peer): cannot connect to port %d\n", port);
     return 1;
@@ -148,9 +150,9 @@ void MeasureTcp(const Resolved& r, const KVStoreDistBenchOptions& o, TcpAnchor* 
     return;
   }
   const int port = ntohs(addr.sin_port);
-  const std::vector<std::string> peer_argv = {SelfExe(), "bench", "kvstore-dist", "--role", "tcp-peer", "--peer-port",
-                                              std::to_string(port)};
-  ChildProcess peer("tcp peer", peer_argv, {});
+  const std::vector<std::string> peer_argv = {proc::SelfExe(), "bench", "kvstore-dist", "--role", "tcp-peer",
+                                              "--peer-port", std::to_string(port)};
+  proc::Process peer("tcp peer", peer_argv, {});
   const int fd = ::accept(lfd, nullptr, nullptr);
   if (fd < 0) {
     ::close(lfd);
@@ -199,7 +201,7 @@ void MeasureTcp(const Resolved& r, const KVStoreDistBenchOptions& o, TcpAnchor* 
   }
   // lock-step: this process as the server of two client peers (a second peer joins), as a dist_sync round
   // with 2 workers and 1 server: both clients' 64 bytes in, then 64 bytes back to each.
-  ChildProcess peer2("tcp peer 2", peer_argv, {});
+  proc::Process peer2("tcp peer 2", peer_argv, {});
   const int fd2 = ok ? ::accept(lfd, nullptr, nullptr) : -1;
   if (fd2 >= 0) {
     NoDelay(fd2);
@@ -224,7 +226,7 @@ void MeasureTcp(const Resolved& r, const KVStoreDistBenchOptions& o, TcpAnchor* 
     SendAll(f, &quit, sizeof quit);
     ::close(f);
   }
-  for (ChildProcess* p : {&peer, &peer2}) {
+  for (proc::Process* p : {&peer, &peer2}) {
     if (const int status = p->Wait(kChildTimeoutMs); status != 0) {
       out->failures.push_back("raw TCP anchor: " + p->name() + " exited " + std::to_string(status));
     }
@@ -314,10 +316,10 @@ int RunCoordinator(const KVStoreDistBenchOptions& o) {
   std::vector<Json> workers;
   {
     ChildCluster cluster(1, 2, kChildTimeoutMs);
-    std::vector<std::unique_ptr<ChildProcess>> ws;
+    std::vector<std::unique_ptr<proc::Process>> ws;
     for (int w = 0; cluster.started() && w < 2; ++w) {
-      ws.push_back(std::make_unique<ChildProcess>(
-          "worker", std::vector<std::string>{SelfExe(), "bench", "kvstore-dist", "--role", "worker", "--repeat",
+      ws.push_back(std::make_unique<proc::Process>(
+          "worker", std::vector<std::string>{proc::SelfExe(), "bench", "kvstore-dist", "--role", "worker", "--repeat",
                                              std::to_string(r.repeat), "--model-mib", Fmt("%g", r.model_mib),
                                              "--key-mib", Fmt("%g", r.key_mib), "--latency-calls",
                                              std::to_string(r.latency_calls)},

@@ -11,14 +11,15 @@
 
 #include "actors/config.h"
 #include "bench/common/bench_util.h"
-#include "bench/common/child_process.h"
 #include "bench/common/measure.h"
+#include "bench/common/multi_process.h"
 #include "bench/common/training.h"
 #include "engine/engine.h"
 #include "kvstore/kvstore.h"
 #include "ops/graph/models.h"
 #include "ops/initializer.h"
 #include "ops/resource.h"
+#include "proc/process.h"
 #include "train/train.h"
 
 #ifndef TROUPE_VERSION
@@ -152,11 +153,11 @@ int RunCoordinator(const TrainDistBenchOptions& o) {
     std::vector<Json> results;
     {
       ChildCluster cluster(1, w, kChildTimeoutMs);
-      std::vector<std::unique_ptr<ChildProcess>> ws;
+      std::vector<std::unique_ptr<proc::Process>> ws;
       for (int k = 0; cluster.started() && k < w; ++k) {
-        ws.push_back(std::make_unique<ChildProcess>(
+        ws.push_back(std::make_unique<proc::Process>(
             "worker",
-            std::vector<std::string>{SelfExe(), "bench", "train-dist", "--role", "worker", "--repeat",
+            std::vector<std::string>{proc::SelfExe(), "bench", "train-dist", "--role", "worker", "--repeat",
                                      std::to_string(r.repeat), "--steps", std::to_string(r.steps), "--batch-size",
                                      std::to_string(r.batch), "--mnist-dir", o.mnist_dir},
             cluster.worker_env()));
