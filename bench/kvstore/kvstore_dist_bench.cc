@@ -403,4 +403,60 @@ int RunKVStoreDistBench(const KVStoreDistBenchOptions& options) {
   return RunCoordinator(options);
 }
 
+// --- `troupe bench kvstore-dist`: its declaration (bench/common/registry.h) ---------------------------------
+namespace {
+
+constexpr const char* kKVStoreDistBenchmarkDescription =
+    "The distributed KVStore across processes on loopback against raw TCP between two processes, measured in "
+    "the same run. A scheduler, 1 server and 2 workers run as separate processes (copies of this executable). "
+    "Each worker runs dist_sync rounds over a model of --model-mib MiB in keys of --key-mib MiB (float32): a "
+    "round is PushPull of every key, ended when every pulled key has arrived; round 0 is a warm-up, then "
+    "--repeat timed rounds; then --latency-calls PushPull calls of a 16-float key, each waited for. Figures: "
+    "throughput = bytes through the server per second (2 workers x model x 2 / the slower worker's median "
+    "round time), per-worker throughput, and the small key's median latency. Anchors, against a child "
+    "process over TCP with TCP_NODELAY: the one-way stream throughput (256 MiB in key-sized writes), the echo "
+    "of the model in key-sized chunks, the round trip of a 64-byte message, and (for reference) a lock-step "
+    "round of two child clients with this process as their server, as a dist_sync round on raw TCP. Ratios: "
+    "throughput / stream (target >= 0.7), latency / round trip (target <= 3); reported, not enforced. Checks: "
+    "every pulled key "
+    "equals the sum of both workers' gradients of its round, the echoes equal what was sent, every process "
+    "exits 0. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed, 1 when one "
+    "failed (the JSON says which), 2 on bad usage.";
+
+constexpr const char* kKVStoreDistBenchmarkExamples =
+    "Examples:\n"
+    "  troupe bench kvstore-dist --json dist.json\n"
+    "      64 MiB in 4 MiB keys, 10 rounds, 2000 latency calls (about half a minute on 2 cores)\n"
+    "  troupe bench kvstore-dist --quick --json /tmp/smoke.json\n"
+    "      a 4 MiB model, 2 rounds: checks that the processes, anchors and checks work";
+
+void DeclareKVStoreDistBenchmarkOptions(KVStoreDistBenchOptions* o, BenchOptionList* options) {
+  options->Add("--json", &o->json_path, "Write the results to FILE (pretty-printed JSON)").TypeName("FILE");
+  options->Add("--quick", &o->quick, "A 4 MiB model, 2 rounds, 200 latency calls: a smoke run for CTest");
+  options
+      ->Add("--repeat", &o->repeat,
+            "Timed rounds (and anchor runs); default " + std::to_string(kDistDefaultRepeat) + ", 2 with --quick")
+      .Range(1, 10000)
+      .TypeName("R");
+  options->Add("--model-mib", &o->model_mib, "Model size in MiB (default 64, 4 with --quick)")
+      .Range(0.001, 4096.0)
+      .TypeName("MIB");
+  options->Add("--key-mib", &o->key_mib, "Size of one key in MiB").Range(0.0001, 256.0).TypeName("MIB").ShowDefault();
+  options->Add("--latency-calls", &o->latency_calls, "Small-key PushPull calls timed (default 2000, 200 with --quick)")
+      .Range(1, 10000000)
+      .TypeName("N");
+  // The roles of the processes the benchmark starts itself (not for users; hidden from --help).
+  options->Add("--role", &o->role, "").Choices({"worker", "tcp-peer"}).Hidden();
+  options->Add("--peer-port", &o->peer_port, "").Hidden();
+}
+
+}  // namespace
+
+Benchmark KVStoreDistBenchmark() {
+  return MakeBenchmark<KVStoreDistBenchOptions>(
+      "kvstore-dist", "Distributed KVStore (scheduler, server, 2 workers as processes) against raw TCP",
+      std::string(kKVStoreDistBenchmarkDescription) + "\n\n" + kKVStoreDistBenchmarkExamples + "\n",
+      &DeclareKVStoreDistBenchmarkOptions, &RunKVStoreDistBench);
+}
+
 }  // namespace troupe::bench
