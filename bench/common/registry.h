@@ -130,7 +130,8 @@ struct Benchmark {
   std::string summary;      // its line in `troupe bench --help`
   std::string description;  // the footer of `troupe bench <name> --help` (what it measures, examples)
   // Makes a fresh options struct, declares its options (bound to that struct) into *options, and returns
-  // the function that runs the workload with the parsed options and returns the process exit status.
+  // the function that runs the workload with the parsed options and returns the process exit status. The
+  // returned function owns the struct: the options' fields stay valid as long as it (or a copy) lives.
   std::function<std::function<int()>(BenchOptionList* options)> bind;
 };
 

@@ -29,7 +29,6 @@
 
 #include "kvstore/dist.h"
 #include "kvstore/net/internal/frame_codec.h"
-#include "proc/process.h"
 #include "proc/socket.h"
 #include "tests/kvstore/dist_process_harness.h"
 

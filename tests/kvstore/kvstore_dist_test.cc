@@ -20,7 +20,6 @@
 #include "kvstore/internal/dist_common.h"
 #include "kvstore/net/internal/frame_codec.h"
 #include "kvstore/net/internal/transport.h"
-#include "proc/process.h"
 #include "proc/socket.h"
 #include "tests/kvstore/dist_scenarios.h"
 

@@ -36,7 +36,6 @@
 #include <thread>
 #include <vector>
 
-#include "proc/process.h"
 #include "proc/socket.h"
 #include "tests/kvstore/dist_process_harness.h"
 
