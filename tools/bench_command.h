@@ -1,10 +1,9 @@
 // `troupe bench <workload>`: the benchmark command group of the troupe tool.
 //
-// Each workload is a subcommand backed by a library in bench/<workload>/ (today: `engine`, from
-// bench/engine/, `ndarray`, from bench/ndarray/, `ops`, from bench/ops/, `io`, from bench/io/, `train`,
-// from bench/train/, `kvstore-local` and `kvstore-dist`, from bench/kvstore/). To add one: link its library into the
-// `troupe` target (tools/CMakeLists.txt), then add a Workload entry in BenchCommand's constructor with its
-// options, description and examples.
+// The workloads come from the bench registry (bench/benchmarks.h): each declares its name, summary, help
+// text, options and run function next to its code in bench/<workload>/, and this command turns every entry
+// into a subcommand with those options, with no code of its own per workload. To add a workload, see
+// bench/benchmarks.h.
 //
 // Thread-safety: none needed; used from main() only.
 #pragma once
@@ -12,15 +11,6 @@
 #include <functional>
 #include <string>
 #include <vector>
-
-#include "bench/engine/engine_bench.h"
-#include "bench/io/io_bench.h"
-#include "bench/kvstore/kvstore_bench.h"
-#include "bench/kvstore/kvstore_dist_bench.h"
-#include "bench/ndarray/ndarray_bench.h"
-#include "bench/ops/ops_bench.h"
-#include "bench/train/train_bench.h"
-#include "bench/train/train_dist_bench.h"
 
 namespace CLI {
 class App;
@@ -30,7 +20,7 @@ namespace troupe::tools {
 
 class BenchCommand {
  public:
-  // Adds the `bench` subcommand and its workloads to `root`.
+  // Adds the `bench` subcommand and a subcommand for each registered workload to `root`.
   explicit BenchCommand(CLI::App* root);
 
   // True when the command line chose `troupe bench ...`.
@@ -46,19 +36,11 @@ class BenchCommand {
   struct Workload {
     std::string name;
     CLI::App* app = nullptr;
-    std::function<int()> run;
+    std::function<int()> run;  // owns the workload's options struct, which the subcommand parses into
   };
 
   CLI::App* app_ = nullptr;
   std::vector<Workload> workloads_;
-  bench::EngineBenchOptions engine_options_;
-  bench::NDArrayBenchOptions ndarray_options_;
-  bench::OpsBenchOptions ops_options_;
-  bench::IoBenchOptions io_options_;
-  bench::TrainBenchOptions train_options_;
-  bench::KVStoreBenchOptions kvstore_options_;
-  bench::KVStoreDistBenchOptions kvstore_dist_options_;
-  bench::TrainDistBenchOptions train_dist_options_;
 };
 
 }  // namespace troupe::tools

@@ -18,17 +18,17 @@
 #include <string>
 #include <vector>
 
-#include "bench/common/child_process.h"
+#include "base/error.h"
 #include "kvstore/dist.h"
+#include "proc/process.h"
+#include "proc/signals.h"
 #include "tools/cluster_token.h"
 #include "tools/launch_remote.h"
-
-extern char** environ;
 
 namespace troupe::tools {
 namespace {
 
-using bench::ChildProcess;
+using proc::Process;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kStartTimeoutMs = 30000;  // for the scheduler's "listening" line
@@ -37,26 +37,15 @@ constexpr int kRemoteKillAfterS = 3;    // ssh: the remote watchdog's SIGTERM, t
 constexpr int kRemoteStopMs = 10000;    // ssh, mpirun, srun: how long they get to stop their processes
 constexpr int kEndTimeoutMs = 60000;    // for the scheduler and servers once every worker is done
 
-// SIGINT/SIGTERM to launch: a byte on this pipe, read by the watch loop.
-int g_signal_pipe[2] = {-1, -1};
-volatile sig_atomic_t g_signal = 0;
-
-void OnSignal(int sig) {
-  g_signal = sig;
-  const char c = 1;
-  [[maybe_unused]] const ssize_t n = ::write(g_signal_pipe[1], &c, 1);
-}
-
-// SIGINT and SIGTERM write to g_signal_pipe; SIGPIPE is ignored (a child that closed its stdin is no
-// reason to die). False when the pipe cannot be made.
+// SIGINT and SIGTERM to launch become a byte on proc's signal pipe, read by the watch loop; SIGPIPE is
+// ignored (a child that closed its stdin is no reason to die). False when that cannot be set up.
 bool CatchSignals() {
-  if (::pipe(g_signal_pipe) != 0) return false;
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-  return true;
+  try {
+    proc::CatchTerminationSignals();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 std::string HostName() {
@@ -85,7 +74,7 @@ std::string Describe(const std::string& label, const std::string& where, int pid
 }
 
 struct Proc {
-  std::unique_ptr<ChildProcess> child;
+  std::unique_ptr<Process> child;
   std::vector<std::string> argv;              // what it runs, to start it again (a server's restart)
   std::map<std::string, std::string> env;
   int restarts = 0;                           // times it was started again
@@ -173,7 +162,7 @@ int CheckLauncher(const LaunchOptions& o, std::vector<SshHost>* hosts) {
     return usage("--launcher slurm runs on the Slurm allocation; -H/--hostfile is for ssh or mpi");
   }
   const std::string program = o.launcher == "ssh" ? "ssh" : o.launcher == "mpi" ? "mpirun" : "srun";
-  if (bench::FindProgram(program).empty()) {
+  if (proc::FindProgram(program).empty()) {
     std::fprintf(stderr, "troupe launch: --launcher %s needs '%s' on PATH, and it is not there\n",
                  o.launcher.c_str(), program.c_str());
     return 1;
@@ -318,12 +307,12 @@ int RunLaunch(const LaunchOptions& o) {
     if (!given("TROUPE_KVSTORE_CHECKPOINT_EVERY")) env["TROUPE_KVSTORE_CHECKPOINT_EVERY"] = "100";
   }
 
-  const std::string self = bench::SelfExe();
+  const std::string self = proc::SelfExe();
   std::vector<Proc> procs;
   auto start = [&](const std::string& label, std::vector<std::string> argv, std::map<std::string, std::string> e,
                    bool worker) -> Proc& {
     Proc p;
-    p.child = std::make_unique<ChildProcess>(label, argv, e, /*merge_stderr=*/true);
+    p.child = std::make_unique<Process>(label, argv, e, /*merge_stderr=*/true);
     p.argv = std::move(argv);
     p.env = std::move(e);
     p.label = label;
@@ -427,15 +416,15 @@ int RunLaunch(const LaunchOptions& o) {
   bool failed = false;
   Clock::time_point workers_done{};
   for (;;) {
-    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+    std::vector<pollfd> fds{{proc::TerminationSignalFd(), POLLIN, 0}};
     for (const Proc& p : procs) {
       if (p.output_open) fds.push_back({p.child->out_fd(), POLLIN, 0});
       if (p.status < 0) fds.push_back({p.child->exit_fd(), POLLIN, 0});
     }
     if (fds.size() == 1) break;  // every process ended and said everything
     ::poll(fds.data(), fds.size(), 500);
-    if (g_signal != 0) {
-      std::fprintf(stderr, "troupe launch: interrupted (signal %d); stopping every process\n", static_cast<int>(g_signal));
+    if (const int sig = proc::CaughtTerminationSignal(); sig != 0) {
+      std::fprintf(stderr, "troupe launch: interrupted (signal %d); stopping every process\n", sig);
       StopAll(procs);
       for (Proc& p : procs) {
         std::vector<std::string> rest;
@@ -466,7 +455,7 @@ int RunLaunch(const LaunchOptions& o) {
           ++p.restarts;
           std::fprintf(stderr, "%s; starting it again from its checkpoint (restart %d of %d, --restart-servers)\n",
                        Describe(p).c_str(), p.restarts, o.restart_servers);
-          p.child = std::make_unique<ChildProcess>(p.label, p.argv, p.env, /*merge_stderr=*/true);
+          p.child = std::make_unique<Process>(p.label, p.argv, p.env, /*merge_stderr=*/true);
           p.status = -1;
           p.output_open = true;
           continue;
@@ -503,12 +492,7 @@ int RunLaunch(const LaunchOptions& o) {
 }
 
 int RunLaunchTask(const std::string& launcher, int servers, int workers, const std::vector<std::string>& command) {
-  std::map<std::string, std::string> env;
-  for (char** v = environ; *v != nullptr; ++v) {
-    const std::string kv = *v;
-    const auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  const std::map<std::string, std::string> env = proc::CurrentEnvironment();
   const TaskRole role = MapTaskRank(launcher, env, servers, workers);
   if (!role.error.empty()) {
     std::fprintf(stderr, "troupe launch-task: %s\n", role.error.c_str());
@@ -522,14 +506,14 @@ int RunLaunchTask(const std::string& launcher, int servers, int workers, const s
   std::map<std::string, std::string> e{{"DMLC_ROLE", role.role}};
   if (!server) e["TROUPE_LAUNCH_INDEX"] = std::to_string(role.index);
   const std::string label = role.role + " " + std::to_string(role.index);
-  const std::vector<std::string> argv = server ? std::vector<std::string>{bench::SelfExe(), "server"} : command;
+  const std::vector<std::string> argv = server ? std::vector<std::string>{proc::SelfExe(), "server"} : command;
   // die_with_parent: mpirun and srun SIGKILL a task that outlives their grace period; its child goes too.
-  ChildProcess child(label, argv, e, /*merge_stderr=*/true, /*die_with_parent=*/true);
+  Process child(label, argv, e, /*merge_stderr=*/true, /*die_with_parent=*/true);
   bool stopped = false;
   for (bool open = true; open;) {
-    pollfd fds[2] = {{g_signal_pipe[0], POLLIN, 0}, {child.out_fd(), POLLIN, 0}};
+    pollfd fds[2] = {{proc::TerminationSignalFd(), POLLIN, 0}, {child.out_fd(), POLLIN, 0}};
     ::poll(fds, 2, -1);
-    if (g_signal != 0 && !stopped) {
+    if (proc::CaughtTerminationSignal() != 0 && !stopped) {
       stopped = true;
       child.Signal(SIGTERM);
     }

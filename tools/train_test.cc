@@ -21,9 +21,9 @@
 #include <tuple>
 #include <vector>
 
-#include "bench/common/child_process.h"
 #include "io/io.h"
 #include "io/recordio.h"
+#include "proc/process.h"
 #include "tests/common/jpeg_util.h"
 
 namespace {
@@ -259,7 +259,7 @@ TEST_F(TrainCommandTest, DistSyncSurvivesAServerKilledMidEpoch) {
   std::vector<std::string> argv{cli, "launch", "-n", "2", "-s", "1", "--", cli};
   std::istringstream words(train);
   for (std::string w; words >> w;) argv.push_back(w);
-  troupe::bench::ChildProcess launch("troupe launch", argv, {}, /*merge_stderr=*/true);
+  troupe::proc::Process launch("troupe launch", argv, {}, /*merge_stderr=*/true);
   const auto started = launch.ReadLine("troupe launch: started", 60000);
   ASSERT_TRUE(started.has_value());
   std::istringstream pids(started->substr(started->find("pids") + 4));

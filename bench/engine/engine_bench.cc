@@ -1477,4 +1477,95 @@ int RunEngineBench(const EngineBenchOptions& options) {
   return bench.Run();
 }
 
+// --- `troupe bench engine`: its declaration (bench/common/registry.h) ---------------------------------
+namespace {
+
+constexpr const char* kEngineBenchmarkDescription =
+    "Measure the dependency engine. Four workloads, each run once untimed (warm-up) and then --repeat times, "
+    "every run with an in-run check that all functions ran exactly once and in an order the engine's rule "
+    "allows: (a) chain: a dependent chain of no-op pushes (PushSync, and one pre-built NewOperator pushed N "
+    "times), in ns per function; (b) independent: no-op pushes writing one of 1024 variables (and with no "
+    "variables), in functions per second; (c) reader_writer: one writer then K readers of a variable, "
+    "repeated, in ns per function; (d) random_mixed: random read/write sets over 100 variables, compared "
+    "with a sequential model, in functions per second. They run on the actor engine for every --workers x "
+    "--shards value, on the naive engine, and, in the same run, the anchor: a oneTBB flow graph (built one "
+    "node and edge per pushed function, and pre-built) and a task_group, limited to the same number of "
+    "threads. The JSON holds every figure, the anchor's, their ratio and the targets ((a) <= 2x TBB, "
+    "(b) >= 1e6 functions/s). Progress goes to stderr, a table to stdout. Exit status: 0 when every check "
+    "passed, 1 when one failed (the JSON says which, with \"ok\": false), 2 on bad usage, 3 when a run hung "
+    "longer than --timeout.";
+
+constexpr const char* kEngineBenchmarkExamples =
+    "Examples:\n"
+    "  troupe bench engine --json engine.json\n"
+    "      the full run (about 10-30 s on 2 cores)\n"
+    "  troupe bench engine --quick --json /tmp/smoke.json\n"
+    "      tiny sizes: checks that the harness and the in-run checks pass\n"
+    "  troupe bench engine --workers 1,2,4 --shards 1,2 --repeat 7 --json sweep.json\n"
+    "      sweep worker and dependency-shard counts of the actor engine\n"
+    "  troupe bench engine --engines actor,tbb --workloads chain --functions 1000000 --json chain.json\n"
+    "      only the chain, only the actor engine and its TBB anchor\n"
+    "  TROUPE_WORKER_SPIN_US=0 troupe bench engine --json nospin.json\n"
+    "      TROUPE_* settings apply to the engines (the resolved config is in the JSON)";
+
+void DeclareEngineBenchmarkOptions(EngineBenchOptions* o, BenchOptionList* options) {
+  options->Add("--json", &o->json_path, "Write the results to FILE (pretty-printed JSON)").Required().TypeName("FILE");
+  options
+      ->Add("--functions", &o->functions,
+            "Functions per workload run (default " + std::to_string(kDefaultFunctions) + ", " +
+                std::to_string(kQuickFunctions) + " with --quick)")
+      .Positive()
+      .TypeName("N");
+  options->Add("--workers", &o->workers, "Actor engine cpu_workers values to sweep; TBB gets the same thread counts")
+      .Delimiter(',')
+      .Range(1, 1024)
+      .TypeName("LIST")
+      .ShowDefault();
+  options->Add("--shards", &o->shards, "RuntimeConfig::dependency_shards values to sweep")
+      .Delimiter(',')
+      .Range(1, 1024)
+      .TypeName("LIST")
+      .ShowDefault();
+  options->Add("--readers", &o->readers, "Readers per writer in the reader_writer workload")
+      .Range(1, 1024)
+      .TypeName("K")
+      .ShowDefault();
+  options
+      ->Add("--repeat", &o->repeat,
+            "Timed repetitions per measurement; the median is reported, with min and max (default " +
+                std::to_string(kDefaultRepeat) + ", 1 with --quick)")
+      .Range(1, 1000)
+      .TypeName("R");
+  options->Add("--quick", &o->quick, "Tiny sizes, one repetition: a smoke run for CTest");
+  options->Add("--profile", &o->profile,
+               "Record every function's begin/end as the profiler does (compare with a run without it)");
+  options->Add("--seed", &o->seed, "Seed of the random_mixed workload (default: drawn, printed and stored)")
+      .TypeName("S");
+  options->Add("--engines", &o->engines, "What to run: any of actor, naive, tbb")
+      .Delimiter(',')
+      .Choices({"actor", "naive", "tbb"})
+      .TypeName("LIST")
+      .ShowDefault();
+  options->Add("--workloads", &o->workloads, "Which workloads: any of chain, independent, reader_writer, random_mixed")
+      .Delimiter(',')
+      .Choices(EngineBenchWorkloadGroups())
+      .TypeName("LIST")
+      .ShowDefault();
+  options
+      ->Add("--timeout", &o->run_timeout_s,
+            "Seconds one run may take before it is reported as hung (JSON written, exit 3); 0: no limit")
+      .NonNegative()
+      .TypeName("SEC")
+      .ShowDefault();
+}
+
+}  // namespace
+
+Benchmark EngineBenchmark() {
+  return MakeBenchmark<EngineBenchOptions>(
+      "engine", "The dependency engine against a oneTBB flow graph",
+      std::string(kEngineBenchmarkDescription) + "\n\n" + kEngineBenchmarkExamples + "\n",
+      &DeclareEngineBenchmarkOptions, &RunEngineBench);
+}
+
 }  // namespace troupe::bench

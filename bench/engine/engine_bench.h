@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/registry.h"
+
 namespace troupe::bench {
 
 struct EngineBenchOptions {
@@ -64,5 +66,9 @@ const std::vector<std::string>& EngineBenchWorkloadGroups();
 // (the JSON then holds "ok": false and the failures), 2 on bad options. Targets that are not met do not
 // change the status: they are reported, never asserted.
 int RunEngineBench(const EngineBenchOptions& options);
+
+// `troupe bench engine`: the name, options, help and run function above, for the bench registry
+// (bench/benchmarks.h).
+Benchmark EngineBenchmark();
 
 }  // namespace troupe::bench

@@ -634,4 +634,79 @@ int RunIoBench(const IoBenchOptions& options) {
   return bench.Run();
 }
 
+// --- `troupe bench io`: its declaration (bench/common/registry.h) ---------------------------------
+namespace {
+
+constexpr const char* kIoBenchmarkDescription =
+    "Measure the data iterators against the library work they cannot avoid, each anchor measured in the same "
+    "run and alternated with its figure. A call is one epoch INCLUDING creating the iterator; every figure runs "
+    "untimed first (warm-up), then --repeat timed runs of at least 3 calls; the median and the best run are "
+    "reported. (a) mnist: MNISTIter over Fashion-MNIST train (60,000 samples from --mnist-dir; the t10k files "
+    "with --quick), batch 128, shuffle off, prefetch on, against gzread of the same two .gz files with zlib "
+    "alone, in samples/s; checks: the label file holds 6,000 labels per class (1,000 with --quick), an epoch "
+    "delivers the data set rounded down to whole batches (MNISTIter drops the incomplete last batch, as "
+    "MXNet's does: 59,904 samples) with the labels of those samples in the file. (b) imagerec: "
+    "ImageRecordIter over a .rec of --images JPEGs (256x256, generated with libjpeg into a temporary folder "
+    "and packed as `troupe im2rec` packs them), data_shape (3,224,224), batch 64, preprocess_threads "
+    "--threads, against decoding the same JPEG bytes from memory with libjpeg alone on --threads threads, in "
+    "images/s; checks: the data shape is (64,3,224,224), images per epoch equal --images, the label histogram "
+    "equals the one packed. When ImageRecordIter is not in the build, imagerec is reported as unavailable "
+    "(not a failure). The ratio is anchor time / iterator time; the JSON holds every figure, the anchors, the "
+    "ratios and the targets (both >= 0.8). Progress goes to stderr, a table to stdout. Exit status: 0 when every "
+    "check passed (targets are reported, not enforced), 1 when one failed (the JSON says which, with "
+    "\"ok\": false), 2 on bad usage.";
+
+constexpr const char* kIoBenchmarkExamples =
+    "Examples:\n"
+    "  troupe bench io --json io.json\n"
+    "      the full run (about 1-2 minutes on 2 cores)\n"
+    "  troupe bench io --quick --json /tmp/smoke.json\n"
+    "      small data: checks that the harness and the in-run checks pass\n"
+    "  troupe bench io --workloads imagerec --images 500 --threads 4 --json rec.json\n"
+    "      only ImageRecordIter, 500 JPEGs, 4 decoding threads (iterator and anchor alike)\n"
+    "  troupe bench io --workloads mnist --mnist-dir ~/fashion-mnist --json mnist.json\n"
+    "      only MNISTIter, over the .gz files in another folder";
+
+void DeclareIoBenchmarkOptions(IoBenchOptions* o, BenchOptionList* options) {
+  options->Add("--json", &o->json_path, "Write the results to FILE (pretty-printed JSON)").Required().TypeName("FILE");
+  options->Add(
+      "--quick", &o->quick,
+      "Small data (t10k files, " + std::to_string(kIoQuickImages) + " JPEGs), one repetition: a smoke run for CTest");
+  options
+      ->Add("--repeat", &o->repeat,
+            "Timed runs per figure (each at least 3 epochs); the median and the best are reported (default " +
+                std::to_string(kIoDefaultRepeat) + ", 1 with --quick)")
+      .Range(1, 1000)
+      .TypeName("R");
+  options->Add("--workloads", &o->workloads, "Which workloads: any of mnist, imagerec")
+      .Delimiter(',')
+      .Choices(IoBenchWorkloads())
+      .TypeName("LIST")
+      .ShowDefault();
+  options->Add("--mnist-dir", &o->mnist_dir, "mnist: folder of the Fashion-MNIST train-*/t10k-* .gz files")
+      .TypeName("DIR")
+      .ShowDefault();
+  options
+      ->Add("--images", &o->images,
+            "imagerec: JPEGs in the generated .rec (default " + std::to_string(kIoDefaultImages) + ", " +
+                std::to_string(kIoQuickImages) + " with --quick)")
+      .Range(1, 1000000)
+      .TypeName("N");
+  options->Add("--threads", &o->threads, "imagerec: preprocess_threads of the iterator and threads of the anchor")
+      .Range(1, 64)
+      .TypeName("T")
+      .ShowDefault();
+  options->Add("--temp-dir", &o->temp_dir, "imagerec: where the temporary .rec goes (default: the system's)")
+      .TypeName("DIR");
+}
+
+}  // namespace
+
+Benchmark IoBenchmark() {
+  return MakeBenchmark<IoBenchOptions>(
+      "io", "MNISTIter and ImageRecordIter epochs against zlib inflate and libjpeg decode alone",
+      std::string(kIoBenchmarkDescription) + "\n\n" + kIoBenchmarkExamples + "\n", &DeclareIoBenchmarkOptions,
+      &RunIoBench);
+}
+
 }  // namespace troupe::bench

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/registry.h"
+
 namespace troupe::bench {
 
 struct IoBenchOptions {
@@ -65,5 +67,9 @@ const std::vector<std::string>& IoBenchWorkloads();
 // (the JSON then holds "ok": false and the failures) or the JSON could not be written, 2 on bad options.
 // Targets that are not met, and an ImageRecordIter missing from the build, do not change the status.
 int RunIoBench(const IoBenchOptions& options);
+
+// `troupe bench io`: the name, options, help and run function above, for the bench registry
+// (bench/benchmarks.h).
+Benchmark IoBenchmark();
 
 }  // namespace troupe::bench

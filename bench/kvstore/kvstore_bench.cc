@@ -592,4 +592,92 @@ int RunKVStoreBench(const KVStoreBenchOptions& options) {
   return bench.Run();
 }
 
+// --- `troupe bench kvstore-local`: its declaration (bench/common/registry.h) ---------------------------------
+namespace {
+
+constexpr const char* kKVStoreLocalBenchmarkDescription =
+    "Measure parameter synchronisation across the CPU devices of one machine through a \"local\" KVStore "
+    "against the memory bandwidth it cannot beat, each figure alternated with its anchor in the same run. (a) "
+    "push_pull: a call is one round of MXNet's tools/bandwidth/measure.py: for every key in order (priority "
+    "-index), Push of one gradient per device from cpu(0) .. cpu(k-1), then Pull into one weight array per "
+    "device, and the call ends by waiting for every weight. The model is the trainable parameters of ResNet-50 "
+    "v1 (MXNet's Gluon model zoo: 193 arrays) with every size scaled to --model-mib MiB (64 by default). Bytes "
+    "moved per call = model bytes x devices x 2 (each device pushes and pulls the whole model), in GiB/s; "
+    "MXNet's own figure (model bytes x 2 x (k-1)/k per second per device) is in the JSON too. The anchor is "
+    "std::memcpy of the same bytes between two touched buffers, in equal parts on as many threads as the "
+    "engine has workers for the devices (cpu_workers x devices). Every figure runs once untimed (warm-up, "
+    "which also sizes a run) and then --repeat times; the median and the best run are reported. The ratio is "
+    "memcpy time / push+pull time; the target is >= 0.5 (reported, not enforced). Checks: every pulled array "
+    "has its key's size; the pulled values equal the sum of the pushed ones (every element of the first, "
+    "middle and last key, the first and last element of the others); the memcpy destination equals its source. "
+    "(b) mlp: training images/s of the MLP through a Module on cpu(0), cpu(1) (data-parallel, parameters "
+    "synchronised through a \"local\" KVStore) against the same Module on cpu(0), alternated; a call is one "
+    "step (Forward(true), Backward, Update with SGD) on a Fashion-MNIST batch preloaded from the t10k files in "
+    "--mnist-dir, a timed run ends by waiting for the engine; the ratio is the speedup; checks: the outputs "
+    "are probabilities and, except with --quick, both modules' training accuracy over the preloaded batches is "
+    "above 0.5. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed, 1 when one "
+    "failed (the JSON says which, with \"ok\": false), 2 on bad usage.";
+
+constexpr const char* kKVStoreLocalBenchmarkExamples =
+    "Examples:\n"
+    "  troupe bench kvstore-local --json kvstore.json\n"
+    "      64 MiB model on 2 and 4 devices (about 30-60 s on 2 cores)\n"
+    "  troupe bench kvstore-local --quick --json /tmp/smoke.json\n"
+    "      a 2 MiB model, one run: checks that the harness and the in-run checks pass\n"
+    "  troupe bench kvstore-local --devices 2,4,8 --model-mib 128 --json big.json\n"
+    "      more devices and a larger model\n"
+    "  TROUPE_CPU_WORKERS=2 troupe bench kvstore-local --json w2.json\n"
+    "      TROUPE_* settings apply to the engine; the anchor follows its worker count (the config is in the JSON)\n"
+    "  troupe bench kvstore-local --workloads mlp --batch-size 256 --json mlp.json\n"
+    "      only the MLP on 2 devices against 1, at batch 256";
+
+void DeclareKVStoreLocalBenchmarkOptions(KVStoreBenchOptions* o, BenchOptionList* options) {
+  options->Add("--json", &o->json_path, "Write the results to FILE (pretty-printed JSON)").Required().TypeName("FILE");
+  options->Add("--quick", &o->quick,
+               "A " + FormatNumber(kKVStoreQuickModelMiB) + " MiB model, one repetition: a smoke run for CTest");
+  options
+      ->Add("--repeat", &o->repeat,
+            "Timed runs per figure; the median and the best are reported (default " +
+                std::to_string(kKVStoreDefaultRepeat) + ", 1 with --quick)")
+      .Range(1, 1000)
+      .TypeName("R");
+  options->Add("--devices", &o->devices, "Device counts to measure (contexts cpu(0) .. cpu(k-1))")
+      .Delimiter(',')
+      .Range(1, 64)
+      .TypeName("LIST")
+      .ShowDefault();
+  options
+      ->Add("--model-mib", &o->model_mib,
+            "Model size in MiB, the ResNet-50 key sizes scaled to it (default " +
+                FormatNumber(kKVStoreDefaultModelMiB) + ", " + FormatNumber(kKVStoreQuickModelMiB) + " with --quick)")
+      .Range(0.001, 4096.0)
+      .TypeName("MIB");
+  options
+      ->Add("--anchor-threads", &o->anchor_threads,
+            "Threads of the memcpy anchor (default: the engine's workers, cpu_workers x devices)")
+      .Range(1, 1024)
+      .TypeName("T");
+  options->Add("--workloads", &o->workloads, "Which workloads: any of push_pull, mlp")
+      .Delimiter(',')
+      .Choices(KVStoreBenchWorkloads())
+      .TypeName("LIST")
+      .ShowDefault();
+  options->Add("--batch-size", &o->batch_size, "mlp: images per training step (split over the devices)")
+      .Range(2, 4096)
+      .TypeName("B")
+      .ShowDefault();
+  options->Add("--mnist-dir", &o->mnist_dir, "mlp: folder of the Fashion-MNIST t10k-* .gz files")
+      .TypeName("DIR")
+      .ShowDefault();
+}
+
+}  // namespace
+
+Benchmark KVStoreLocalBenchmark() {
+  return MakeBenchmark<KVStoreBenchOptions>(
+      "kvstore-local", "KVStore push+pull over CPU devices against memcpy; MLP on 2 devices against 1",
+      std::string(kKVStoreLocalBenchmarkDescription) + "\n\n" + kKVStoreLocalBenchmarkExamples + "\n",
+      &DeclareKVStoreLocalBenchmarkOptions, &RunKVStoreBench);
+}
+
 }  // namespace troupe::bench

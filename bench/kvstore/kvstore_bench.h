@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/registry.h"
+
 namespace troupe::bench {
 
 struct KVStoreBenchOptions {
@@ -55,5 +57,9 @@ inline constexpr double kKVStoreQuickModelMiB = 2;
 
 const std::vector<std::string>& KVStoreBenchWorkloads();
 int RunKVStoreBench(const KVStoreBenchOptions& options);
+
+// `troupe bench kvstore-local`: the name, options, help and run function above, for the bench registry
+// (bench/benchmarks.h).
+Benchmark KVStoreLocalBenchmark();
 
 }  // namespace troupe::bench

@@ -27,6 +27,8 @@
 
 #include <string>
 
+#include "bench/common/registry.h"
+
 namespace troupe::bench {
 
 struct KVStoreDistBenchOptions {
@@ -44,5 +46,9 @@ struct KVStoreDistBenchOptions {
 inline constexpr int kDistDefaultRepeat = 10;
 
 int RunKVStoreDistBench(const KVStoreDistBenchOptions& options);
+
+// `troupe bench kvstore-dist`: the name, options, help and run function above, for the bench registry
+// (bench/benchmarks.h).
+Benchmark KVStoreDistBenchmark();
 
 }  // namespace troupe::bench

@@ -928,4 +928,83 @@ int RunNDArrayBench(const NDArrayBenchOptions& options) {
   return bench.Run();
 }
 
+// --- `troupe bench ndarray`: its declaration (bench/common/registry.h) ---------------------------------
+namespace {
+
+constexpr const char* kNDArrayBenchmarkDescription =
+    "Measure the NDArray layer against the library calls it is built on, each anchor measured in the same run "
+    "and alternated with its figure. Every figure runs once untimed (warm-up, which also sizes a run to "
+    "--min-time seconds or at least 3 calls) and then --repeat times; the median and the best run are reported. "
+    "(a) dot: C = Dot(A, B) on float32 n x n CPU arrays (and Dot into an existing array), push + WaitToRead per "
+    "call, against cblas_sgemm (row-major, no transposes) on plain buffers with the same OpenBLAS thread count "
+    "as the engine's workers, in GFLOP/s; check: the results agree (relative error < 1e-4). (b) add: C = A + B "
+    "and A += B on float32 arrays against memcpy of the same size, in GB/s of bytes touched (3 x size for the "
+    "add, 2 x size for memcpy); check: every value. (c) alloc: Storage::Alloc + Free of a repeated size on an "
+    "independent pool (exact and round policies) against malloc + free, with and without touching one byte "
+    "per 4 KiB page, and constructing + destroying an NDArray of that size, in ns per pair; check: every timed "
+    "allocation was a pool hit. The JSON holds every figure, the anchors, the ratios and the targets (Dot >= "
+    "0.95 x sgemm at 1024^3; pool faster than malloc). Progress goes to stderr, a table to stdout. Exit "
+    "status: 0 when every check passed (targets are reported, not enforced), 1 when one failed (the JSON says "
+    "which, with \"ok\": false), 2 on bad usage.";
+
+constexpr const char* kNDArrayBenchmarkExamples =
+    "Examples:\n"
+    "  troupe bench ndarray --json ndarray.json\n"
+    "      the full run (about 1-2 minutes on 2 cores)\n"
+    "  troupe bench ndarray --quick --json /tmp/smoke.json\n"
+    "      tiny sizes: checks that the harness and the in-run checks pass\n"
+    "  troupe bench ndarray --workloads dot --sizes 512,1024,2048 --repeat 7 --json dot.json\n"
+    "      only Dot against cblas_sgemm, on three sizes\n"
+    "  troupe bench ndarray --workloads alloc --alloc-sizes 4KiB,32MiB,33MiB --json alloc.json\n"
+    "      the pool against malloc around glibc's 32 MiB mmap threshold\n"
+    "  TROUPE_CPU_WORKERS=2 TROUPE_BLAS_THREADS=1 troupe bench ndarray --json w2.json\n"
+    "      TROUPE_* settings apply to the engine and its OpenBLAS thread count (both are in the JSON)";
+
+void DeclareNDArrayBenchmarkOptions(NDArrayBenchOptions* o, BenchOptionList* options) {
+  options->Add("--json", &o->json_path, "Write the results to FILE (pretty-printed JSON)").Required().TypeName("FILE");
+  options->Add("--quick", &o->quick, "Tiny sizes, one repetition, short runs: a smoke run for CTest");
+  options
+      ->Add("--repeat", &o->repeat,
+            "Timed runs per figure; the median and the best are reported (default " +
+                std::to_string(kNDArrayDefaultRepeat) + ", 1 with --quick)")
+      .Range(1, 1000)
+      .TypeName("R");
+  options->Add("--workloads", &o->workloads, "Which workloads: any of dot, add, alloc")
+      .Delimiter(',')
+      .Choices(NDArrayBenchWorkloads())
+      .TypeName("LIST")
+      .ShowDefault();
+  options->Add("--sizes", &o->sizes, "dot: matrix sizes n of n x n times n x n (default 256,1024; 64 with --quick)")
+      .Delimiter(',')
+      .Range(1, 8192)
+      .TypeName("LIST");
+  options
+      ->Add("--add-sizes", &o->add_bytes,
+            "add: bytes per operand, with units (default 1MiB,16MiB,64MiB; 64KiB with --quick)")
+      .Delimiter(',')
+      .SizeUnits()
+      .TypeName("LIST");
+  options
+      ->Add("--alloc-sizes", &o->alloc_bytes,
+            "alloc: block sizes, with units (default 4KiB,64KiB,1MiB,16MiB,64MiB; 4KiB,1MiB with --quick)")
+      .Delimiter(',')
+      .SizeUnits()
+      .TypeName("LIST");
+  options
+      ->Add("--min-time", &o->min_time_s,
+            "Seconds a timed run lasts at least (it also makes at least 3 calls; default " +
+                FormatNumber(kNDArrayDefaultMinTime) + ", 0.005 with --quick)")
+      .Range(0.0001, 60.0)
+      .TypeName("SEC");
+}
+
+}  // namespace
+
+Benchmark NDArrayBenchmark() {
+  return MakeBenchmark<NDArrayBenchOptions>(
+      "ndarray", "NDArray Dot, add and allocation against cblas_sgemm, memcpy and malloc",
+      std::string(kNDArrayBenchmarkDescription) + "\n\n" + kNDArrayBenchmarkExamples + "\n",
+      &DeclareNDArrayBenchmarkOptions, &RunNDArrayBench);
+}
+
 }  // namespace troupe::bench

@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/registry.h"
+
 namespace troupe::bench {
 
 struct NDArrayBenchOptions {
@@ -63,5 +65,9 @@ const std::vector<std::string>& NDArrayBenchWorkloads();
 // (the JSON then holds "ok": false and the failures) or the JSON could not be written, 2 on bad options.
 // Targets that are not met do not change the status: they are reported, never asserted.
 int RunNDArrayBench(const NDArrayBenchOptions& options);
+
+// `troupe bench ndarray`: the name, options, help and run function above, for the bench registry
+// (bench/benchmarks.h).
+Benchmark NDArrayBenchmark();
 
 }  // namespace troupe::bench

@@ -990,4 +990,82 @@ int RunOpsBench(const OpsBenchOptions& options) {
   return bench.Run();
 }
 
+// --- `troupe bench ops`: its declaration (bench/common/registry.h) ---------------------------------
+namespace {
+
+constexpr const char* kOpsBenchmarkDescription =
+    "Measure the dense-layer operators, run as the executor runs them (OperatorRunner: Forward and Backward "
+    "pushed to the engine, then WaitToRead on the output and the gradients), against the BLAS products they "
+    "are made of, each anchor measured in the same run and alternated with its figure. Every figure runs once "
+    "untimed (warm-up, which also sizes a run to --min-time seconds or at least 3 calls) and then --repeat "
+    "times; the median and the best run are reported. (a) fc: FullyConnected forward + backward (data, weight "
+    "and bias gradients) on float32 CPU arrays, batch x in x out = 64x784x128, 128x1024x1024 and "
+    "256x4096x1024, against its three raw cblas_sgemm calls (Y = X W^T, dX = dY W, dW = dY^T X) on plain "
+    "buffers with the engine's OpenBLAS thread count, in GFLOP/s (6 x batch x in x out per call); check: the "
+    "output and the gradients equal the anchor's (relative error < 1e-4). (b) conv: Convolution forward + "
+    "backward for a LeNet-sized layer (batch 64, 1 -> 20 channels, 28x28, kernel 5) and a ResNet-sized one "
+    "(batch 32, 64 -> 64 channels, 56x56, kernel 3, pad 1) against its sgemm bound: the cblas_sgemm calls of "
+    "its im2col shapes alone (per image: forward, backward-data, backward-weight; no im2col), in GFLOP/s; "
+    "check: sampled entries of the output and the gradients against a direct convolution in double. The "
+    "ratio is anchor time / operator time; the JSON holds every figure, the anchors, the ratios and the "
+    "targets (fc >= 0.9, conv >= 0.7). With --ctx gpu the same layers run on GPU 0 and only their GFLOP/s is "
+    "reported. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed (targets are "
+    "reported, not enforced), 1 when one failed (the JSON says which, with \"ok\": false), 2 on bad usage "
+    "(and for --ctx gpu without a CUDA device).";
+
+constexpr const char* kOpsBenchmarkExamples =
+    "Examples:\n"
+    "  troupe bench ops --json ops.json\n"
+    "      the full run (about 40-60 s on 2 cores)\n"
+    "  troupe bench ops --quick --json /tmp/smoke.json\n"
+    "      tiny layers: checks that the harness and the in-run checks pass\n"
+    "  troupe bench ops --workloads conv --resnet-batch 8 --repeat 3 --json conv.json\n"
+    "      only Convolution, with a smaller batch for the ResNet-sized layer\n"
+    "  troupe bench ops --ctx gpu --json gpu.json\n"
+    "      the same layers on GPU 0 (GFLOP/s only; fails with a message on a machine without a GPU)\n"
+    "  TROUPE_BLAS_THREADS=1 troupe bench ops --workloads fc --json fc1.json\n"
+    "      TROUPE_* settings apply to the engine and its OpenBLAS thread count (both are in the JSON)";
+
+void DeclareOpsBenchmarkOptions(OpsBenchOptions* o, BenchOptionList* options) {
+  options->Add("--json", &o->json_path, "Write the results to FILE (pretty-printed JSON)").Required().TypeName("FILE");
+  options->Add("--quick", &o->quick, "Tiny layers, one repetition, short runs: a smoke run for CTest");
+  options
+      ->Add("--repeat", &o->repeat,
+            "Timed runs per figure; the median and the best are reported (default " +
+                std::to_string(kOpsDefaultRepeat) + ", 1 with --quick)")
+      .Range(1, 1000)
+      .TypeName("R");
+  options->Add("--workloads", &o->workloads, "Which workloads: any of fc, conv")
+      .Delimiter(',')
+      .Choices(OpsBenchWorkloads())
+      .TypeName("LIST")
+      .ShowDefault();
+  options
+      ->Add("--min-time", &o->min_time_s,
+            "Seconds a timed run lasts at least (it also makes at least 3 calls; default " +
+                FormatNumber(kOpsDefaultMinTime) + ", 0.005 with --quick)")
+      .Range(0.0001, 60.0)
+      .TypeName("SEC");
+  options
+      ->Add("--ctx", &o->ctx, "Device of the operators: cpu (against the sgemm anchors) or gpu (GPU 0, GFLOP/s only)")
+      .Choices({"cpu", "gpu"})
+      .TypeName("DEV")
+      .ShowDefault();
+  options
+      ->Add("--resnet-batch", &o->resnet_batch,
+            "conv: batch of the ResNet-sized layer (default " + std::to_string(kOpsDefaultResNetBatch) +
+                ", 2 with --quick); the JSON says when it is below the default")
+      .Range(1, 256)
+      .TypeName("N");
+}
+
+}  // namespace
+
+Benchmark OpsBenchmark() {
+  return MakeBenchmark<OpsBenchOptions>(
+      "ops", "FullyConnected and Convolution forward + backward against their cblas_sgemm products",
+      std::string(kOpsBenchmarkDescription) + "\n\n" + kOpsBenchmarkExamples + "\n", &DeclareOpsBenchmarkOptions,
+      &RunOpsBench);
+}
+
 }  // namespace troupe::bench

@@ -41,6 +41,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/registry.h"
+
 namespace troupe::bench {
 
 struct OpsBenchOptions {
@@ -74,5 +76,9 @@ const std::vector<std::string>& OpsBenchWorkloads();
 // (and for --ctx gpu on a machine without a CUDA device). Targets that are not met do not change the
 // status: they are reported, never asserted.
 int RunOpsBench(const OpsBenchOptions& options);
+
+// `troupe bench ops`: the name, options, help and run function above, for the bench registry
+// (bench/benchmarks.h).
+Benchmark OpsBenchmark();
 
 }  // namespace troupe::bench

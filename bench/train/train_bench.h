@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/registry.h"
+
 namespace troupe::bench {
 
 struct TrainBenchOptions {
@@ -38,5 +40,9 @@ inline constexpr int kTrainDefaultRepeat = 5;
 
 const std::vector<std::string>& TrainBenchWorkloads();
 int RunTrainBench(const TrainBenchOptions& options);
+
+// `troupe bench train`: the name, options, help and run function above, for the bench registry
+// (bench/benchmarks.h).
+Benchmark TrainBenchmark();
 
 }  // namespace troupe::bench

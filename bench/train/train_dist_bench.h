@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/common/registry.h"
+
 namespace troupe::bench {
 
 struct TrainDistBenchOptions {
@@ -36,5 +38,9 @@ struct TrainDistBenchOptions {
 inline constexpr int kTrainDistDefaultRepeat = 5;
 
 int RunTrainDistBench(const TrainDistBenchOptions& options);
+
+// `troupe bench train-dist`: the name, options, help and run function above, for the bench registry
+// (bench/benchmarks.h).
+Benchmark TrainDistBenchmark();
 
 }  // namespace troupe::bench

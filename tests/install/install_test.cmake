@@ -20,6 +20,10 @@ foreach(header base/error.h base/context.h base/spinlock.h engine/engine.h actor
     message(FATAL_ERROR "installed tree lacks include/troupe/${header}")
   endif()
 endforeach()
+# troupe::proc is installed and exported, though not part of the umbrella target.
+if(NOT EXISTS "${prefix}/include/troupe/proc/process.h")
+  message(FATAL_ERROR "installed tree lacks include/troupe/proc/process.h")
+endif()
 file(GLOB_RECURSE internal_headers "${prefix}/include/*/internal/*" "${prefix}/include/*/detail/*")
 if(internal_headers)
   message(FATAL_ERROR "internal or detail headers were installed: ${internal_headers}")

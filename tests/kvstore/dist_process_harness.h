@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/common/child_process.h"
+#include "proc/process.h"
 
 namespace troupe::dist_test {
 
@@ -23,7 +23,7 @@ constexpr int kHeartbeatIntervalMs = 300;
 constexpr int kHeartbeatTimeoutMs = 3000;
 constexpr int kLineTimeoutMs = 60000;  // a line the test waits for; a failure, not a hang, when it never comes
 
-// A dist_node process (bench/common/child_process.h) whose failures to answer are test failures.
+// A dist_node process (proc/process.h) whose failures to answer are test failures.
 class Proc {
  public:
   // With `merge_stderr`, WaitLine sees what the process prints on stderr too.
@@ -72,7 +72,7 @@ class Proc {
     all.insert(all.end(), args.begin(), args.end());
     return all;
   }
-  bench::ChildProcess p_;
+  proc::Process p_;
   std::vector<std::string> kept_;
 };
 

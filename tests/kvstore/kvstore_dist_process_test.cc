@@ -27,10 +27,10 @@
 #include <thread>
 #include <vector>
 
-#include "bench/common/child_process.h"
 #include "kvstore/dist.h"
-#include "tests/kvstore/dist_process_harness.h"
 #include "kvstore/net/internal/frame_codec.h"
+#include "proc/socket.h"
+#include "tests/kvstore/dist_process_harness.h"
 
 namespace troupe {
 namespace {
@@ -155,7 +155,7 @@ TEST(DistProcess, RestartedServerKnowsWhichWorkersLeft) {
 
 // Sends `bytes`, then waits for the peer to close the connection (it refused them).
 bool RefusedAndClosed(int port, const std::vector<std::byte>& bytes) {
-  const int fd = bench::ConnectLoopback(port);
+  const int fd = proc::ConnectLoopback(port);
   if (fd < 0) return false;
   std::size_t off = 0;
   while (off < bytes.size()) {
@@ -195,7 +195,7 @@ TEST(DistProcess, WrongTokenAndHostileClientsAreRefused) {
     const auto hello = net::EncodeFrame(net::Hello{net::Role::kWorker, 0, net::kProtocolVersion, "127.0.0.1", 0});
     EXPECT_TRUE(RefusedAndClosed(port, hello)) << "a hello without authenticating, port " << port;
     // A truncated frame: half a hello, then the client goes away.
-    const int fd = bench::ConnectLoopback(port);
+    const int fd = proc::ConnectLoopback(port);
     ASSERT_GE(fd, 0);
     EXPECT_EQ(::send(fd, hello.data(), hello.size() / 2, MSG_NOSIGNAL), static_cast<ssize_t>(hello.size() / 2));
     ::close(fd);

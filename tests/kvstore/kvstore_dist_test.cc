@@ -20,7 +20,7 @@
 #include "kvstore/internal/dist_common.h"
 #include "kvstore/net/internal/frame_codec.h"
 #include "kvstore/net/internal/transport.h"
-#include "bench/common/child_process.h"
+#include "proc/socket.h"
 #include "tests/kvstore/dist_scenarios.h"
 
 namespace troupe {
@@ -187,7 +187,7 @@ TEST(DistKVStore, HostileClientsLeaveTheServerServing) {
   float want = 0.f;
   for (int port : {server->port(), scheduler->port()}) {
     for (int kind = 0; kind < 4; ++kind) {
-      const int fd = bench::ConnectLoopback(port);
+      const int fd = proc::ConnectLoopback(port);
       ASSERT_GE(fd, 0);
       std::vector<std::byte> bytes;
       if (kind == 0) {  // random bytes

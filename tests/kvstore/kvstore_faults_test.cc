@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/common/child_process.h"
+#include "proc/socket.h"
 #include "tests/kvstore/dist_process_harness.h"
 
 namespace troupe {
@@ -138,7 +138,7 @@ TEST(DistFaults, StrangersCostTheNodeNoMemoryBeforeAuthenticating) {
     ASSERT_GT(rss0, 0);
     std::vector<int> held;
     for (int i = 0; i < kHeld; ++i) {
-      held.push_back(bench::ConnectLoopback(node.port));
+      held.push_back(proc::ConnectLoopback(node.port));
       ASSERT_GE(held.back(), 0);
     }
     // Once each connection got the node's challenge, the node has accepted and set it up.
@@ -146,7 +146,7 @@ TEST(DistFaults, StrangersCostTheNodeNoMemoryBeforeAuthenticating) {
     const long long rss_held = StatusKiB(node.pid, "VmRSS");
     const std::vector<char> four_mib(std::size_t{4} << 20, 'x');
     for (int i = 0; i < kHugePrefixes + kBigFrames; ++i) {
-      const int fd = bench::ConnectLoopback(node.port);
+      const int fd = proc::ConnectLoopback(node.port);
       ASSERT_GE(fd, 0);
       const std::uint64_t n = i < kHugePrefixes ? (std::uint64_t{1} << 30) : (std::uint64_t{64} << 20);
       SendBytes(fd, &n, 8);
@@ -176,7 +176,7 @@ TEST(DistFaults, AThousandIdleConnectionsDoNotKeepTheClusterFromForming) {
   Clock::time_point opened;
   Cluster c(1, 2, {{"TROUPE_HELLO_TIMEOUT_MS", std::to_string(kHelloTimeoutMs)}}, [&](int port) {
     for (int i = 0; i < kIdle; ++i) {
-      const int fd = bench::ConnectLoopback(port);
+      const int fd = proc::ConnectLoopback(port);
       if (fd >= 0) idle.push_back(fd);
     }
     opened = Clock::now();

@@ -29,7 +29,7 @@
 #include <tuple>
 #include <vector>
 
-#include "bench/common/child_process.h"
+#include "proc/process.h"
 
 namespace troupe {
 namespace {
@@ -44,7 +44,7 @@ using Lines = std::vector<std::string>;
 std::pair<int, Lines> Launch(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {
   std::vector<std::string> argv{TROUPE_CLI_PATH, "launch"};
   argv.insert(argv.end(), args.begin(), args.end());
-  bench::ChildProcess launch("troupe launch", argv, env, /*merge_stderr=*/true);
+  proc::Process launch("troupe launch", argv, env, /*merge_stderr=*/true);
   Lines lines;
   while (launch.ReadSome(&lines)) {
   }
@@ -95,7 +95,7 @@ bool Accepts(int port) {
 
 // Runs a command to its end; returns its exit status and prints its output when it failed.
 int Run(const std::vector<std::string>& argv) {
-  bench::ChildProcess p(argv[0], argv, {}, /*merge_stderr=*/true);
+  proc::Process p(argv[0], argv, {}, /*merge_stderr=*/true);
   Lines lines;
   while (p.ReadSome(&lines)) {
   }
@@ -120,8 +120,8 @@ class Sshd {
     }
     dir_ = tmpl;
     const std::string sshd = "/usr/sbin/sshd";
-    if (::access(sshd.c_str(), X_OK) != 0 || bench::FindProgram("ssh-keygen").empty() ||
-        bench::FindProgram("ssh").empty()) {
+    if (::access(sshd.c_str(), X_OK) != 0 || proc::FindProgram("ssh-keygen").empty() ||
+        proc::FindProgram("ssh").empty()) {
       skip_ = "sshd, ssh or ssh-keygen is not installed (Debian openssh-server, openssh-client)";
       return;
     }
@@ -157,7 +157,7 @@ class Sshd {
       skip_ = "sshd -t refuses the test's configuration (see its output above)";
       return;
     }
-    server_ = std::make_unique<bench::ChildProcess>(
+    server_ = std::make_unique<proc::Process>(
         "sshd", std::vector<std::string>{sshd, "-D", "-e", "-f", (dir_ / "sshd_config").string()},
         std::map<std::string, std::string>{}, /*merge_stderr=*/true);
     if (!WaitUntil([&] { return server_->Wait(0) >= 0 || Accepts(port_); }, 30000) || server_->Wait(0) >= 0) {
@@ -196,7 +196,7 @@ class Sshd {
   fs::path dir_;
   int port_ = 0;
   std::string skip_;
-  std::unique_ptr<bench::ChildProcess> server_;
+  std::unique_ptr<proc::Process> server_;
 };
 
 class LaunchSsh : public ::testing::Test {
@@ -251,7 +251,7 @@ void InterruptLeavesNoWorkerBehind(const std::vector<std::string>& args,
   std::vector<std::string> argv{TROUPE_CLI_PATH, "launch"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.end(), {"-n", "2", "-s", "1", "--", "sh", "-c", "echo pid $$; exec sleep 1000"});
-  bench::ChildProcess launch("troupe launch", argv, env, /*merge_stderr=*/true);
+  proc::Process launch("troupe launch", argv, env, /*merge_stderr=*/true);
   std::vector<int> pids;
   for (int w = 0; w < 2; ++w) {
     const auto line = launch.ReadLine("[worker ", kTimeoutMs);
@@ -259,10 +259,10 @@ void InterruptLeavesNoWorkerBehind(const std::vector<std::string>& args,
     ASSERT_NE(line->find("] pid "), std::string::npos) << *line;
     pids.push_back(std::stoi(line->substr(line->find("] pid ") + 6)));
   }
-  for (int pid : pids) EXPECT_FALSE(bench::ProcessGone(pid)) << "the worker " << pid << " runs";
+  for (int pid : pids) EXPECT_FALSE(proc::ProcessGone(pid)) << "the worker " << pid << " runs";
   launch.Signal(SIGINT);
   EXPECT_EQ(launch.Wait(kTimeoutMs), 130);
-  for (int pid : pids) EXPECT_TRUE(bench::ProcessGone(pid)) << "worker process " << pid << " is still there";
+  for (int pid : pids) EXPECT_TRUE(proc::ProcessGone(pid)) << "worker process " << pid << " is still there";
 }
 
 TEST_F(LaunchSsh, SigintLeavesNoRemoteProcessBehind) {
@@ -299,7 +299,7 @@ const std::map<std::string, std::string> kMpiEnv{{"OMPI_ALLOW_RUN_AS_ROOT", "1"}
                                                  {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
 
 TEST(LaunchMpi, JobRunsAndEveryTaskExitsZero) {
-  if (bench::FindProgram("mpirun").empty()) GTEST_SKIP() << "no mpirun on PATH (Debian openmpi-bin)";
+  if (proc::FindProgram("mpirun").empty()) GTEST_SKIP() << "no mpirun on PATH (Debian openmpi-bin)";
   const auto [status, lines] = Launch({"--launcher", "mpi", "--launcher-args", "--oversubscribe", "-n", "2", "-s", "1",
                                        "--", TROUPE_DIST_NODE, "any_workers"},
                                       kMpiEnv);
@@ -314,7 +314,7 @@ TEST(LaunchMpi, JobRunsAndEveryTaskExitsZero) {
 }
 
 TEST(LaunchMpi, AFailingWorkerFailsTheJob) {
-  if (bench::FindProgram("mpirun").empty()) GTEST_SKIP() << "no mpirun on PATH (Debian openmpi-bin)";
+  if (proc::FindProgram("mpirun").empty()) GTEST_SKIP() << "no mpirun on PATH (Debian openmpi-bin)";
   const auto [status, lines] = Launch({"--launcher", "mpi", "--launcher-args", "--oversubscribe", "-n", "2", "-s", "1",
                                        "--", "sh", "-c", FailingWorker()},
                                       kMpiEnv);
@@ -326,7 +326,7 @@ TEST(LaunchMpi, AFailingWorkerFailsTheJob) {
 }
 
 TEST(LaunchMpi, SigintLeavesNoTaskBehind) {
-  if (bench::FindProgram("mpirun").empty()) GTEST_SKIP() << "no mpirun on PATH (Debian openmpi-bin)";
+  if (proc::FindProgram("mpirun").empty()) GTEST_SKIP() << "no mpirun on PATH (Debian openmpi-bin)";
   // mpirun passes launch's SIGTERM on to the tasks, and each task to its worker.
   InterruptLeavesNoWorkerBehind({"--launcher", "mpi", "--launcher-args", "--oversubscribe"}, kMpiEnv);
 }
@@ -374,7 +374,7 @@ TEST(LaunchSlurm, JobRunsUnderAStandInSrun) {
 }
 
 TEST(LaunchTask, WithoutARankIsAClearError) {
-  bench::ChildProcess task("launch-task",
+  proc::Process task("launch-task",
                            {TROUPE_CLI_PATH, "launch-task", "--launcher", "slurm", "-n", "1", "-s", "1", "--", "true"},
                            {{"SLURM_PROCID", ""}}, /*merge_stderr=*/true);
   const auto line = task.ReadLine("troupe launch-task:", kTimeoutMs);

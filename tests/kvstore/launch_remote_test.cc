@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/common/child_process.h"
+#include "proc/process.h"
 
 namespace troupe::tools {
 namespace {
@@ -112,7 +112,7 @@ TEST(ParseHostfile, BadFilesAreClearErrors) {
 // Runs `sh -c SCRIPT` with `input` on its stdin (kept open: its end would stop a RemoteShellCommand);
 // returns (exit status, output lines).
 std::pair<int, std::vector<std::string>> Sh(const std::string& script, const std::string& input) {
-  bench::ChildProcess sh("sh", {"/bin/sh", "-c", script}, {}, /*merge_stderr=*/true);
+  proc::Process sh("sh", {"/bin/sh", "-c", script}, {}, /*merge_stderr=*/true);
   sh.Write(input);
   std::vector<std::string> lines;
   while (sh.ReadSome(&lines)) {
@@ -158,7 +158,7 @@ TEST(RemoteShell, RunsTheCommandWithTheEnvironmentFromStdin) {
 
 TEST(RemoteShell, EndOfStdinStopsTheCommandsSession) {
   // The command starts a background child too; both must go when stdin ends.
-  bench::ChildProcess sh("sh",
+  proc::Process sh("sh",
                          {"/bin/sh", "-c", RemoteShellCommand("/", {"sh", "-c", "sleep 1000 & echo $! $$; wait"}, 1)},
                          {}, /*merge_stderr=*/true);
   sh.Write("\n");
@@ -175,7 +175,7 @@ TEST(RemoteShell, EndOfStdinStopsTheCommandsSession) {
     // The background sleep is reparented (to init or a subreaper) and reaped there; poll with a deadline.
     bool gone = false;
     for (int i = 0; i < 3000 && !gone; ++i) {
-      gone = bench::ProcessGone(pid);
+      gone = proc::ProcessGone(pid);
       if (!gone) ::usleep(1000);
     }
     EXPECT_TRUE(gone) << "process " << pid << " is still there";

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/common/child_process.h"
+#include "proc/process.h"
 
 namespace troupe {
 namespace {
@@ -23,7 +23,7 @@ constexpr int kTimeoutMs = 120000;
 std::pair<int, std::vector<std::string>> Launch(const std::vector<std::string>& args) {
   std::vector<std::string> argv{TROUPE_CLI_PATH, "launch"};
   argv.insert(argv.end(), args.begin(), args.end());
-  bench::ChildProcess launch("troupe launch", argv, {}, /*merge_stderr=*/true);
+  proc::Process launch("troupe launch", argv, {}, /*merge_stderr=*/true);
   std::vector<std::string> lines;
   while (launch.ReadSome(&lines)) {
   }
@@ -61,12 +61,12 @@ TEST(Launch, EnvOptionsLeaveTheWorkersOptionsAlone) {
 // A role started by hand without TROUPE_CLUSTER_TOKEN refuses to run unless told --insecure, and then warns.
 TEST(Launch, ByHandRolesNeedATokenOrInsecure) {
   {
-    bench::ChildProcess refused("troupe scheduler", {TROUPE_CLI_PATH, "scheduler", "--port", "0"}, {},
+    proc::Process refused("troupe scheduler", {TROUPE_CLI_PATH, "scheduler", "--port", "0"}, {},
                                 /*merge_stderr=*/true);
     EXPECT_TRUE(refused.ReadLine("troupe scheduler: kvstore: no cluster token", kTimeoutMs).has_value());
     EXPECT_EQ(refused.Wait(kTimeoutMs), 2);
   }
-  bench::ChildProcess insecure("troupe scheduler", {TROUPE_CLI_PATH, "scheduler", "--port", "0", "--insecure"}, {},
+  proc::Process insecure("troupe scheduler", {TROUPE_CLI_PATH, "scheduler", "--port", "0", "--insecure"}, {},
                                /*merge_stderr=*/true);
   EXPECT_TRUE(insecure.ReadLine("troupe scheduler: WARNING: running without a cluster token", kTimeoutMs).has_value());
   EXPECT_TRUE(insecure.ReadLine("troupe scheduler: listening on", kTimeoutMs).has_value());
@@ -87,7 +87,7 @@ TEST(Launch, AFailingWorkerStopsTheJob) {
 }
 
 TEST(Launch, SigintLeavesNoProcessBehind) {
-  bench::ChildProcess launch("troupe launch", {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "1", "--", "sleep", "1000"},
+  proc::Process launch("troupe launch", {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "1", "--", "sleep", "1000"},
                              {}, /*merge_stderr=*/true);
   const auto started = launch.ReadLine("troupe launch: started", kTimeoutMs);
   ASSERT_TRUE(started.has_value());

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/common/child_process.h"
+#include "proc/process.h"
 #include "tools/shell/pty_harness.h"
 
 namespace troupe {
@@ -105,7 +105,7 @@ int Count(const std::string& text, const std::string& needle) {
 }
 
 TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
-  bench::ChildProcess launch("troupe launch",
+  proc::Process launch("troupe launch",
                              {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "2", "--", TROUPE_DIST_NODE, "push_wait_barrier"},
                              Env(), /*merge_stderr=*/true);
   const auto sched = launch.ReadLine("[scheduler] troupe scheduler: listening on", kTimeoutMs);
@@ -169,7 +169,7 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
 
   // `barrier` waits for the workers' next round (round 1 was Init's): they reach it only after the test
   // releases them, which it does once the scheduler has logged the shell's wait.
-  bench::ChildProcess waiter("shell barrier",
+  proc::Process waiter("shell barrier",
                              {TROUPE_CLI_PATH, "shell", "--connect", "127.0.0.1:" + std::to_string(port), "-c",
                               "barrier; nodes"},
                              {{"TROUPE_CLUSTER_TOKEN", kToken}}, /*merge_stderr=*/true);
@@ -196,7 +196,7 @@ TEST_F(ShellCluster, FindsTheTokenALaunchWrote) {
   auto env = Env();
   env.erase("TROUPE_CLUSTER_TOKEN");
   env["TROUPE_TOKEN_DIR"] = TokenDir();
-  bench::ChildProcess launch("troupe launch",
+  proc::Process launch("troupe launch",
                              {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "1", "--", TROUPE_DIST_NODE, "push_then_wait"},
                              env, /*merge_stderr=*/true);
   const auto sched = launch.ReadLine("[scheduler] troupe scheduler: listening on", kTimeoutMs);
@@ -231,7 +231,7 @@ TEST_F(ShellCluster, FindsTheTokenALaunchWrote) {
 
 TEST_F(ShellCluster, ShowsAKilledWorkerDeadWithinTheHeartbeatTimeout) {
   // --keep-going: launch would otherwise stop the whole cluster as soon as the worker dies.
-  bench::ChildProcess launch("troupe launch",
+  proc::Process launch("troupe launch",
                              {TROUPE_CLI_PATH, "launch", "--keep-going", "-n", "2", "-s", "1", "--", TROUPE_DIST_NODE,
                               "push_then_wait"},
                              Env(), /*merge_stderr=*/true);

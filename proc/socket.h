@@ -1,0 +1,13 @@
+// Loopback connections for the multi-process tests and benchmarks, which talk to a child process's port
+// directly (raw TCP anchors, hostile clients) without the transport of kvstore/net.
+//
+// Thread-safety: the functions keep no state and may be called from any thread.
+#pragma once
+
+namespace troupe::proc {
+
+// A TCP connection to 127.0.0.1:port (a blocking connect): its descriptor, which the caller closes, or -1
+// when it cannot be made (nothing is left open then). Never throws.
+int ConnectLoopback(int port);
+
+}  // namespace troupe::proc
