@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "ops/imperative.h"
-#include "ops/nn/act_norm.h"
+#include "op/imperative.h"
+#include "op/nn/act_norm.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {

@@ -14,13 +14,14 @@ function(run)
   endif()
 endfunction()
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-foreach(header engine/engine.h actors/context.h actors/runtime.h ops/ndarray.h ops/tensor.h ops/storage.h
-               ops/resource.h)
+foreach(header engine/engine.h actors/context.h actors/runtime.h tensor/ndarray.h tensor/tensor.h tensor/storage.h
+               tensor/resource.h op/operator.h op/simple_op.h op/optimizer.h graph/symbol.h graph/executor.h
+               ops/ndarray.h ops/operator.h ops/graph/symbol.h)
   if(NOT EXISTS "${prefix}/include/troupe/${header}")
     message(FATAL_ERROR "installed tree lacks include/troupe/${header}")
   endif()
 endforeach()
-file(GLOB_RECURSE internal_headers "${prefix}/include/*/internal/*")
+file(GLOB_RECURSE internal_headers "${prefix}/include/*/internal/*" "${prefix}/include/*/detail/*")
 if(internal_headers)
   message(FATAL_ERROR "internal headers were installed: ${internal_headers}")
 endif()

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/initializer.h"
-#include "ops/resource.h"
+#include "op/initializer.h"
+#include "tensor/resource.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {

@@ -14,7 +14,7 @@
 #include <random>
 #include <sstream>
 
-#include "ops/ndarray.h"
+#include "tensor/ndarray.h"
 #include "tests/common/test_params.h"
 
 namespace troupe {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "ops/ndarray.h"
+#include "tensor/ndarray.h"
 #include "tests/common/test_params.h"
 
 namespace troupe {

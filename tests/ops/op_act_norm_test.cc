@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/nn/act_norm.h"
-#include "ops/resource.h"
+#include "op/nn/act_norm.h"
+#include "tensor/resource.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe::test {

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "base/error.h"
-#include "ops/imperative.h"
-#include "ops/nn/dense.h"
-#include "ops/operator.h"
+#include "op/imperative.h"
+#include "op/nn/dense.h"
+#include "op/operator.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {

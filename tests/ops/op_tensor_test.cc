@@ -1,4 +1,4 @@
-// The tensor operators (ops/nn/tensor_ops.h, elemwise.cc, reduce.cc, embedding.cc) on the CPU: forward
+// The tensor operators (op/nn/tensor_ops.h, elemwise.cc, reduce.cc, embedding.cc) on the CPU: forward
 // results against hand-computed values, central-difference gradient checks (float64, with kAddTo and the
 // in-place options), shape inference tables (Reshape's special values from MXNet's documentation) and the
 // errors for inconsistent shapes and bad parameters. SimpleOpSmoothL1 is the SimpleOp acceptance.
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "tests/common/op_test_util.h"
-#include "ops/imperative.h"
-#include "ops/nn/tensor_ops.h"
-#include "ops/operator.h"
-#include "ops/simple_op.h"
+#include "op/imperative.h"
+#include "op/nn/tensor_ops.h"
+#include "op/operator.h"
+#include "op/simple_op.h"
 
 namespace troupe {
 namespace {

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "base/error.h"
-#include "ops/imperative.h"
-#include "ops/operator.h"
-#include "ops/param.h"
-#include "ops/simple_op.h"
+#include "op/imperative.h"
+#include "op/operator.h"
+#include "op/param.h"
+#include "op/simple_op.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {

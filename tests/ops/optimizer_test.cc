@@ -3,7 +3,7 @@
 // MXNet's update rules, plus values produced by MXNet 1.9.1 itself; learning-rate schedules ("factor",
 // "multifactor", "cosine", with warm-up) against MXNet's sequences; state checkpoints (save, load into a
 // fresh optimizer, continue == uninterrupted, schedules included); errors.
-#include "ops/optimizer.h"
+#include "op/optimizer.h"
 
 #include <gtest/gtest.h>
 
@@ -67,7 +67,7 @@ struct RefAdam {
 };
 
 // MXNet's nag_mom_update as MXNet 1.9.1 runs it in place: the momentum's weight-decay term reads the
-// weight already updated (see ops/optimizer.h); momentum 0 is sgd_update.
+// weight already updated (see op/optimizer.h); momentum 0 is sgd_update.
 struct RefNag {
   double lr, momentum, wd, rescale, clip;
   Vec mom;

@@ -35,8 +35,8 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "ops/ndarray.h"
-#include "ops/storage.h"
+#include "tensor/ndarray.h"
+#include "tensor/storage.h"
 #include "tests/common/test_params.h"
 
 #ifndef TROUPE_TEST_DATA_DIR

@@ -7,9 +7,9 @@
 #include <numeric>
 
 #include "actors/runtime.h"
-#include "ops/internal/philox.h"
-#include "ops/ndarray.h"
-#include "ops/resource.h"
+#include "tensor/detail/philox.h"
+#include "tensor/ndarray.h"
+#include "tensor/resource.h"
 #include "tests/common/scoped_env.h"
 #include "tests/common/test_params.h"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "ops/ndarray.h"
-#include "ops/storage.h"
+#include "tensor/ndarray.h"
+#include "tensor/storage.h"
 #include "tests/common/scoped_env.h"
 
 namespace troupe {

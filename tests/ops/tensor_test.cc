@@ -5,8 +5,8 @@
 #include <cstring>
 #include <limits>
 
-#include "ops/internal/elementwise.h"
-#include "ops/tensor.h"
+#include "tensor/detail/elementwise.h"
+#include "tensor/tensor.h"
 
 namespace troupe {
 namespace {
