@@ -38,6 +38,14 @@ constexpr cudnnDataType_t DnnType() {
   return std::is_same_v<T, double> ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
 }
 
+// cuDNN scaling factors: float for float data, double for double data.
+struct Scale {
+  float f;
+  double d;
+  explicit Scale(double v) : f(static_cast<float>(v)), d(v) {}
+  const void* For(DType t) const { return t == DType::kFloat64 ? static_cast<const void*>(&d) : &f; }
+};
+
 // An owned cuDNN tensor descriptor (4-d, NCHW).
 class TensorDesc {
  public:

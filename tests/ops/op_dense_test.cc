@@ -8,7 +8,9 @@
 
 #include "base/error.h"
 #include "op/imperative.h"
-#include "op/nn/dense.h"
+#include "op/nn/convolution/convolution.h"
+#include "op/nn/fully_connected/fully_connected.h"
+#include "op/nn/pooling/pooling.h"
 #include "op/operator.h"
 #include "tests/common/op_test_util.h"
 

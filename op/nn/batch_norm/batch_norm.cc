@@ -1,4 +1,4 @@
-// BatchNorm: property and CPU implementation (cuDNN version in op/nn/act_norm.cu).
+// BatchNorm: property and CPU implementation (cuDNN version in batch_norm.cu).
 //
 // Semantics, as MXNet 1.9's CPU operator (src/operator/nn/batch_norm.cc):
 //   - training (is_train and not use_global_stats): per-channel batch mean and *biased* variance
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "op/nn/act_norm.h"
+#include "op/nn/batch_norm/batch_norm.h"
 
 namespace troupe {
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "tensor/detail/kernels.h"
-#include "op/nn/dense.h"
+#include "op/nn/convolution/convolution.h"
 
 namespace troupe {
 
@@ -58,20 +58,6 @@ ConvGeometry MakeConvGeometry(const ConvolutionParam& p) {
   if (p.dilate.ndim() == 2) g.dh = p.dilate[0], g.dw = p.dilate[1];
   if (p.pad.ndim() == 2) g.ph = p.pad[0], g.pw = p.pad[1];
   return g;
-}
-
-void CheckGeometryTuple(const TShape& t, const char* op, const char* name, std::int64_t min_value, bool may_be_empty) {
-  if (t.ndim() <= 0 && may_be_empty) return;
-  if (t.ndim() != 2) {
-    throw Error(std::string(op) + ": parameter '" + name + "' is " + t.ToString() +
-                "; it must have 2 values (height, width) for 2-D " + op);
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (t[i] < min_value) {
-      throw Error(std::string(op) + ": parameter '" + name + "' is " + t.ToString() + "; each value must be >= " +
-                  std::to_string(min_value));
-    }
-  }
 }
 
 namespace {

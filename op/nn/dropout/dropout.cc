@@ -1,4 +1,4 @@
-// Dropout: property and CPU implementation (the CUDA version is in op/nn/act_norm.cu).
+// Dropout: property and CPU implementation (the CUDA version is dropout.cu).
 //
 // In training (or with mode='always') each mask element is 1 / (1 - p) with probability 1 - p and 0
 // otherwise; out = data * mask, with the mask shared along `axes`. The mask is the hidden output 'mask'
@@ -11,10 +11,24 @@
 #include <vector>
 
 #include "base/error.h"
-#include "op/nn/act_norm.h"
+#include "op/nn/dropout/dropout.h"
 #include "tensor/resource.h"
 
 namespace troupe {
+
+BroadcastIndex MakeBroadcastIndex(const TShape& data, const TShape& mask) {
+  BroadcastIndex b;
+  b.ndim = data.ndim();
+  b.identity = data == mask;
+  std::int64_t ds = 1, ms = 1;
+  for (int d = data.ndim() - 1; d >= 0; --d) {
+    b.data_stride[d] = ds;
+    b.mask_stride[d] = (mask[d] == 1 && data[d] != 1) ? 0 : ms;
+    ds *= data[d];
+    ms *= mask[d];
+  }
+  return b;
+}
 
 namespace {
 

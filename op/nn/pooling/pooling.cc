@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "op/nn/dense.h"
+#include "op/nn/pooling/pooling.h"
 
 namespace troupe {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "tensor/detail/kernels.h"
-#include "op/nn/dense.h"
+#include "op/nn/fully_connected/fully_connected.h"
 
 namespace troupe {
 

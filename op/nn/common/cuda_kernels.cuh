@@ -1,0 +1,32 @@
+// Device helpers several operators' .cu files share (namespace nn_cuda): a block-wide sum of one double per
+// thread (LeakyReLU's prelu gradient, BatchNorm, the softmax family) and a fill kernel (BatchNorm,
+// SoftmaxOutput, the regression heads). Included only by .cu files; pure device code, no state.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tensor/detail/cuda_common.h"
+
+namespace troupe::nn_cuda {
+
+// Block-wide sum of one double per thread (blockDim.x == kThreads); every thread gets the total.
+inline __device__ double BlockSum(double v, double* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  const double total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+template <typename T>
+__global__ void FillKernel(T* dst, std::int64_t n, T v) {
+  TROUPE_GRID_LOOP(i, n) { dst[i] = v; }
+}
+
+}  // namespace troupe::nn_cuda
