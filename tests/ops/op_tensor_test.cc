@@ -1,4 +1,4 @@
-// The tensor operators (op/nn/tensor_ops.h, elemwise.cc, reduce.cc, embedding.cc) on the CPU: forward
+// The tensor operators (op/nn/{reshape,concat,elemwise,reduce,embedding}/) on the CPU: forward
 // results against hand-computed values, central-difference gradient checks (float64, with kAddTo and the
 // in-place options), shape inference tables (Reshape's special values from MXNet's documentation) and the
 // errors for inconsistent shapes and bad parameters. SimpleOpSmoothL1 is the SimpleOp acceptance.
@@ -13,7 +13,12 @@
 
 #include "tests/common/op_test_util.h"
 #include "op/imperative.h"
-#include "op/nn/tensor_ops.h"
+#include "op/nn/common/broadcast.h"
+#include "op/nn/concat/concat.h"
+#include "op/nn/elemwise/elemwise.h"
+#include "op/nn/embedding/embedding.h"
+#include "op/nn/reduce/reduce.h"
+#include "op/nn/reshape/reshape.h"
 #include "op/operator.h"
 #include "op/simple_op.h"
 

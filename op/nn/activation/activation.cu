@@ -24,9 +24,7 @@ namespace troupe {
 
 namespace {
 
-using act_norm::AxisView;
 using internal::Blocks;
-using internal::Check;
 using internal::CheckDnn;
 using internal::CheckLaunch;
 using internal::DnnHandle;
@@ -35,8 +33,6 @@ using internal::kThreads;
 using internal::SetDevice;
 using internal::StreamOf;
 using internal::TensorDesc;
-using nn_cuda::BlockSum;
-using nn_cuda::FillKernel;
 
 class ActivationDesc {
  public:

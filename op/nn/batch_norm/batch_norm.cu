@@ -26,13 +26,11 @@ namespace {
 
 using act_norm::AxisView;
 using internal::Blocks;
-using internal::Check;
 using internal::CheckDnn;
 using internal::CheckLaunch;
 using internal::DnnHandle;
 using internal::DnnType;
 using internal::kThreads;
-using internal::SetDevice;
 using internal::StreamOf;
 using internal::TensorDesc;
 using nn_cuda::BlockSum;

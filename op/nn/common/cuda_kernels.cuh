@@ -1,4 +1,5 @@
-// Device helpers several operators' .cu files share (namespace nn_cuda): a block-wide sum of one double per
+// Device helpers several operators' .cu files share (namespace nn_cuda): the stream of a RunContext with its
+// device made current (the tensor operators), a block-wide sum of one double per
 // thread (LeakyReLU's prelu gradient, BatchNorm, the softmax family) and a fill kernel (BatchNorm,
 // SoftmaxOutput, the regression heads). Included only by .cu files; pure device code, no state.
 #pragma once
@@ -6,10 +7,18 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string_view>
 
+#include "base/context.h"
 #include "tensor/detail/cuda_common.h"
 
 namespace troupe::nn_cuda {
+
+// Makes the stream's device current (the worker normally did already) and returns the stream.
+inline cudaStream_t Prepare(const RunContext& rctx, std::string_view op) {
+  internal::SetDevice(rctx.ctx.dev_id, op);
+  return internal::StreamOf(rctx);
+}
 
 // Block-wide sum of one double per thread (blockDim.x == kThreads); every thread gets the total.
 inline __device__ double BlockSum(double v, double* shared) {

@@ -21,15 +21,10 @@
 namespace troupe {
 namespace {
 
-using internal::Blocks;
-using internal::Check;
 using internal::CheckDnn;
-using internal::CheckLaunch;
 using internal::DnnHandle;
 using internal::DnnType;
-using internal::kThreads;
 using internal::SetDevice;
-using internal::StreamOf;
 using internal::TensorDesc;
 using internal::Scale;
 

@@ -20,15 +20,10 @@ namespace troupe {
 namespace {
 
 using internal::Blocks;
-using internal::Check;
-using internal::CheckDnn;
 using internal::CheckLaunch;
-using internal::DnnHandle;
-using internal::DnnType;
 using internal::kThreads;
 using internal::SetDevice;
 using internal::StreamOf;
-using internal::TensorDesc;
 
 template <typename T>
 __global__ void AddBiasRowsKernel(T* out, const T* bias, std::int64_t rows, std::int64_t cols) {

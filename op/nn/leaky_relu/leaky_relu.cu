@@ -23,17 +23,11 @@ namespace {
 
 using act_norm::AxisView;
 using internal::Blocks;
-using internal::Check;
-using internal::CheckDnn;
 using internal::CheckLaunch;
-using internal::DnnHandle;
-using internal::DnnType;
 using internal::kThreads;
 using internal::SetDevice;
 using internal::StreamOf;
-using internal::TensorDesc;
 using nn_cuda::BlockSum;
-using nn_cuda::FillKernel;
 
 template <typename T>
 __global__ void LeakyForwardKernel(act_norm::LeakyType t, const T* x, T* y, std::int64_t n, OpReqType req, T slope) {

@@ -43,7 +43,7 @@ struct DevWindow {
   std::int64_t h0, h1, w0, w1, area;
 };
 
-// The same window and divisor as the CPU operator (op/nn/pooling.cc).
+// The same window and divisor as the CPU operator (pooling.cc).
 __device__ inline DevWindow PoolWindow(const PoolGeometry& g, std::int64_t oh, std::int64_t ow) {
   DevWindow w;
   w.h0 = oh * g.sh - g.ph;

@@ -22,18 +22,11 @@ namespace troupe {
 
 namespace {
 
-using act_norm::AxisView;
 using internal::Blocks;
-using internal::Check;
-using internal::CheckDnn;
 using internal::CheckLaunch;
-using internal::DnnHandle;
-using internal::DnnType;
 using internal::kThreads;
 using internal::SetDevice;
 using internal::StreamOf;
-using internal::TensorDesc;
-using nn_cuda::BlockSum;
 using nn_cuda::FillKernel;
 
 template <typename T>

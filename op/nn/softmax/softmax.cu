@@ -26,7 +26,6 @@ namespace {
 
 using act_norm::AxisView;
 using internal::Blocks;
-using internal::Check;
 using internal::CheckDnn;
 using internal::CheckLaunch;
 using internal::DnnHandle;

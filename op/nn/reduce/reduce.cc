@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "op/nn/tensor_ops.h"
+#include "op/nn/reduce/reduce.h"
 
 namespace troupe {
 

@@ -3,7 +3,7 @@
 // clamped into [0, input_dim - 1] like MXNet's take(mode='clip'); data itself gets no gradient.
 #include <cstring>
 
-#include "op/nn/tensor_ops.h"
+#include "op/nn/embedding/embedding.h"
 
 namespace troupe {
 
