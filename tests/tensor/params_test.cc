@@ -5,7 +5,7 @@
 //     none, large arrays, views), and that a failed save leaves no file behind;
 //   - files assembled byte by byte here from the documented layout (formats.md §1), with
 //     V2, V3, V1 and legacy 0.x records, independently of troupe's writer;
-//   - files written by real MXNet 1.9.1 (tests/ops/data, made by make_reference.py): their content, and that
+//   - files written by real MXNet 1.9.1 (tests/tensor/data, made by make_reference.py): their content, and that
 //     troupe writes the very same bytes for the same arrays;
 //   - damaged input: every header field made bad in turn, truncation at every offset, trailing bytes and
 //     random mutations. Each must throw troupe::Error naming the source and the byte offset, allocate no
@@ -40,7 +40,7 @@
 #include "tests/common/test_params.h"
 
 #ifndef TROUPE_TEST_DATA_DIR
-#define TROUPE_TEST_DATA_DIR "tests/ops/data"
+#define TROUPE_TEST_DATA_DIR "tests/tensor/data"
 #endif
 
 namespace troupe {

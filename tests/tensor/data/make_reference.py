@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Regenerates the MXNet reference files that tests/ops/params_test.cc reads.
+"""Regenerates the MXNet reference files that tests/tensor/params_test.cc reads.
 
 Run with MXNet 1.9.1 (the files in this folder were made with mxnet 1.9.1 and numpy 1.23.5):
 
-    python tests/ops/data/make_reference.py            # writes next to this script
+    python tests/tensor/data/make_reference.py            # writes next to this script
 
 For every <name>.params written here, <name>.expected.txt holds its content in a plain text form the C++
 test parses (so the test needs neither Python nor MXNet at run time):
