@@ -1,6 +1,9 @@
 // Element arithmetic shared by the CPU and CUDA kernels, so both devices compute exactly the same values:
 // half and bfloat16 compute in float; integers wrap on overflow, division truncates towards zero and a
 // division by zero gives 0 (no trap on any device); conversions to integers saturate (NaN gives 0).
+//
+// Declared surface of the tensor module (detail/: never installed): the element-wise operators of op/ use
+// the same arithmetic. Pure functions: thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,9 @@
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11): a counter-based
 // generator, the same function on the host and in CUDA kernels, so both devices draw identical numbers
 // from the same (key, counter).
+//
+// Declared surface of the tensor module (detail/: never installed): Dropout and rrelu in op/ draw their
+// numbers with it. Pure functions: thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // Convolution (2-D, NCHW; MXNet 1.9's name, parameters and defaults). The parameter struct, its geometry
 // with defaults applied and the property (shape inference, resources, backward dependencies), shared by the
-// CPU operator (convolution.cc: im2col + OpenBLAS) and the CUDA one (convolution.cu: cuDNN).
+// registration (convolution.cc), the CPU operator (convolution_cpu.cc: im2col + OpenBLAS) and the CUDA one
+// (convolution.cu: cuDNN).
 //
 // Properties are immutable after Init (thread-safe to share); the Operator objects they create are entered
 // by one engine worker at a time. Kept free of CAF and Cap'n Proto: nvcc compiles it.
@@ -61,5 +62,9 @@ class ConvolutionProp : public OperatorProperty {
  private:
   ConvolutionParam param_;
 };
+
+// The CPU operator (convolution_cpu.cc) for a checked parameter set; ConvolutionProp::CreateOperator calls it
+// for CPU contexts.
+std::unique_ptr<Operator> CreateConvolutionCpuOp(const ConvolutionParam& param);
 
 }  // namespace troupe
