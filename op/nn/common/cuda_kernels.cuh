@@ -1,7 +1,7 @@
-// Device helpers several operators' .cu files share (namespace nn_cuda): the stream of a RunContext with its
-// device made current (the tensor operators), a block-wide sum of one double per
-// thread (LeakyReLU's prelu gradient, BatchNorm, the softmax family) and a fill kernel (BatchNorm,
-// SoftmaxOutput, the regression heads). Included only by .cu files; pure device code, no state.
+// Helpers several operators' .cu files share (namespace nn_cuda): the stream of a RunContext with its device
+// made current (the tensor operators), a block-wide sum of one double per thread (LeakyReLU's prelu
+// gradient, BatchNorm, the softmax family) and a fill kernel (BatchNorm, SoftmaxOutput, the regression
+// heads). Included only by .cu files. No state: every function is thread-safe.
 #pragma once
 
 #include <cuda_runtime.h>
