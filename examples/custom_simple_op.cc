@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "ops/graph/executor.h"
-#include "ops/graph/symbol.h"
-#include "ops/imperative.h"
-#include "ops/ndarray.h"
-#include "ops/simple_op.h"
+#include "graph/executor.h"
+#include "graph/symbol.h"
+#include "op/imperative.h"
+#include "tensor/ndarray.h"
+#include "op/simple_op.h"
 
 using troupe::Context;
 using troupe::NDArray;

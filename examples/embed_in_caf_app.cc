@@ -28,8 +28,8 @@
 
 #include "caf/all.hpp"
 #include "engine/engine.h"
-#include "ops/imperative.h"
-#include "ops/ndarray.h"
+#include "op/imperative.h"
+#include "tensor/ndarray.h"
 
 using troupe::NDArray;
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/ndarray.h"
+#include "tensor/ndarray.h"
 
 using troupe::Context;
 using troupe::DType;

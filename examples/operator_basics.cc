@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/imperative.h"
-#include "ops/ndarray.h"
-#include "ops/operator.h"
-#include "ops/simple_op.h"
+#include "op/imperative.h"
+#include "tensor/ndarray.h"
+#include "op/operator.h"
+#include "op/simple_op.h"
 
 using troupe::Context;
 using troupe::DType;

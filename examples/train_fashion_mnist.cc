@@ -1,7 +1,7 @@
 // train_fashion_mnist — train an MLP or a LeNet-style network on Fashion-MNIST with the Module, as MXNet's
 // example/image-classification/train_mnist.py does.
 //
-// Shown: a network from ops/graph/models.h, MNISTIter over the idx files (the Debian package
+// Shown: a network from graph/models.h, MNISTIter over the idx files (the Debian package
 // dataset-fashion-mnist), Module::Fit with SGD, the Speedometer progress line, the per-epoch train and
 // test accuracy, and checkpoints in MXNet's naming (PREFIX-symbol.json, PREFIX-0003.params, and the
 // optimizer's PREFIX-0003.states) that a later run resumes from with --begin-epoch.
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "io/io.h"
-#include "ops/graph/models.h"
+#include "graph/models.h"
 #include "train/train.h"
 
 namespace {

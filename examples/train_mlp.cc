@@ -16,7 +16,7 @@
 #include <string>
 
 #include "io/io.h"
-#include "ops/graph/symbol.h"
+#include "graph/symbol.h"
 #include "train/train.h"
 
 using troupe::Symbol;

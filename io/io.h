@@ -9,7 +9,7 @@
 //   }
 //
 // Iterators are created by MXNet's names with MXNet's keyword arguments (the same typed parameters as
-// operators, ops/param.h: an unknown key or a bad value is a troupe::Error naming the iterator and the
+// operators, op/param.h: an unknown key or a bad value is a troupe::Error naming the iterator and the
 // parameter). Every registered iterator is wrapped in a prefetcher (parameter `prefetch_buffer`, default 4
 // batches; 0 turns it off) that prepares batches on a background thread.
 //
@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/ndarray.h"
-#include "ops/param.h"
+#include "tensor/ndarray.h"
+#include "op/param.h"
 
 namespace troupe {
 

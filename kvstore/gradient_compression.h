@@ -17,8 +17,8 @@
 
 #include <cstdint>
 
-#include "ops/ndarray.h"
-#include "ops/param.h"
+#include "tensor/ndarray.h"
+#include "op/param.h"
 
 namespace troupe {
 

@@ -40,9 +40,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/ndarray.h"
-#include "ops/optimizer.h"
-#include "ops/param.h"
+#include "tensor/ndarray.h"
+#include "op/optimizer.h"
+#include "op/param.h"
 
 namespace troupe {
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 root="${1:?source root}"
 doc="$root/docs/settings.md"
-read_by_code=$( (grep -rhoE '(getenv|Env|EnvInt|EnvDouble|EnvChoice)\("TROUPE_[A-Z0-9_]+"' "$root"/{actors,engine,ops,io,kvstore,train,tools,bench,examples,tests} \
+read_by_code=$( (grep -rhoE '(getenv|Env|EnvInt|EnvDouble|EnvChoice)\("TROUPE_[A-Z0-9_]+"' "$root"/{base,actors,engine,tensor,op,graph,ops,io,kvstore,train,tools,bench,examples,tests} \
                    --include='*.cc' --include='*.h' --include='*.cu' 2>/dev/null || true;
                  grep -rhoE '\$\{?TROUPE_[A-Z0-9_]+' "$root/scripts" 2>/dev/null || true) |
                 grep -oE 'TROUPE_[A-Z0-9_]+' | sort -u)

@@ -44,11 +44,11 @@
 
 #include "io/io.h"
 #include "kvstore/kvstore.h"
-#include "ops/graph/executor.h"
-#include "ops/graph/symbol.h"
-#include "ops/initializer.h"
-#include "ops/ndarray.h"
-#include "ops/optimizer.h"
+#include "graph/executor.h"
+#include "graph/symbol.h"
+#include "op/initializer.h"
+#include "tensor/ndarray.h"
+#include "op/optimizer.h"
 
 namespace troupe {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/ndarray.h"
+#include "tensor/ndarray.h"
 
 namespace troupe::internal {
 

@@ -50,7 +50,7 @@ struct Hello {
 
 # A dense tensor: the element type, the dimensions and the raw bytes in row-major order.
 struct Tensor {
-  dtype @0 :UInt8;        # A troupe::DType value (ops/tensor.h): 0 float32, 1 float64, 2 float16, ...
+  dtype @0 :UInt8;        # A troupe::DType value (tensor/tensor.h): 0 float32, 1 float64, 2 float16, ...
   shape @1 :List(Int64);  # Dimensions, outermost first, each >= 0; an empty list is a scalar (1 element).
   data @2 :Data;          # The element bytes (host byte order = little endian): product(shape) * size(dtype)
                           # bytes, or, when the request says `compressed`, the 2-bit payload:

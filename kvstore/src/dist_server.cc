@@ -25,8 +25,8 @@
 #include "kvstore/internal/dist_roles.h"
 #include "kvstore/internal/store_checks.h"
 #include "kvstore/net/internal/transport.h"
-#include "ops/ndarray.h"
-#include "ops/optimizer.h"
+#include "tensor/ndarray.h"
+#include "op/optimizer.h"
 
 namespace troupe::internal {
 namespace {

@@ -10,7 +10,7 @@
 // their number per key (TensorMsg::round), so that a restarted server applies each once.
 //
 // Failures (a dead node, a server's error) complete the function with the error, which poisons what it
-// writes (the outputs and the key's variable; ops/ndarray.h): the caller sees it at WaitToRead. The next
+// writes (the outputs and the key's variable; tensor/ndarray.h): the caller sees it at WaitToRead. The next
 // call on that key first drains the key's variable, so the key works again once the cluster does.
 #include <algorithm>
 #include <atomic>

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "base/error.h"
-#include "ops/imperative.h"
-#include "ops/ndarray.h"
-#include "ops/operator.h"
+#include "op/imperative.h"
+#include "tensor/ndarray.h"
+#include "op/operator.h"
 
 namespace troupe::test {
 

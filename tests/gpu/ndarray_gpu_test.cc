@@ -7,8 +7,8 @@
 #include <random>
 
 #include "actors/runtime.h"
-#include "ops/internal/kernels.h"
-#include "ops/ndarray.h"
+#include "tensor/detail/kernels.h"
+#include "tensor/ndarray.h"
 
 namespace troupe {
 namespace {

@@ -12,8 +12,13 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "ops/imperative.h"
-#include "ops/nn/act_norm.h"
+#include "op/imperative.h"
+#include "op/nn/activation/activation.h"
+#include "op/nn/batch_norm/batch_norm.h"
+#include "op/nn/dropout/dropout.h"
+#include "op/nn/leaky_relu/leaky_relu.h"
+#include "op/nn/regression_output/regression_output.h"
+#include "op/nn/softmax/softmax.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "ops/imperative.h"
+#include "op/imperative.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {

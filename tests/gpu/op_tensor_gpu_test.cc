@@ -1,4 +1,4 @@
-// The tensor operators on a GPU (ops/cuda/tensor_ops.cu) against the CPU implementation: forward outputs and
+// The tensor operators on a GPU (op/nn/{reshape,concat,elemwise,reduce,embedding}/*.cu) against the CPU implementation: forward outputs and
 // input gradients (kWriteTo and kAddTo, in-place where offered) through OperatorRunner on Context::GPU(0),
 // float32 (and float64 for a few). Skips without a CUDA device.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "ops/imperative.h"
+#include "op/imperative.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {

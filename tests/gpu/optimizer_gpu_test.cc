@@ -1,4 +1,4 @@
-// Optimizer updates on a GPU (ops/cuda/optimizer.cu) against the same updates on the CPU: every optimizer,
+// Optimizer updates on a GPU (op/src/optimizer.cu) against the same updates on the CPU: every optimizer,
 // with momentum, weight decay, rescaling and clipping, float32 and float64, several steps (the states are
 // made on the weight's device); and the multi-tensor sgd path. Skips without a CUDA device.
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "actors/runtime.h"
-#include "ops/ndarray.h"
-#include "ops/optimizer.h"
+#include "tensor/ndarray.h"
+#include "op/optimizer.h"
 
 namespace troupe {
 namespace {

@@ -1,9 +1,9 @@
-// Executor (ops/graph/executor.h) and its memory planner (ops/graph/internal/memory_plan.h).
+// Executor (graph/executor.h) and its memory planner (graph/internal/memory_plan.h).
 //
 // Forward values are checked against references computed here in plain C++; gradients against central
 // differences of the forward pass (float64, so the tolerances are tight); the memory plan against the
 // same run without planning (bit-identical outputs and gradients) and against hand-built plans.
-#include "ops/graph/executor.h"
+#include "graph/executor.h"
 
 #include <gtest/gtest.h>
 
@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "base/error.h"
-#include "ops/graph/internal/memory_plan.h"
-#include "ops/graph/models.h"
-#include "ops/graph/symbol.h"
+#include "graph/internal/memory_plan.h"
+#include "graph/models.h"
+#include "graph/symbol.h"
 #include "tests/common/op_test_util.h"
 #include "tests/common/test_params.h"
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "base/error.h"
-#include "ops/graph/models.h"
-#include "ops/graph/symbol.h"
+#include "graph/models.h"
+#include "graph/symbol.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {

@@ -1,6 +1,6 @@
 // Symbol construction, naming, listing, attributes, and shape/type inference over a table of graphs.
 // Expected shapes are worked out by hand from the operators' definitions (MXNet 1.x's rules).
-#include "ops/graph/symbol.h"
+#include "graph/symbol.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "ops/graph/internal/graph.h"
+#include "graph/internal/graph.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {

@@ -14,8 +14,9 @@ function(run)
   endif()
 endfunction()
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-foreach(header base/error.h base/context.h base/spinlock.h engine/engine.h actors/context.h actors/error.h actors/runtime.h ops/ndarray.h ops/tensor.h ops/storage.h
-               ops/resource.h)
+foreach(header base/error.h base/context.h base/spinlock.h engine/engine.h actors/context.h actors/error.h actors/runtime.h tensor/ndarray.h tensor/tensor.h tensor/storage.h
+               tensor/resource.h op/operator.h op/simple_op.h op/optimizer.h graph/symbol.h graph/executor.h
+               ops/ndarray.h ops/operator.h ops/graph/symbol.h)
   if(NOT EXISTS "${prefix}/include/troupe/${header}")
     message(FATAL_ERROR "installed tree lacks include/troupe/${header}")
   endif()

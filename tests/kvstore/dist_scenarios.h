@@ -18,7 +18,7 @@
 
 #include "kvstore/dist.h"
 #include "kvstore/kvstore.h"
-#include "ops/ndarray.h"
+#include "tensor/ndarray.h"
 
 namespace troupe::dist_test {
 

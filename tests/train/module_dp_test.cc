@@ -29,8 +29,8 @@
 #include "base/error.h"
 #include "io/io.h"
 #include "kvstore/dist.h"
-#include "ops/graph/models.h"
-#include "ops/resource.h"
+#include "graph/models.h"
+#include "tensor/resource.h"
 #include "tests/common/op_test_util.h"
 #include "train/train.h"
 

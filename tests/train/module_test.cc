@@ -17,7 +17,7 @@
 
 #include "base/error.h"
 #include "io/io.h"
-#include "ops/graph/models.h"
+#include "graph/models.h"
 #include "train/train.h"
 
 namespace troupe {
@@ -449,7 +449,7 @@ TEST(ModuleTest, SpeedometerPrintsMXNetsLine) {
   EXPECT_EQ(lines[1].rfind("Epoch[3] Batch [0-4]\tSpeed: ", 0), 0u) << lines[1];
 }
 
-// A bounded Fashion-MNIST run: the MLP of ops/graph/models.h (784-128-64-10) on the first 10,000 training
+// A bounded Fashion-MNIST run: the MLP of graph/models.h (784-128-64-10) on the first 10,000 training
 // images (part 0 of 6) for 4 epochs of SGD (lr 0.05, momentum 0.9, batch 100), tested on all 10,000 test
 // images. About 2 s here.
 TEST(ModuleTrainTest, FashionMNISTSubsetMLP) {

@@ -16,7 +16,7 @@
 #include "engine/engine.h"
 #include "engine/profiler.h"
 #include "io/io.h"
-#include "ops/graph/models.h"
+#include "graph/models.h"
 #include "train/train.h"
 
 namespace troupe {

@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "ops/ndarray.h"
+#include "tensor/ndarray.h"
 
 namespace troupe {
 namespace checkpoint_detail {

@@ -29,7 +29,7 @@
 
 #include "actors/config.h"
 #include "base/error.h"
-#include "ops/resource.h"
+#include "tensor/resource.h"
 #include "train/internal/checkpoint.h"
 #include "train/train.h"
 

@@ -27,7 +27,7 @@
 #include <variant>
 #include <vector>
 
-#include "ops/tensor.h"
+#include "tensor/tensor.h"
 
 namespace troupe::net {
 

@@ -1,0 +1,803 @@
+// Executor (graph/executor.h): a Symbol bound to a device and to arrays, run node by node through
+// OperatorRunner, with the intermediate arrays placed by the memory planner (internal/memory_plan.h).
+//
+// Entries of the plan: 0..N-1 are the forward entries of the indexed graph (node outputs), N..2N-1 their
+// gradients (entry e's gradient is N + e), then temporaries for an input used twice by one node.
+#include "graph/executor.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "actors/config.h"
+#include "base/error.h"
+#include "engine/profiler.h"
+#include "graph/internal/graph.h"
+#include "graph/internal/memory_plan.h"
+#include "op/imperative.h"
+
+namespace troupe {
+
+namespace {
+
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+const char* ReqName(OpReqType r) {
+  switch (r) {
+    case kNullOp:
+      return "kNullOp";
+    case kWriteTo:
+      return "kWriteTo";
+    case kWriteInplace:
+      return "kWriteInplace";
+    case kAddTo:
+      return "kAddTo";
+  }
+  return "?";
+}
+
+void* IndexPtr(std::size_t i) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(i + 1)); }
+std::size_t PtrIndex(void* p) { return static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(p)) - 1; }
+
+}  // namespace
+
+struct Executor::Impl {
+  Symbol symbol;
+  Context ctx;
+  Engine* engine = nullptr;
+  ExecutorOptions options;
+  graph::IndexedGraph g;
+  std::vector<std::string> arg_names, aux_names;
+
+  std::vector<NDArray> args, grads, aux, outputs;
+  std::vector<OpReqType> reqs;
+
+  std::uint32_t num_entries = 0;  // forward entries (N)
+  std::vector<TShape> shape;      // per plan entry
+  std::vector<int> dtype;         // per plan entry
+  std::vector<NDArray> arr;       // per plan entry: its array (views of planned storage, or external arrays)
+  std::vector<std::unique_ptr<OperatorRunner>> runners;  // per node; null for variables
+
+  // Forward: per operator node, in topological order.
+  struct FwdStep {
+    std::uint32_t node = 0;
+    std::vector<std::uint32_t> in, aux, out;  // plan entries
+    std::vector<OpReqType> req;
+  };
+  std::vector<FwdStep> fwd;
+
+  // Backward, in push order.
+  struct BwStep {
+    enum Kind { kHead, kNode, kAdd } kind = kNode;
+    // kHead: head `head` contributes to gradient entry `dst` (copied when `first`, else added).
+    std::size_t head = 0;
+    std::uint32_t dst = 0;
+    bool first = false;
+    // kAdd: dst += src (an input used twice by one node).
+    std::uint32_t src = 0;
+    // kNode
+    std::uint32_t node = 0;
+    std::vector<int> out_grad, in_data, out_data;  // plan entries, -1 where not read
+    std::vector<std::uint32_t> aux;
+    std::vector<int> in_grad;  // plan entries, -1 for kNullOp
+    std::vector<OpReqType> req;
+  };
+  std::vector<BwStep> bwd;
+  bool need_backward = false;
+  // Gradient entries that alias head `i`'s gradient (head index -> plan entry), set per Backward call.
+  std::vector<std::pair<std::size_t, std::uint32_t>> head_alias;
+  std::vector<NDArray> ones;                // default head gradients, per head
+  std::vector<std::size_t> zero_fill_args;  // kWriteTo arguments that no node contributes to
+
+  graph::MemoryPlan plan;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> argument_views;  // (output entry, argument entry)
+  std::vector<NDArray> storage;
+  bool forward_train_done = false;
+
+  std::string NodeDesc(std::uint32_t n) const {
+    const graph::Node* node = g.nodes[n];
+    return "node '" + node->name + "' (" + (node->is_variable() ? std::string("variable") : node->op->TypeString()) +
+           ")";
+  }
+
+  // Collects prepared operator calls and pushes them in segments of up to bulk_max_nodes (bulk execution).
+  class Bulk {
+   public:
+    explicit Bulk(const Impl& m) : m_(m) {}
+    void Add(OperatorRunner::Call call, const OperatorRunner& runner) {
+      calls_.push_back(std::move(call));
+      names_.push_back(&runner.name());
+      if (calls_.size() >= static_cast<std::size_t>(m_.options.bulk_max_nodes)) Flush();
+    }
+    void Flush() {
+      if (calls_.empty()) return;
+      if (calls_.size() == 1) {
+        OperatorRunner::Call& c = calls_[0];
+        m_.engine->PushSync(std::move(c.fn), m_.ctx, c.const_vars, c.mutable_vars, FnProperty::kNormal, 0,
+                            names_[0]->c_str());
+      } else {
+        std::vector<VarHandle> reads, writes;
+        std::vector<SyncFn> fns;
+        std::string name = "bulk:";
+        for (std::size_t i = 0; i < calls_.size(); ++i) {
+          OperatorRunner::Call& c = calls_[i];
+          reads.insert(reads.end(), c.const_vars.begin(), c.const_vars.end());
+          writes.insert(writes.end(), c.mutable_vars.begin(), c.mutable_vars.end());
+          fns.push_back(std::move(c.fn));
+          name += (i == 0 ? "" : ",") + *names_[i];
+        }
+        // The engine removes duplicates, and a variable both read and written counts as written. While the
+        // profiler runs, each operator of the segment is a span of its own (the aggregate counts operators).
+        std::vector<std::string> op_names;
+        if (Profiler::on()) {
+          for (const std::string* n : names_) op_names.push_back(*n);
+        }
+        m_.engine->PushSync(
+            [fns = std::move(fns), op_names = std::move(op_names)](RunContext rctx) {
+              for (std::size_t i = 0; i < fns.size(); ++i) {
+                if (op_names.empty()) {
+                  fns[i](rctx);
+                } else {
+                  const ProfileScope span("operator", op_names[i].c_str());
+                  fns[i](rctx);
+                }
+              }
+            },
+            m_.ctx, reads, writes, FnProperty::kNormal, 0, name.c_str());
+      }
+      calls_.clear();
+      names_.clear();
+    }
+
+   private:
+    const Impl& m_;
+    std::vector<OperatorRunner::Call> calls_;
+    std::vector<const std::string*> names_;
+  };
+
+  void Build();
+  void BuildRunners();
+  void BuildBackward(std::vector<graph::PlanEntry>* pe, std::vector<graph::PlanStep>* steps);
+};
+
+// ------------------------------------------------------------------------------------------------ binding
+
+void Executor::Impl::BuildRunners() {
+  const std::uint32_t N = g.num_entries;
+  num_entries = N;
+  shape.assign(2 * N, TShape());
+  dtype.assign(2 * N, kTypeUnknown);
+  arr.assign(2 * N, NDArray());
+  runners.resize(g.nodes.size());
+  for (std::size_t k = 0; k < g.arg_nodes.size(); ++k) {
+    const std::uint32_t e = g.entry_id(g.arg_nodes[k], 0);
+    arr[e] = args[k];
+  }
+  for (std::size_t k = 0; k < g.aux_nodes.size(); ++k) {
+    const std::uint32_t e = g.entry_id(g.aux_nodes[k], 0);
+    arr[e] = aux[k];
+  }
+  for (std::uint32_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::Node* node = g.nodes[n];
+    if (node->is_variable()) {
+      const std::uint32_t e = g.entry_id(n, 0);
+      if (arr[e].is_none()) {
+        throw Error("Bind: variable '" + node->name + "' is neither an argument nor an auxiliary state of the symbol");
+      }
+      shape[e] = arr[e].shape();
+      dtype[e] = static_cast<int>(arr[e].dtype());
+      continue;
+    }
+    const std::size_t na = node->num_arguments();
+    std::vector<TShape> in_shapes;
+    std::vector<int> in_types;
+    for (std::size_t i = 0; i < na; ++i) {
+      const std::uint32_t e = g.entry_id(g.inputs[n][i]);
+      in_shapes.push_back(shape[e]);
+      in_types.push_back(dtype[e]);
+    }
+    try {
+      runners[n] = std::make_unique<OperatorRunner>(node->op, ctx, in_shapes, in_types, engine);
+    } catch (const Error& err) {
+      // Name the bound argument whose shape the operator rejects, when one can be pinned down: leave it out
+      // and see what the operator infers for it from the others.
+      for (std::size_t i = 0; i < na; ++i) {
+        const auto& src = g.inputs[n][i];
+        if (!g.nodes[src.node]->is_variable()) continue;
+        std::vector<TShape> s = in_shapes, o, a;
+        s[i] = TShape();
+        bool ok = false;
+        try {
+          ok = node->op->InferShape(&s, &o, &a);
+        } catch (const Error&) {
+          ok = false;
+        }
+        if (ok && s[i].known() && s[i] != in_shapes[i]) {
+          throw Error("Bind: argument '" + g.nodes[src.node]->name + "' has shape " + in_shapes[i].ToString() +
+                      " but " + NodeDesc(n) + " needs " + s[i].ToString() + " (from the shapes of its other inputs)");
+        }
+      }
+      throw Error("Bind: " + NodeDesc(n) + ": " + err.what());
+    }
+    const OperatorRunner& r = *runners[n];
+    for (std::size_t j = 0; j < node->num_outputs(); ++j) {
+      const std::uint32_t e = g.entry_id(n, static_cast<std::uint32_t>(j));
+      shape[e] = r.out_shapes()[j];
+      dtype[e] = r.out_types()[j];
+    }
+    const auto aux_names_op = node->op->ListAuxiliaryStates();
+    if (node->inputs.size() != na + aux_names_op.size() || g.inputs[n].size() != na + aux_names_op.size()) {
+      throw Error("Bind: " + NodeDesc(n) + " has " + std::to_string(g.inputs[n].size()) +
+                  " inputs but its operator takes " + std::to_string(na + aux_names_op.size()));
+    }
+    for (std::size_t k = 0; k < aux_names_op.size(); ++k) {
+      const std::uint32_t e = g.entry_id(g.inputs[n][na + k]);
+      if (shape[e] != r.aux_shapes()[k]) {
+        throw Error("Bind: auxiliary state '" + g.nodes[g.inputs[n][na + k].node]->name + "' has shape " +
+                    shape[e].ToString() + " but " + NodeDesc(n) + " needs " + r.aux_shapes()[k].ToString());
+      }
+      if (dtype[e] != r.aux_types()[k]) {
+        throw Error("Bind: auxiliary state '" + g.nodes[g.inputs[n][na + k].node]->name + "' has type " +
+                    DTypeName(static_cast<DType>(dtype[e])) + " but " + NodeDesc(n) + " needs " +
+                    DTypeName(static_cast<DType>(r.aux_types()[k])));
+      }
+    }
+  }
+}
+
+void Executor::Impl::Build() {
+  BuildRunners();
+  const std::uint32_t N = num_entries;
+
+  std::vector<bool> is_head(N, false);
+  for (const auto& h : g.heads) is_head[g.entry_id(h)] = true;
+
+  std::vector<graph::PlanEntry> pe(2 * N);
+  for (std::uint32_t e = 0; e < N; ++e) {
+    pe[e].bytes =
+        static_cast<std::int64_t>(shape[e].Size()) * static_cast<std::int64_t>(DTypeSize(static_cast<DType>(dtype[e])));
+    pe[e].dtype = dtype[e];
+    pe[e].kind = graph::PlanEntry::kPlanned;
+    pe[N + e] = pe[e];
+    pe[N + e].kind = graph::PlanEntry::kExternal;  // gradients: decided by BuildBackward
+    shape[N + e] = shape[e];
+    dtype[N + e] = dtype[e];
+  }
+  std::vector<graph::PlanStep> steps;
+  for (std::uint32_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::Node* node = g.nodes[n];
+    if (node->is_variable()) {
+      pe[g.entry_id(n, 0)].kind = graph::PlanEntry::kExternal;
+      continue;
+    }
+    FwdStep f;
+    f.node = n;
+    graph::PlanStep ps;
+    const std::size_t na = node->num_arguments();
+    for (std::size_t i = 0; i < g.inputs[n].size(); ++i) {
+      const std::uint32_t e = g.entry_id(g.inputs[n][i]);
+      (i < na ? f.in : f.aux).push_back(e);
+      ps.reads.push_back(e);
+    }
+    for (std::uint32_t j = 0; j < node->num_outputs(); ++j) {
+      const std::uint32_t e = g.entry_id(n, j);
+      f.out.push_back(e);
+      ps.writes.push_back(e);
+      if (is_head[e]) pe[e].kind = graph::PlanEntry::kDedicated;  // users read the outputs
+    }
+    std::vector<int> in_ids(na);
+    std::vector<void*> out_ptrs(node->num_outputs());
+    for (std::size_t i = 0; i < na; ++i) in_ids[i] = static_cast<int>(i);
+    for (std::size_t j = 0; j < out_ptrs.size(); ++j) out_ptrs[j] = IndexPtr(j);
+    for (const auto& [i, p] : node->op->ForwardInplaceOption(in_ids, out_ptrs)) {
+      const std::size_t j = PtrIndex(p);
+      if (i < 0 || static_cast<std::size_t>(i) >= na || j >= out_ptrs.size()) continue;
+      const std::uint32_t in = f.in[i], out = f.out[j];
+      // An identity (Flatten, Reshape) of an argument: the output is a view of the argument, and the
+      // operator's copy finds nothing to do. The view is external to the plan, so nothing takes it in place
+      // (which would write into the argument).
+      if (options.plan_memory && node->op->ForwardInplaceIdentity() && pe[in].kind == graph::PlanEntry::kExternal &&
+          pe[out].kind == graph::PlanEntry::kPlanned && pe[in].bytes == pe[out].bytes && pe[in].dtype == pe[out].dtype) {
+        pe[out].kind = graph::PlanEntry::kExternal;
+        argument_views.emplace_back(out, in);
+        continue;
+      }
+      ps.inplace.emplace_back(in, out);
+    }
+    fwd.push_back(std::move(f));
+    steps.push_back(std::move(ps));
+  }
+
+  if (need_backward) BuildBackward(&pe, &steps);
+
+  plan = graph::PlanMemory(pe, steps, options.plan_memory);
+  for (const auto& [out, in] : argument_views) {
+    arr[out] = arr[in].Reshape(shape[out]);
+    plan.stats.naive_bytes += pe[out].bytes;  // without planning it would have had its own buffer
+    ++plan.stats.inplace;
+  }
+  storage.clear();
+  for (std::size_t s = 0; s < plan.storage_bytes.size(); ++s) {
+    const auto dt = static_cast<DType>(plan.storage_dtype[s]);
+    const auto elems = std::max<std::int64_t>(1, plan.storage_bytes[s] / static_cast<std::int64_t>(DTypeSize(dt)));
+    storage.emplace_back(TShape({elems}), ctx, dt, engine);
+  }
+  for (std::size_t e = 0; e < pe.size(); ++e) {
+    const int sid = plan.storage[e];
+    if (sid < 0) continue;
+    const std::int64_t elems = shape[e].Size();
+    if (elems == 0) {
+      // Reshape reads a 0 dimension as "copy this dimension"; an empty array needs no storage anyway.
+      arr[e] = NDArray(shape[e], ctx, static_cast<DType>(dtype[e]), engine);
+      continue;
+    }
+    NDArray view = storage[sid].shape()[0] == elems ? storage[sid] : storage[sid].Slice(0, elems);
+    arr[e] = view.Reshape(shape[e]);
+  }
+  for (auto& f : fwd) {
+    for (auto e : f.out) f.req.push_back(plan.inplace[e] ? kWriteInplace : kWriteTo);
+  }
+  for (auto& b : bwd) {
+    if (b.kind != BwStep::kNode) continue;
+    for (std::size_t i = 0; i < b.in_grad.size(); ++i) {
+      // Only the first write of a planned gradient allocates it, so only that one can be in place.
+      if (b.in_grad[i] >= 0 && b.req[i] == kWriteTo && plan.inplace[b.in_grad[i]]) b.req[i] = kWriteInplace;
+    }
+  }
+  for (const auto& h : g.heads) outputs.push_back(arr[g.entry_id(h)]);
+}
+
+void Executor::Impl::BuildBackward(std::vector<graph::PlanEntry>* pe, std::vector<graph::PlanStep>* steps) {
+  const std::uint32_t N = num_entries;
+  // Which entries need a gradient: an argument with a request, or an output of a node with a backward that
+  // has an input needing one (a path to an argument with a gradient).
+  std::vector<bool> grad_needed(N, false), node_bw(g.nodes.size(), false);
+  for (std::size_t k = 0; k < g.arg_nodes.size(); ++k) {
+    if (reqs[k] != kNullOp) grad_needed[g.entry_id(g.arg_nodes[k], 0)] = true;
+  }
+  for (std::uint32_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::Node* node = g.nodes[n];
+    if (node->is_variable() || !node->op->HasBackward()) continue;
+    for (std::size_t i = 0; i < node->num_arguments(); ++i) {
+      if (grad_needed[g.entry_id(g.inputs[n][i])]) node_bw[n] = true;
+    }
+    if (node_bw[n]) {
+      for (std::uint32_t j = 0; j < node->num_outputs(); ++j) grad_needed[g.entry_id(n, j)] = true;
+    }
+  }
+
+  // Contributions to each gradient, in push order: heads first, then nodes in reverse topological order.
+  struct Contribution {
+    bool head = false;
+    std::size_t index = 0;  // head index, or node
+    std::size_t arg = 0;
+  };
+  std::vector<std::vector<Contribution>> contribs(N);
+  for (std::size_t k = 0; k < g.heads.size(); ++k) {
+    const std::uint32_t e = g.entry_id(g.heads[k]);
+    if (grad_needed[e]) contribs[e].push_back({true, k, 0});
+  }
+  std::vector<std::uint32_t> bw_nodes;
+  for (std::uint32_t n = static_cast<std::uint32_t>(g.nodes.size()); n-- > 0;) {
+    if (!node_bw[n]) continue;
+    bw_nodes.push_back(n);
+    for (std::size_t i = 0; i < g.nodes[n]->num_arguments(); ++i) {
+      const std::uint32_t e = g.entry_id(g.inputs[n][i]);
+      if (grad_needed[e]) contribs[e].push_back({false, n, i});
+    }
+  }
+
+  // Where each gradient lives.
+  std::vector<int> arg_of_entry(N, -1);
+  for (std::size_t k = 0; k < g.arg_nodes.size(); ++k)
+    arg_of_entry[g.entry_id(g.arg_nodes[k], 0)] = static_cast<int>(k);
+  ones.resize(g.heads.size());
+  for (std::size_t k = 0; k < g.heads.size(); ++k) {
+    const std::uint32_t e = g.entry_id(g.heads[k]);
+    ones[k] = NDArray::Ones(shape[e], ctx, static_cast<DType>(dtype[e]), engine);
+  }
+  for (std::uint32_t e = 0; e < N; ++e) {
+    if (!grad_needed[e]) continue;
+    const std::uint32_t ge = N + e;
+    if (arg_of_entry[e] >= 0) {
+      arr[ge] = grads[static_cast<std::size_t>(arg_of_entry[e])];
+      if (contribs[e].empty() && reqs[static_cast<std::size_t>(arg_of_entry[e])] == kWriteTo) {
+        zero_fill_args.push_back(static_cast<std::size_t>(arg_of_entry[e]));
+      }
+    } else if (contribs[e].empty()) {
+      // An output nobody differentiates through (a hidden one, or one no node reads): a zero gradient.
+      arr[ge] = NDArray::Zeros(shape[e], ctx, static_cast<DType>(dtype[e]), engine);
+    } else if (contribs[e].size() == 1 && contribs[e][0].head) {
+      head_alias.emplace_back(contribs[e][0].index, ge);
+    } else {
+      (*pe)[ge].kind = graph::PlanEntry::kPlanned;
+    }
+  }
+  // Request of a contribution: the user's kAddTo adds every one; otherwise the first writes.
+  auto req_of = [&](std::uint32_t e, std::size_t pos) -> OpReqType {
+    if (arg_of_entry[e] >= 0 && reqs[static_cast<std::size_t>(arg_of_entry[e])] == kAddTo) return kAddTo;
+    return pos == 0 ? kWriteTo : kAddTo;
+  };
+  std::vector<std::size_t> next(N, 0);  // contributions pushed so far, per entry
+
+  for (std::size_t k = 0; k < g.heads.size(); ++k) {
+    const std::uint32_t e = g.entry_id(g.heads[k]);
+    if (!grad_needed[e] || ((*pe)[N + e].kind == graph::PlanEntry::kExternal && arg_of_entry[e] < 0)) {
+      if (grad_needed[e]) ++next[e];  // aliased: nothing to push
+      continue;
+    }
+    BwStep b;
+    b.kind = BwStep::kHead;
+    b.head = k;
+    b.dst = N + e;
+    b.first = req_of(e, next[e]++) == kWriteTo;
+    bwd.push_back(b);
+    graph::PlanStep ps;
+    ps.writes.push_back(N + e);
+    steps->push_back(std::move(ps));
+  }
+
+  for (std::uint32_t n : bw_nodes) {
+    const graph::Node* node = g.nodes[n];
+    const OperatorProperty& op = *node->op;
+    const std::size_t na = node->num_arguments();
+    const std::size_t nout = node->num_outputs(), nvis = node->num_visible_outputs();
+    BwStep b;
+    b.kind = BwStep::kNode;
+    b.node = n;
+    b.out_grad.assign(nvis, -1);
+    b.in_data.assign(na, -1);
+    b.out_data.assign(nout, -1);
+    b.in_grad.assign(na, -1);
+    b.req.assign(na, kNullOp);
+    for (std::size_t k = na; k < g.inputs[n].size(); ++k) b.aux.push_back(g.entry_id(g.inputs[n][k]));
+    std::vector<int> og(nvis), id(na), od(nout);
+    for (std::size_t i = 0; i < nvis; ++i) og[i] = static_cast<int>(i);
+    for (std::size_t i = 0; i < na; ++i) id[i] = static_cast<int>(nvis + i);
+    for (std::size_t i = 0; i < nout; ++i) od[i] = static_cast<int>(nvis + na + i);
+    graph::PlanStep ps;
+    // Plan entry behind each dependency id.
+    auto entry_of_id = [&](int d) -> int {
+      if (d < 0) return -1;
+      const auto u = static_cast<std::size_t>(d);
+      if (u < nvis) return static_cast<int>(N + g.entry_id(n, static_cast<std::uint32_t>(u)));
+      if (u < nvis + na) return static_cast<int>(g.entry_id(g.inputs[n][u - nvis]));
+      if (u < nvis + na + nout) return static_cast<int>(g.entry_id(n, static_cast<std::uint32_t>(u - nvis - na)));
+      return -1;
+    };
+    for (int d : op.DeclareBackwardDependency(og, id, od)) {
+      const int e = entry_of_id(d);
+      if (e < 0) continue;
+      const auto u = static_cast<std::size_t>(d);
+      if (u < nvis) {
+        b.out_grad[u] = e;
+      } else if (u < nvis + na) {
+        b.in_data[u - nvis] = e;
+      } else {
+        b.out_data[u - nvis - na] = e;
+      }
+      ps.reads.push_back(static_cast<std::uint32_t>(e));
+    }
+    std::vector<BwStep> adds;
+    std::vector<graph::PlanStep> add_steps;
+    std::vector<std::uint32_t> seen;
+    for (std::size_t i = 0; i < na; ++i) {
+      const std::uint32_t e = g.entry_id(g.inputs[n][i]);
+      if (!grad_needed[e]) continue;
+      const OpReqType r = req_of(e, next[e]++);
+      if (std::find(seen.begin(), seen.end(), e) == seen.end()) {
+        seen.push_back(e);
+        b.in_grad[i] = static_cast<int>(N + e);
+        b.req[i] = r;
+        ps.writes.push_back(N + e);
+        continue;
+      }
+      // The same entry at a second position of this node: written to a temporary, then added, so that no
+      // operator writes one buffer through two of its gradients.
+      const auto t = static_cast<std::uint32_t>(pe->size());
+      graph::PlanEntry tp = (*pe)[e];
+      tp.kind = graph::PlanEntry::kPlanned;
+      pe->push_back(tp);
+      shape.push_back(shape[e]);
+      dtype.push_back(dtype[e]);
+      arr.emplace_back();
+      b.in_grad[i] = static_cast<int>(t);
+      b.req[i] = kWriteTo;
+      ps.writes.push_back(t);
+      BwStep add;
+      add.kind = BwStep::kAdd;
+      add.src = t;
+      add.dst = N + e;
+      adds.push_back(add);
+      graph::PlanStep aps;
+      aps.reads.push_back(t);
+      aps.writes.push_back(N + e);
+      add_steps.push_back(std::move(aps));
+    }
+    std::vector<void*> ig(na);
+    for (std::size_t i = 0; i < na; ++i) ig[i] = IndexPtr(i);
+    for (const auto& [d, p] : op.BackwardInplaceOption(og, id, od, ig)) {
+      const std::size_t i = PtrIndex(p);
+      const int src = entry_of_id(d);
+      if (i >= na || src < 0 || b.in_grad[i] < 0 || b.req[i] != kWriteTo) continue;
+      ps.inplace.emplace_back(static_cast<std::uint32_t>(src), static_cast<std::uint32_t>(b.in_grad[i]));
+    }
+    bwd.push_back(std::move(b));
+    steps->push_back(std::move(ps));
+    for (std::size_t k = 0; k < adds.size(); ++k) {
+      bwd.push_back(std::move(adds[k]));
+      steps->push_back(std::move(add_steps[k]));
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ public
+
+Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Executor::~Executor() = default;
+
+std::unique_ptr<Executor> Executor::Bind(const Symbol& symbol, Context ctx, const std::vector<NDArray>& args,
+                                         const std::vector<NDArray>& arg_grads, const std::vector<OpReqType>& grad_req,
+                                         const std::vector<NDArray>& aux_states, const ExecutorOptions& options) {
+  if (symbol.empty()) throw Error("Bind: the symbol is empty (no outputs)");
+  auto m = std::make_unique<Impl>();
+  m->symbol = symbol;
+  m->ctx = ctx;
+  m->options = options;
+  if (m->options.bulk_max_nodes < 0) {
+    m->options.bulk_max_nodes = 15;
+    EnvInt("TROUPE_EXEC_BULK_MAX_NODES", 1, 10000, &m->options.bulk_max_nodes);
+  }
+  m->options.bulk_max_nodes = std::max(1, m->options.bulk_max_nodes);
+  m->g = graph::IndexGraph(symbol.outputs());
+  for (auto n : m->g.arg_nodes) m->arg_names.push_back(m->g.nodes[n]->name);
+  for (auto n : m->g.aux_nodes) m->aux_names.push_back(m->g.nodes[n]->name);
+  const std::size_t na = m->arg_names.size(), nx = m->aux_names.size();
+
+  if (args.size() != na) {
+    throw Error("Bind: expected " + std::to_string(na) + " argument arrays (" + JoinNames(m->arg_names) + "), got " +
+                std::to_string(args.size()));
+  }
+  if (aux_states.size() != nx) {
+    throw Error("Bind: expected " + std::to_string(nx) + " auxiliary state arrays (" +
+                (nx == 0 ? std::string("none") : JoinNames(m->aux_names)) + "), got " +
+                std::to_string(aux_states.size()));
+  }
+  std::vector<OpReqType> reqs;
+  if (grad_req.size() == 1) {
+    reqs.assign(na, grad_req[0]);
+  } else if (grad_req.empty() && arg_grads.empty()) {
+    reqs.assign(na, kNullOp);
+  } else if (grad_req.size() == na) {
+    reqs = grad_req;
+  } else {
+    throw Error("Bind: expected one grad_req per argument (" + std::to_string(na) + ") or one for all, got " +
+                std::to_string(grad_req.size()));
+  }
+  const bool any_grad = std::any_of(reqs.begin(), reqs.end(), [](OpReqType r) { return r != kNullOp; });
+  if (!arg_grads.empty() && arg_grads.size() != na) {
+    throw Error("Bind: expected " + std::to_string(na) + " gradient arrays (one per argument: " +
+                JoinNames(m->arg_names) + "), got " + std::to_string(arg_grads.size()));
+  }
+  if (any_grad && arg_grads.empty()) {
+    throw Error(
+        "Bind: gradient arrays are missing (grad_req asks for gradients; pass one per argument, none "
+        "arrays where grad_req is kNullOp)");
+  }
+
+  Engine* engine = options.engine;
+  if (engine == nullptr) {
+    for (const auto* list : {&args, &aux_states}) {
+      for (const auto& a : *list) {
+        if (engine == nullptr && !a.is_none()) engine = a.engine();
+      }
+    }
+  }
+  if (engine == nullptr) engine = Engine::Get();
+  m->engine = engine;
+
+  auto check_array = [&](const NDArray& a, const std::string& what) {
+    if (a.is_none()) throw Error("Bind: " + what + " is missing (an empty NDArray)");
+    if (a.ctx() != ctx) {
+      throw Error("Bind: " + what + " is on " + a.ctx().ToString() + " but the executor binds to " + ctx.ToString() +
+                  " (copy it with CopyTo)");
+    }
+    if (a.engine() != engine) throw Error("Bind: " + what + " belongs to another engine than the executor's");
+  };
+  for (std::size_t i = 0; i < na; ++i) check_array(args[i], "argument '" + m->arg_names[i] + "'");
+  for (std::size_t i = 0; i < nx; ++i) check_array(aux_states[i], "auxiliary state '" + m->aux_names[i] + "'");
+  m->grads.assign(na, NDArray());
+  for (std::size_t i = 0; i < na; ++i) {
+    if (reqs[i] == kWriteInplace) {
+      throw Error("Bind: grad_req of '" + m->arg_names[i] + "' is kWriteInplace; use kWriteTo, kAddTo or kNullOp");
+    }
+    if (reqs[i] == kNullOp) continue;
+    const std::string what = "gradient of argument '" + m->arg_names[i] + "' (grad_req " + ReqName(reqs[i]) + ")";
+    check_array(arg_grads[i], what);
+    if (arg_grads[i].shape() != args[i].shape()) {
+      throw Error("Bind: " + what + " has shape " + arg_grads[i].shape().ToString() + " but the argument has " +
+                  args[i].shape().ToString());
+    }
+    if (arg_grads[i].dtype() != args[i].dtype()) {
+      throw Error("Bind: " + what + " has type " + DTypeName(arg_grads[i].dtype()) + " but the argument has " +
+                  DTypeName(args[i].dtype()));
+    }
+    m->grads[i] = arg_grads[i];
+  }
+  m->args = args;
+  m->aux = aux_states;
+  m->reqs = reqs;
+  m->need_backward = any_grad;
+  m->Build();
+  return std::unique_ptr<Executor>(new Executor(std::move(m)));
+}
+
+std::unique_ptr<Executor> Executor::SimpleBind(const Symbol& symbol, Context ctx,
+                                               const std::map<std::string, TShape>& shapes, OpReqType grad_req,
+                                               const std::map<std::string, OpReqType>& grad_req_by_name,
+                                               const ExecutorOptions& options) {
+  if (symbol.empty()) throw Error("SimpleBind: the symbol is empty (no outputs)");
+  const auto arg_names = symbol.ListArguments();
+  for (const auto& [name, r] : grad_req_by_name) {
+    if (std::find(arg_names.begin(), arg_names.end(), name) == arg_names.end()) {
+      throw Error("SimpleBind: grad_req_by_name names '" + name +
+                  "', which is not an argument (arguments: " + JoinNames(arg_names) + ")");
+    }
+  }
+  std::vector<TShape> arg_shapes, out_shapes, aux_shapes;
+  std::string why;
+  if (!symbol.InferShape(shapes, &arg_shapes, &out_shapes, &aux_shapes, &why)) {
+    throw Error("SimpleBind: cannot infer every shape from the given ones: " + why +
+                " (give the shapes of more arguments)");
+  }
+  std::vector<int> arg_types, out_types, aux_types;
+  symbol.InferType({}, &arg_types, &out_types, &aux_types);
+  bool unknown = false;
+  std::map<std::string, int> known_types;
+  for (std::size_t i = 0; i < arg_names.size(); ++i) {
+    const int t = i < arg_types.size() ? arg_types[i] : kTypeUnknown;
+    unknown = unknown || t == kTypeUnknown;
+    known_types[arg_names[i]] = t == kTypeUnknown ? static_cast<int>(DType::kFloat32) : t;
+  }
+  if (unknown) symbol.InferType(known_types, &arg_types, &out_types, &aux_types);
+  Engine* engine = options.engine != nullptr ? options.engine : Engine::Get();
+  auto type_of = [](const std::vector<int>& types, std::size_t i) {
+    return i < types.size() && types[i] != kTypeUnknown ? static_cast<DType>(types[i]) : DType::kFloat32;
+  };
+  std::vector<NDArray> args, grads, aux;
+  std::vector<OpReqType> reqs;
+  for (std::size_t i = 0; i < arg_names.size(); ++i) {
+    args.push_back(NDArray::Zeros(arg_shapes[i], ctx, type_of(arg_types, i), engine));
+    auto it = grad_req_by_name.find(arg_names[i]);
+    const OpReqType r = it != grad_req_by_name.end() ? it->second : grad_req;
+    reqs.push_back(r);
+    grads.push_back(r == kNullOp ? NDArray() : NDArray::Zeros(arg_shapes[i], ctx, type_of(arg_types, i), engine));
+  }
+  for (std::size_t i = 0; i < aux_shapes.size(); ++i) {
+    aux.push_back(NDArray::Zeros(aux_shapes[i], ctx, type_of(aux_types, i), engine));
+  }
+  ExecutorOptions opts = options;
+  opts.engine = engine;
+  return Bind(symbol, ctx, args, grads, reqs, aux, opts);
+}
+
+void Executor::Forward(bool is_train) {
+  Impl& m = *impl_;
+  Impl::Bulk bulk(m);
+  for (const auto& f : m.fwd) {
+    std::vector<NDArray> in, out, aux;
+    for (auto e : f.in) in.push_back(m.arr[e]);
+    for (auto e : f.out) out.push_back(m.arr[e]);
+    for (auto e : f.aux) aux.push_back(m.arr[e]);
+    OperatorRunner& r = *m.runners[f.node];
+    bulk.Add(r.PrepareForward(is_train, in, out, aux, f.req), r);
+  }
+  bulk.Flush();
+  m.forward_train_done = is_train;
+}
+
+void Executor::Backward(const std::vector<NDArray>& head_grads) {
+  Impl& m = *impl_;
+  if (!m.need_backward) {
+    throw Error(
+        "Backward: the executor was bound without gradients (every grad_req is kNullOp); bind with "
+        "gradient arrays and kWriteTo or kAddTo");
+  }
+  if (!m.forward_train_done) {
+    throw Error(
+        "Backward: call Forward(true) first (once per Backward: the memory plan lets Backward reuse "
+        "the buffers of the forward pass)");
+  }
+  const auto out_names = m.symbol.ListOutputs();
+  if (!head_grads.empty()) {
+    if (head_grads.size() != m.g.heads.size()) {
+      throw Error("Backward: expected " + std::to_string(m.g.heads.size()) + " head gradients (one per output: " +
+                  JoinNames(out_names) + "), got " + std::to_string(head_grads.size()));
+    }
+    for (std::size_t k = 0; k < head_grads.size(); ++k) {
+      const NDArray& h = head_grads[k];
+      const std::uint32_t e = m.g.entry_id(m.g.heads[k]);
+      const std::string what =
+          "Backward: head gradient " + std::to_string(k) + (k < out_names.size() ? " ('" + out_names[k] + "')" : "");
+      if (h.is_none()) throw Error(what + " is missing (an empty NDArray)");
+      if (h.ctx() != m.ctx)
+        throw Error(what + " is on " + h.ctx().ToString() + " but the executor runs on " + m.ctx.ToString());
+      if (h.shape() != m.shape[e]) {
+        throw Error(what + " has shape " + h.shape().ToString() + " but the output has " + m.shape[e].ToString());
+      }
+      if (static_cast<int>(h.dtype()) != m.dtype[e]) {
+        throw Error(what + " has type " + DTypeName(h.dtype()) + " but the output has " +
+                    DTypeName(static_cast<DType>(m.dtype[e])));
+      }
+      if (h.engine() != m.engine) throw Error(what + " belongs to another engine than the executor's");
+    }
+  }
+  auto head = [&](std::size_t k) -> const NDArray& { return head_grads.empty() ? m.ones[k] : head_grads[k]; };
+  for (const auto& [k, ge] : m.head_alias) m.arr[ge] = head(k);
+
+  auto get = [&](int e) { return e < 0 ? NDArray() : m.arr[static_cast<std::size_t>(e)]; };
+  Impl::Bulk bulk(m);
+  for (const auto& b : m.bwd) {
+    if (b.kind != Impl::BwStep::kNode) bulk.Flush();  // copies and sums are pushed on their own, in order
+    switch (b.kind) {
+      case Impl::BwStep::kHead:
+        if (b.first) {
+          CopyFromTo(head(b.head), m.arr[b.dst]);
+        } else {
+          m.arr[b.dst] += head(b.head);
+        }
+        break;
+      case Impl::BwStep::kAdd:
+        m.arr[b.dst] += m.arr[b.src];
+        break;
+      case Impl::BwStep::kNode: {
+        std::vector<NDArray> og, id, od, aux, ig;
+        for (int e : b.out_grad) og.push_back(get(e));
+        for (int e : b.in_data) id.push_back(get(e));
+        for (int e : b.out_data) od.push_back(get(e));
+        for (auto e : b.aux) aux.push_back(m.arr[e]);
+        for (int e : b.in_grad) ig.push_back(get(e));
+        OperatorRunner& r = *m.runners[b.node];
+        bulk.Add(r.PrepareBackward(og, id, od, aux, ig, b.req), r);
+        break;
+      }
+    }
+  }
+  bulk.Flush();
+  for (std::size_t i : m.zero_fill_args) m.grads[i] = 0.0;
+  m.forward_train_done = false;
+}
+
+const Symbol& Executor::symbol() const { return impl_->symbol; }
+Context Executor::ctx() const { return impl_->ctx; }
+const std::vector<NDArray>& Executor::outputs() const { return impl_->outputs; }
+const std::vector<NDArray>& Executor::arg_arrays() const { return impl_->args; }
+const std::vector<NDArray>& Executor::grad_arrays() const { return impl_->grads; }
+const std::vector<NDArray>& Executor::aux_arrays() const { return impl_->aux; }
+const std::vector<OpReqType>& Executor::grad_req() const { return impl_->reqs; }
+
+std::map<std::string, NDArray> Executor::arg_dict() const {
+  std::map<std::string, NDArray> d;
+  for (std::size_t i = 0; i < impl_->args.size(); ++i) d[impl_->arg_names[i]] = impl_->args[i];
+  return d;
+}
+std::map<std::string, NDArray> Executor::grad_dict() const {
+  std::map<std::string, NDArray> d;
+  for (std::size_t i = 0; i < impl_->grads.size(); ++i) {
+    if (impl_->reqs[i] != kNullOp) d[impl_->arg_names[i]] = impl_->grads[i];
+  }
+  return d;
+}
+std::map<std::string, NDArray> Executor::aux_dict() const {
+  std::map<std::string, NDArray> d;
+  for (std::size_t i = 0; i < impl_->aux.size(); ++i) d[impl_->aux_names[i]] = impl_->aux[i];
+  return d;
+}
+MemoryPlanStats Executor::memory_stats() const { return impl_->plan.stats; }
+
+}  // namespace troupe

@@ -1,0 +1,78 @@
+// Small helpers every operator of the library (op/nn) shares on both devices: the float-only dtype
+// dispatch and axis normalisation, with one error text each so that every operator reports the same
+// problem the same way.
+//
+// Compiles under nvcc (-std=c++20): the .cu operators include it through their op/nn/*.h headers. The
+// helpers here are host code; the per-element request (Assign) that kernels use is in op/operator.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "base/error.h"
+#include "op/operator.h"
+#include "tensor/tensor.h"
+
+namespace troupe::internal {
+
+// The error FloatSwitch throws: "<op>: element type <t> is not supported; use float32 or float64".
+// Out of line of the switch so that the hot path is two comparisons and a call.
+[[noreturn]] inline void ThrowNotFloat(std::string_view op, DType dtype) {
+  throw Error(std::string(op) + ": element type " + DTypeName(dtype) + " is not supported; use float32 or float64");
+}
+
+// Runs fn(float{}) or fn(double{}) and returns its result: the library's operators compute in exactly these
+// two element types (on the CPU and on the GPU); any other is a troupe::Error naming `op` and the type.
+template <typename Fn>
+decltype(auto) FloatSwitch(DType dtype, std::string_view op, Fn&& fn) {
+  if (dtype == DType::kFloat32) return fn(float{});
+  if (dtype == DType::kFloat64) return fn(double{});
+  ThrowNotFloat(op, dtype);
+}
+
+// "<op> has no implementation for <ctx>" (naming the missing CUDA support in a build without it): what
+// CreateGpuOperator and SimpleOp throw for a device without functions.
+[[noreturn]] void ThrowNoImplementation(const std::string& op, Context ctx);
+
+// An axis parameter in [-ndim, ndim) as a dimension index in [0, ndim); otherwise a troupe::Error naming the
+// operator, the parameter, the value and the accepted range.
+inline int NormalizeAxis(int axis, int ndim, std::string_view op, std::string_view param) {
+  if (axis < -ndim || axis >= ndim) {
+    throw Error(std::string(op) + ": parameter '" + std::string(param) + "' is " + std::to_string(axis) +
+                " but the input has " + std::to_string(ndim) + " dimensions; use an axis in [" + std::to_string(-ndim) +
+                ", " + std::to_string(ndim) + ")");
+  }
+  return axis < 0 ? axis + ndim : axis;
+}
+
+// Sum of n contiguous values in independent partial sums, which the compiler turns into vector adds (a
+// single running sum is a dependency chain it may not reorder without -ffast-math): the bias gradients'
+// reduction over every output position runs at memory speed this way.
+template <typename T>
+T SumContiguous(const T* p, std::int64_t n) {
+  constexpr int kLanes = 16;
+  T acc[kLanes] = {};
+  std::int64_t q = 0;
+  for (; q + kLanes <= n; q += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += p[q + j];
+  }
+  T s = T(0);
+  for (int j = 0; j < kLanes; ++j) s += acc[j];
+  for (; q < n; ++q) s += p[q];
+  return s;
+}
+
+// out[i] = f(i) (or += f(i) under kAddTo; nothing under kNullOp) for i in [0, n), with the request decided
+// once outside the loop so that the compiler can vectorise it (Assign per element leaves a branch in it).
+template <typename T, typename F>
+void AssignEach(T* out, std::int64_t n, OpReqType req, F&& f) {
+  if (req == kNullOp) return;
+  if (req == kAddTo) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] += f(i);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = f(i);
+  }
+}
+
+}  // namespace troupe::internal

@@ -1,0 +1,41 @@
+// Helpers several operators' .cu files share (namespace nn_cuda): the stream of a RunContext with its device
+// made current (the tensor operators), a block-wide sum of one double per thread (LeakyReLU's prelu
+// gradient, BatchNorm, the softmax family) and a fill kernel (BatchNorm, SoftmaxOutput, the regression
+// heads). Included only by .cu files. No state: every function is thread-safe.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string_view>
+
+#include "base/context.h"
+#include "tensor/detail/cuda_common.h"
+
+namespace troupe::nn_cuda {
+
+// Makes the stream's device current (the worker normally did already) and returns the stream.
+inline cudaStream_t Prepare(const RunContext& rctx, std::string_view op) {
+  internal::SetDevice(rctx.ctx.dev_id, op);
+  return internal::StreamOf(rctx);
+}
+
+// Block-wide sum of one double per thread (blockDim.x == kThreads); every thread gets the total.
+inline __device__ double BlockSum(double v, double* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  const double total = shared[0];
+  __syncthreads();
+  return total;
+}
+
+template <typename T>
+__global__ void FillKernel(T* dst, std::int64_t n, T v) {
+  TROUPE_GRID_LOOP(i, n) { dst[i] = v; }
+}
+
+}  // namespace troupe::nn_cuda

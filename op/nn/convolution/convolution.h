@@ -1,0 +1,70 @@
+// Convolution (2-D, NCHW; MXNet 1.9's name, parameters and defaults). The parameter struct, its geometry
+// with defaults applied and the property (shape inference, resources, backward dependencies), shared by the
+// registration (convolution.cc), the CPU operator (convolution_cpu.cc: im2col + OpenBLAS) and the CUDA one
+// (convolution.cu: cuDNN).
+//
+// Properties are immutable after Init (thread-safe to share); the Operator objects they create are entered
+// by one engine worker at a time. Kept free of CAF and Cap'n Proto: nvcc compiles it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "op/internal/op_util.h"
+#include "op/operator.h"
+#include "op/param.h"
+#include "tensor/tensor.h"
+
+#include "op/nn/common/geometry.h"
+
+namespace troupe {
+
+struct ConvolutionParam : Params<ConvolutionParam> {
+  TShape kernel;
+  TShape stride;  // () means 1 in every dimension
+  TShape dilate;  // () means 1
+  TShape pad;     // () means 0
+  int num_filter = 0;
+  int num_group = 1;
+  std::int64_t workspace = 1024;  // MB: cap on the im2col buffer (CPU) and the cuDNN workspace (GPU)
+  bool no_bias = false;
+  std::string cudnn_tune = "None";
+  bool cudnn_off = false;
+  std::string layout = "None";
+  static void Declare(ParamSchema<ConvolutionParam>& s);
+};
+
+// Convolution's geometry after defaults are applied (2-D).
+struct ConvGeometry {
+  std::int64_t kh = 0, kw = 0, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;
+};
+ConvGeometry MakeConvGeometry(const ConvolutionParam& p);
+
+class ConvolutionProp : public OperatorProperty {
+ public:
+  void Init(const Kwargs& kwargs) override;
+  Kwargs GetParams() const override { return param_.GetParams(); }
+  std::vector<std::string> ListArguments() const override;
+  bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
+                  std::vector<TShape>* aux_shape) const override;
+  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<ConvolutionProp>(*this); }
+  std::string TypeString() const override { return "Convolution"; }
+  std::vector<ResourceRequest> ForwardResource(const std::vector<TShape>& in_shape) const override;
+  std::vector<ResourceRequest> BackwardResource(const std::vector<TShape>& in_shape) const override;
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& in_data,
+                                             const std::vector<int>& out_data) const override;
+  std::unique_ptr<Operator> CreateOperator(Context ctx) const override;
+  const ConvolutionParam& param() const { return param_; }
+
+ private:
+  ConvolutionParam param_;
+};
+
+// The CPU operator (convolution_cpu.cc) for a checked parameter set; ConvolutionProp::CreateOperator calls it
+// for CPU contexts.
+std::unique_ptr<Operator> CreateConvolutionCpuOp(const ConvolutionParam& param);
+
+}  // namespace troupe

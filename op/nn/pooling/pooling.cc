@@ -1,0 +1,255 @@
+// Pooling (2-D, NCHW): max, avg and sum over windows, with MXNet's output sizes ('valid' floors, 'full'
+// ceils) and MXNet's averaging rule (count_include_pad: divide by the window clipped to the padded input;
+// otherwise by the part inside the image). Max backward sends each output gradient to the first maximum
+// of its window (row-major scan), as MXNet's CPU kernel does.
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "op/nn/pooling/pooling.h"
+
+namespace troupe {
+
+void PoolingParam::Declare(ParamSchema<PoolingParam>& s) {
+  s.Field("kernel", &PoolingParam::kernel)
+      .Default(TShape::Scalar())
+      .Describe("Pooling kernel size: (y, x). Not needed with global_pool.");
+  s.Field("pool_type", &PoolingParam::pool_type)
+      .Default("max")
+      .Choices({"avg", "lp", "max", "sum"})
+      .Describe("Pooling type to be applied ('lp' is not supported).");
+  s.Field("global_pool", &PoolingParam::global_pool)
+      .Default(false)
+      .Describe("Ignore kernel size, do global pooling based on current input feature map.");
+  s.Field("cudnn_off", &PoolingParam::cudnn_off).Default(false).Describe("Turn off cudnn pooling and use own kernels.");
+  s.Field("pooling_convention", &PoolingParam::pooling_convention)
+      .Default("valid")
+      .Choices({"full", "same", "valid"})
+      .Describe("Pooling convention to be applied: 'valid' floors the output size, 'full' ceils it "
+                "('same' is not supported).");
+  s.Field("stride", &PoolingParam::stride)
+      .Default(TShape::Scalar())
+      .Describe("Stride: for pooling (y, x). Defaults to 1 for each dimension.");
+  s.Field("pad", &PoolingParam::pad)
+      .Default(TShape::Scalar())
+      .Describe("Pad for pooling: (y, x). Defaults to no padding.");
+  s.Field("p_value", &PoolingParam::p_value)
+      .Default(std::nullopt)
+      .Describe("Value of p for Lp pooling (accepted for compatibility; Lp pooling is not supported).");
+  s.Field("count_include_pad", &PoolingParam::count_include_pad)
+      .Default(std::nullopt)
+      .Describe("Only used for AvgPool: whether to count the padded elements when averaging (None means True).");
+  s.Field("layout", &PoolingParam::layout)
+      .Default("None")
+      .Choices({"None", "NCDHW", "NCHW", "NCW", "NDHWC", "NHWC", "NWC"})
+      .Describe("Set layout for input and output. Only NCHW (the default) is supported.");
+}
+
+PoolGeometry MakePoolGeometry(const PoolingParam& p, const TShape& data) {
+  PoolGeometry g;
+  g.height = data[2];
+  g.width = data[3];
+  g.max = p.pool_type == "max";
+  g.avg = p.pool_type == "avg";
+  g.full = p.pooling_convention == "full";
+  g.count_include_pad = p.count_include_pad.value_or(true);
+  if (p.global_pool) {
+    g.kh = g.height, g.kw = g.width;
+    g.out_h = g.out_w = 1;
+    return g;
+  }
+  g.kh = p.kernel[0], g.kw = p.kernel[1];
+  if (p.stride.ndim() == 2) g.sh = p.stride[0], g.sw = p.stride[1];
+  if (p.pad.ndim() == 2) g.ph = p.pad[0], g.pw = p.pad[1];
+  const std::int64_t size[2] = {g.height, g.width}, k[2] = {g.kh, g.kw}, s[2] = {g.sh, g.sw}, pd[2] = {g.ph, g.pw};
+  std::int64_t out[2] = {-1, -1};
+  for (int i = 0; i < 2; ++i) {
+    if (size[i] < 0) continue;
+    const std::int64_t span = size[i] + 2 * pd[i] - k[i];
+    if (span < 0) {
+      throw Error("Pooling: argument 'data' has shape " + data.ToString() + "; kernel " + p.kernel.ToString() +
+                  " is larger than the padded input (" + std::to_string(size[i] + 2 * pd[i]) + ") in dimension " +
+                  std::to_string(i + 2));
+    }
+    out[i] = 1 + (g.full ? (span + s[i] - 1) / s[i] : span / s[i]);
+  }
+  g.out_h = out[0];
+  g.out_w = out[1];
+  return g;
+}
+
+namespace {
+
+constexpr const char* kOp = "Pooling";
+
+// The window of output (oh, ow): rows [h0, h1) and columns [w0, w1) inside the image, and the divisor of
+// an average.
+struct Window {
+  std::int64_t h0, h1, w0, w1, area;
+};
+
+inline Window WindowAt(const PoolGeometry& g, std::int64_t oh, std::int64_t ow) {
+  Window w;
+  w.h0 = oh * g.sh - g.ph;
+  w.w0 = ow * g.sw - g.pw;
+  w.h1 = std::min(w.h0 + g.kh, g.height + g.ph);
+  w.w1 = std::min(w.w0 + g.kw, g.width + g.pw);
+  const std::int64_t padded_area = (w.h1 - w.h0) * (w.w1 - w.w0);
+  w.h0 = std::max<std::int64_t>(w.h0, 0);
+  w.w0 = std::max<std::int64_t>(w.w0, 0);
+  w.h1 = std::min(w.h1, g.height);
+  w.w1 = std::min(w.w1, g.width);
+  w.area = g.count_include_pad ? padded_area : (w.h1 - w.h0) * (w.w1 - w.w0);
+  return w;
+}
+
+class PoolingCpuOp : public Operator {
+ public:
+  explicit PoolingCpuOp(const PoolingParam& p) : param_(p) {}
+
+  void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
+    if (req[0] == kNullOp) return;
+    const PoolGeometry g = MakePoolGeometry(param_, in_data[0].shape);
+    const std::int64_t planes = in_data[0].shape[0] * in_data[0].shape[1];
+    internal::FloatSwitch(in_data[0].dtype, kOp, [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = static_cast<const T*>(in_data[0].dptr);
+      T* y = static_cast<T*>(out_data[0].dptr);
+      for (std::int64_t pl = 0; pl < planes; ++pl) {
+        const T* in = x + pl * g.height * g.width;
+        T* out = y + pl * g.out_h * g.out_w;
+        for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+          for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+            const Window w = WindowAt(g, oh, ow);
+            T v;
+            if (g.max) {
+              v = std::numeric_limits<T>::lowest();
+              for (std::int64_t h = w.h0; h < w.h1; ++h) {
+                for (std::int64_t c = w.w0; c < w.w1; ++c) v = std::max(v, in[h * g.width + c]);
+              }
+            } else {
+              v = T(0);
+              for (std::int64_t h = w.h0; h < w.h1; ++h) {
+                for (std::int64_t c = w.w0; c < w.w1; ++c) v += in[h * g.width + c];
+              }
+              if (g.avg) v = w.area > 0 ? v / static_cast<T>(w.area) : T(0);
+            }
+            Assign(out + oh * g.out_w + ow, req[0], v);
+          }
+        }
+      }
+    });
+  }
+
+  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
+                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                const std::vector<TBlob>&) override {
+    if (req[0] == kNullOp) return;
+    const TShape& shape = in_grad[0].shape;
+    const PoolGeometry g = MakePoolGeometry(param_, shape);
+    const std::int64_t planes = shape[0] * shape[1];
+    internal::FloatSwitch(out_grad[0].dtype, kOp, [&](auto tag) {
+      using T = decltype(tag);
+      const T* dy = static_cast<const T*>(out_grad[0].dptr);
+      const T* x = g.max ? static_cast<const T*>(in_data[0].dptr) : nullptr;
+      T* dx = static_cast<T*>(in_grad[0].dptr);
+      if (req[0] != kAddTo) std::fill(dx, dx + planes * g.height * g.width, T(0));
+      for (std::int64_t pl = 0; pl < planes; ++pl) {
+        const T* grad = dy + pl * g.out_h * g.out_w;
+        T* dplane = dx + pl * g.height * g.width;
+        for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+          for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+            const Window w = WindowAt(g, oh, ow);
+            const T gv = grad[oh * g.out_w + ow];
+            if (g.max) {
+              // The first maximum in row-major order takes the gradient (strict > keeps the first).
+              const T* in = x + pl * g.height * g.width;
+              std::int64_t best = -1;
+              T bv = std::numeric_limits<T>::lowest();
+              for (std::int64_t h = w.h0; h < w.h1; ++h) {
+                for (std::int64_t c = w.w0; c < w.w1; ++c) {
+                  const T v = in[h * g.width + c];
+                  if (best < 0 || v > bv) bv = v, best = h * g.width + c;
+                }
+              }
+              if (best >= 0) dplane[best] += gv;
+            } else {
+              const T share = g.avg ? (w.area > 0 ? gv / static_cast<T>(w.area) : T(0)) : gv;
+              for (std::int64_t h = w.h0; h < w.h1; ++h) {
+                for (std::int64_t c = w.w0; c < w.w1; ++c) dplane[h * g.width + c] += share;
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+
+ private:
+  PoolingParam param_;
+};
+
+}  // namespace
+
+void PoolingProp::Init(const Kwargs& kwargs) {
+  param_.Init(kwargs, kOp);
+  if (param_.pool_type == "lp") {
+    throw Error("Pooling: parameter 'pool_type' is 'lp', which is not supported; use 'max', 'avg' or 'sum'");
+  }
+  if (param_.pooling_convention == "same") {
+    throw Error("Pooling: parameter 'pooling_convention' is 'same', which is not supported; use 'valid' or 'full'");
+  }
+  if (param_.layout != "None" && param_.layout != "NCHW") {
+    throw Error("Pooling: parameter 'layout' is '" + param_.layout + "'; only NCHW (or None) is supported");
+  }
+  if (!param_.global_pool) {
+    if (param_.kernel.ndim() != 2) {
+      throw Error("Pooling: parameter 'kernel' is " + param_.kernel.ToString() +
+                  "; 2-D pooling needs 2 values (y, x) unless global_pool is True");
+    }
+    CheckGeometryTuple(param_.kernel, kOp, "kernel", 1, true);
+  }
+  CheckGeometryTuple(param_.stride, kOp, "stride", 1, true);
+  CheckGeometryTuple(param_.pad, kOp, "pad", 0, true);
+}
+
+bool PoolingProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
+                             std::vector<TShape>*) const {
+  if (in_shape->size() != 1) {
+    throw Error("Pooling: expected 1 input (data), got " + std::to_string(in_shape->size()));
+  }
+  out_shape->assign(1, TShape());
+  const TShape data = (*in_shape)[0];
+  if (data.ndim() < 0) return false;
+  if (data.ndim() != 4) {
+    throw Error("Pooling: argument 'data' has shape " + data.ToString() +
+                "; 2-D pooling needs 4 dimensions (batch, channel, height, width)");
+  }
+  const PoolGeometry g = MakePoolGeometry(param_, data);
+  TShape out{data[0], data[1], g.out_h, g.out_w};
+  if (param_.global_pool) out[2] = out[3] = 1;
+  (*out_shape)[0] = out;
+  return data.known();
+}
+
+std::vector<int> PoolingProp::DeclareBackwardDependency(const std::vector<int>& out_grad,
+                                                        const std::vector<int>& in_data,
+                                                        const std::vector<int>& out_data) const {
+  // Max pooling finds the argmax in the input (and cuDNN's backward takes the output too); averages and
+  // sums only spread the output gradient, but cuDNN's average backward still takes both tensors.
+  if (param_.pool_type == "sum") return {out_grad[0]};
+  return {out_grad[0], in_data[0], out_data[0]};
+}
+
+std::unique_ptr<Operator> PoolingProp::CreateOperator(Context ctx) const {
+  if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);
+  return std::make_unique<PoolingCpuOp>(param_);
+}
+
+TROUPE_REGISTER_OP_PROPERTY(Pooling, PoolingProp)
+    .describe("Performs 2-D pooling (max, avg or sum) on the input (NCHW).")
+    .add_argument("data", "NDArray-or-Symbol", "Input data to the pooling operator.")
+    .add_arguments(PoolingParam::Docs());
+
+}  // namespace troupe

@@ -1,0 +1,73 @@
+// sum (alias sum_axis) and mean over axes, with MXNet 1.x's axis / keepdims / exclude rules: the parameter
+// struct, the shape rules and the property, shared by the CPU operator (reduce.cc) and the CUDA one
+// (reduce.cu), which both use the index map of op/nn/common/broadcast.h.
+//
+// Properties are immutable after Init (thread-safe to share); helpers are pure functions. Compiles under
+// nvcc (the .cu file includes it): no CAF or Cap'n Proto, and what runs in kernels is TROUPE_HOST_DEVICE.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "op/internal/op_util.h"
+#include "op/operator.h"
+#include "op/param.h"
+#include "tensor/tensor.h"
+#include "op/nn/common/broadcast.h"
+
+namespace troupe {
+
+// ---- sum / mean ----
+
+struct ReduceAxesParam : Params<ReduceAxesParam> {
+  std::optional<std::vector<std::int64_t>> axis;
+  bool keepdims = false;
+  bool exclude = false;
+  static void Declare(ParamSchema<ReduceAxesParam>& s) {
+    s.Field("axis", &ReduceAxesParam::axis)
+        .Default(std::nullopt)
+        .Describe("The axis or axes along which to perform the reduction. None or () reduces all axes; negative "
+                  "values count from the end.");
+    s.Field("keepdims", &ReduceAxesParam::keepdims)
+        .Default(false)
+        .Describe("If this is set to True, the reduced axes are left in the result as dimension with size one.");
+    s.Field("exclude", &ReduceAxesParam::exclude)
+        .Default(false)
+        .Describe("Whether to perform reduction on axis that are NOT in axis instead.");
+  }
+};
+
+// The output shape with every reduced dimension kept as 1 (same element order as the real output). Throws
+// troupe::Error naming `op` and 'axis' for an axis out of range or repeated.
+TShape ReduceKeepdimsShape(const ReduceAxesParam& param, const TShape& in, const std::string& op);
+// The real output shape (MXNet 1.x's ReduceAxesShapeImpl: reducing everything without keepdims gives (1,)).
+TShape ReduceOutputShape(const ReduceAxesParam& param, const TShape& in, const std::string& op);
+
+// sum (alias sum_axis) and mean share everything but the name and the 1/count factor.
+class ReduceAxesProp : public OperatorProperty {
+ public:
+  explicit ReduceAxesProp(bool mean) : mean_(mean) {}
+  void Init(const Kwargs& kwargs) override { param_.Init(kwargs, TypeString()); }
+  Kwargs GetParams() const override { return param_.GetParams(); }
+  bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
+                  std::vector<TShape>* aux_shape) const override;
+  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<ReduceAxesProp>(*this); }
+  std::string TypeString() const override { return mean_ ? "mean" : "sum"; }
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& /*in_data*/,
+                                             const std::vector<int>& /*out_data*/) const override {
+    return {out_grad[0]};
+  }
+  std::unique_ptr<Operator> CreateOperator(Context ctx) const override;
+  const ReduceAxesParam& param() const { return param_; }
+  bool mean() const { return mean_; }
+
+ private:
+  bool mean_;
+  ReduceAxesParam param_;
+};
+
+}  // namespace troupe

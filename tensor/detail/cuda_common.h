@@ -1,0 +1,50 @@
+// CUDA plumbing shared by the .cu files of tensor/ and op/: the engine's stream, CUDA status checks that throw
+// troupe::Error naming the call (and the operator, when the caller gives one), and grid sizing for grid-stride
+// kernels. The cuDNN parts (handle, descriptors) are the operators' own: op/internal/cudnn_common.h.
+//
+// Declared surface of the tensor module (detail/: never installed), included only by .cu files. The checks
+// are inline and build their message only on failure; the error text lives in tensor/cuda/cuda_common.cu.
+// Every function is thread-safe.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+#include "base/context.h"
+
+namespace troupe::internal {
+
+// ---- streams -----------------------------------------------------------------------------------------
+// The engine hands a cudaStream_t* (run_ctx.stream); null means the default stream.
+inline cudaStream_t StreamOf(void* stream) { return stream != nullptr ? *static_cast<cudaStream_t*>(stream) : nullptr; }
+inline cudaStream_t StreamOf(const RunContext& rctx) { return StreamOf(rctx.stream); }
+
+// ---- status checks -----------------------------------------------------------------------------------
+// Message: "[<op>: ]<what>: CUDA error: <text>".
+[[noreturn]] void ThrowCuda(cudaError_t e, std::string_view what, std::string_view op);
+
+inline void Check(cudaError_t e, std::string_view what, std::string_view op = {}) {
+  if (e != cudaSuccess) ThrowCuda(e, what, op);
+}
+// After a kernel launch: a bad configuration, or an earlier asynchronous failure on the device.
+inline void CheckLaunch(std::string_view what, std::string_view op = {}) { Check(cudaGetLastError(), what, op); }
+// Makes `dev` current for this thread (engine workers normally did already).
+inline void SetDevice(int dev, std::string_view op = {}) { Check(cudaSetDevice(dev), "cudaSetDevice", op); }
+
+// ---- grid sizing -------------------------------------------------------------------------------------
+constexpr int kThreads = 256;
+// Blocks for n elements at kThreads per block, at least 1 and capped: the kernels loop grid-stride
+// (TROUPE_GRID_LOOP), so any n fits.
+inline unsigned Blocks(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
+}
+
+#define TROUPE_GRID_LOOP(i, n)                                                                     \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+}  // namespace troupe::internal

@@ -1,0 +1,424 @@
+// FullyConnected, Convolution and Pooling on the CPU: forward against cases worked out by hand, backward
+// against central differences (float64; kWriteTo, kAddTo and kNullOp), shape inference over a table of
+// cases, and the errors for inconsistent shapes, bad parameters and unsupported dtypes.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "op/imperative.h"
+#include "op/nn/convolution/convolution.h"
+#include "op/nn/fully_connected/fully_connected.h"
+#include "op/nn/pooling/pooling.h"
+#include "op/operator.h"
+#include "tests/common/op_test_util.h"
+
+namespace troupe {
+namespace {
+
+using test::CheckGradient;
+using test::ExpectError;
+using test::ExpectInitError;
+using test::GradCheckOptions;
+using test::HostTensor;
+using test::InferOutShapes;
+using test::Near;
+using test::OpCase;
+using test::RunForward;
+
+// Backward with one head (every operator here has one visible output); the arguments' gradients.
+std::vector<HostTensor> RunBackward(const OpCase& c, const std::vector<HostTensor>& inputs, const HostTensor& head) {
+  return test::RunForwardBackward(c, inputs, {head}).grad;
+}
+
+const HostTensor kOneToNine = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+const HostTensor kOneToSixteen = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+
+// ---------------------------------------------------------------------------------------- FullyConnected
+
+// X = [[1,2,3],[4,5,6]], W = [[1,0,-1],[.5,.5,.5]], b = [1,-1]:
+// X W^T = [[-2, 3], [-2, 7.5]], plus b = [[-1, 2], [-1, 6.5]].
+const HostTensor kFcX = {1, 2, 3, 4, 5, 6}, kFcW = {1, 0, -1, 0.5, 0.5, 0.5}, kFcB = {1, -1};
+
+TEST(FullyConnected, ForwardByHand) {
+  OpCase c{"FullyConnected", {{"num_hidden", "2"}}, {TShape{2, 3}, TShape{2, 3}, TShape{2}}};
+  EXPECT_TRUE(Near(RunForward(c, {kFcX, kFcW, kFcB})[0], {-1, 2, -1, 6.5}, 0, 1e-12, "fc"));
+  c.dtype = DType::kFloat32;
+  EXPECT_TRUE(Near(RunForward(c, {kFcX, kFcW, kFcB})[0], {-1, 2, -1, 6.5}, 0, 1e-6, "fc float32"));
+
+  OpCase nb{"FullyConnected", {{"num_hidden", "2"}, {"no_bias", "True"}}, {TShape{2, 3}, TShape{2, 3}}};
+  EXPECT_TRUE(Near(RunForward(nb, {kFcX, kFcW})[0], {-2, 3, -2, 7.5}, 0, 1e-12, "fc no_bias"));
+
+  // flatten=True collapses (2, 1, 3) to (2, 3); flatten=False maps the last axis of (1, 2, 3).
+  OpCase fl{"FullyConnected", {{"num_hidden", "2"}}, {TShape{2, 1, 3}, TShape{2, 3}, TShape{2}}};
+  EXPECT_TRUE(Near(RunForward(fl, {kFcX, kFcW, kFcB})[0], {-1, 2, -1, 6.5}, 0, 1e-12, "fc flatten"));
+  OpCase nf{"FullyConnected", {{"num_hidden", "2"}, {"flatten", "False"}}, {TShape{1, 2, 3}, TShape{2, 3}, TShape{2}}};
+  EXPECT_EQ(InferOutShapes(nf)[0], (TShape{1, 2, 2}));
+  EXPECT_TRUE(Near(RunForward(nf, {kFcX, kFcW, kFcB})[0], {-1, 2, -1, 6.5}, 0, 1e-12, "fc flatten=False"));
+}
+
+TEST(FullyConnected, BackwardByHand) {
+  // dY = [[1, 0], [0, 2]]: dX = dY W = [[1,0,-1],[1,1,1]], dW = dY^T X = [[1,2,3],[8,10,12]], db = [1, 2].
+  OpCase c{"FullyConnected", {{"num_hidden", "2"}}, {TShape{2, 3}, TShape{2, 3}, TShape{2}}};
+  const auto g = RunBackward(c, {kFcX, kFcW, kFcB}, {1, 0, 0, 2});
+  EXPECT_TRUE(Near(g[0], {1, 0, -1, 1, 1, 1}, 0, 1e-12, "dX"));
+  EXPECT_TRUE(Near(g[1], {1, 2, 3, 8, 10, 12}, 0, 1e-12, "dW"));
+  EXPECT_TRUE(Near(g[2], {1, 2}, 0, 1e-12, "db"));
+}
+
+TEST(FullyConnected, InvokeAsAnNDArrayFunction) {
+  NDArray x = NDArray::FromVector<double>(kFcX, TShape{2, 3}, Context::CPU()).AsType(DType::kFloat32);
+  NDArray w = NDArray::FromVector<double>(kFcW, TShape{2, 3}, Context::CPU()).AsType(DType::kFloat32);
+  NDArray b = NDArray::FromVector<double>(kFcB, TShape{2}, Context::CPU()).AsType(DType::kFloat32);
+  auto out = Invoke("FullyConnected", {x, w, b}, {{"num_hidden", "2"}});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape(), (TShape{2, 2}));
+  EXPECT_EQ(out[0].ToVector<float>(), (std::vector<float>{-1, 2, -1, 6.5}));
+  Invoke("FullyConnected", {x, w, b}, {{"num_hidden", "2"}}, {out[0]}, kAddTo);
+  EXPECT_EQ(out[0].ToVector<float>(), (std::vector<float>{-2, 4, -2, 13}));
+}
+
+TEST(FullyConnected, GradientMatchesCentralDifferences) {
+  CheckGradient({"FullyConnected", {{"num_hidden", "5"}}, {TShape{3, 4}, TShape{5, 4}, TShape{5}}});
+  CheckGradient({"FullyConnected", {{"num_hidden", "3"}}, {TShape{2, 2, 3}, TShape{3, 6}, TShape{3}}});
+  CheckGradient({"FullyConnected", {{"num_hidden", "3"}, {"flatten", "False"}}, {TShape{2, 3, 4}, TShape{3, 4}, TShape{3}}});
+  CheckGradient({"FullyConnected", {{"num_hidden", "4"}, {"no_bias", "True"}}, {TShape{3, 5}, TShape{4, 5}}});
+  CheckGradient({"FullyConnected", {{"num_hidden", "1"}}, {TShape{1, 7}, TShape{1, 7}, TShape{1}}});
+  // Only the data gradient requested: weight and bias are kNullOp and must stay untouched (zero).
+  GradCheckOptions only_data;
+  only_data.check = {0};
+  CheckGradient({"FullyConnected", {{"num_hidden", "3"}}, {TShape{2, 4}, TShape{3, 4}, TShape{3}}}, only_data);
+}
+
+TEST(FullyConnected, ShapeInference) {
+  struct Row {
+    Kwargs kw;
+    TShape data, weight, out;
+  };
+  const std::vector<Row> rows = {
+      {{{"num_hidden", "10"}}, TShape{64, 784}, TShape{10, 784}, TShape{64, 10}},
+      {{{"num_hidden", "10"}}, TShape{64, 1, 28, 28}, TShape{10, 784}, TShape{64, 10}},
+      {{{"num_hidden", "7"}, {"flatten", "False"}}, TShape{4, 5, 6}, TShape{7, 6}, TShape{4, 5, 7}},
+      {{{"num_hidden", "3"}}, TShape{5}, TShape{3, 1}, TShape{5, 3}},
+      {{{"num_hidden", "2"}, {"no_bias", "True"}}, TShape{8, 3}, TShape{2, 3}, TShape{8, 2}},
+  };
+  for (const auto& row : rows) {
+    auto p = OperatorProperty::Create("FullyConnected");
+    p->Init(row.kw);
+    std::vector<TShape> in(p->ListArguments().size()), out, aux;
+    in[0] = row.data;
+    ASSERT_TRUE(p->InferShape(&in, &out, &aux)) << row.data.ToString();
+    EXPECT_EQ(in[1], row.weight) << row.data.ToString();
+    if (in.size() == 3) {
+      EXPECT_EQ(in[2], TShape{row.weight[0]});
+    }
+    EXPECT_EQ(out[0], row.out) << row.data.ToString();
+  }
+  // Unknown data: not enough information yet.
+  auto p = OperatorProperty::Create("FullyConnected");
+  p->Init({{"num_hidden", "3"}});
+  std::vector<TShape> in(3), out, aux;
+  EXPECT_FALSE(p->InferShape(&in, &out, &aux));
+  EXPECT_EQ(p->ListArguments(), (std::vector<std::string>{"data", "weight", "bias"}));
+}
+
+TEST(FullyConnected, Errors) {
+  ExpectError([] { InferOutShapes({"FullyConnected", {{"num_hidden", "3"}}, {TShape{2, 4}, TShape{3, 5}, TShape{3}}}); },
+              {"FullyConnected", "weight", "(3,4)"});
+  ExpectError([] { InferOutShapes({"FullyConnected", {{"num_hidden", "3"}}, {TShape{2, 4}, TShape{3, 4}, TShape{4}}}); },
+              {"FullyConnected", "bias"});
+  ExpectInitError("FullyConnected", {{"num_hidden", "3"}, {"num_hiden", "3"}}, {"FullyConnected", "num_hiden"});
+  ExpectInitError("FullyConnected", {{"num_hidden", "abc"}}, {"FullyConnected", "num_hidden"});
+  ExpectInitError("FullyConnected", {{"num_hidden", "0"}}, {"FullyConnected", "num_hidden", ">= 1"});
+  ExpectInitError("FullyConnected", {{"num_hidden", "2"}, {"no_bias", "maybe"}}, {"FullyConnected", "no_bias"});
+  ExpectInitError("FullyConnected", {}, {"FullyConnected", "num_hidden", "missing"});
+  // Integer data has no BLAS product: the error surfaces when the output is read.
+  OpCase c{"FullyConnected", {{"num_hidden", "2"}}, {TShape{2, 3}, TShape{2, 3}, TShape{2}}, DType::kInt32};
+  ExpectError([&] { RunForward(c, {kFcX, kFcW, kFcB}); }, {"FullyConnected", "int32"});
+}
+
+// ---------------------------------------------------------------------------------------------- Convolution
+
+TEST(Convolution, ForwardByHand) {
+  // x = [[1,2,3],[4,5,6],[7,8,9]], w = [[1,2],[3,4]], b = 0.5:
+  // (0,0) = 1 + 4 + 12 + 20 = 37, (0,1) = 2 + 6 + 15 + 24 = 47, (1,0) = 67, (1,1) = 77.
+  OpCase c{"Convolution", {{"kernel", "(2, 2)"}, {"num_filter", "1"}}, {TShape{1, 1, 3, 3}, TShape{1, 1, 2, 2}, TShape{1}}};
+  EXPECT_TRUE(Near(RunForward(c, {kOneToNine, {1, 2, 3, 4}, {0.5}})[0], {37.5, 47.5, 67.5, 77.5}, 0, 1e-12, "k2"));
+  c.dtype = DType::kFloat32;
+  EXPECT_TRUE(Near(RunForward(c, {kOneToNine, {1, 2, 3, 4}, {0.5}})[0], {37.5, 47.5, 67.5, 77.5}, 0, 1e-5, "k2 f32"));
+
+  // Stride 2, pad 1: the windows start at -1 and 1; (0,0) sees only x00 under w11 = 4 -> 4;
+  // (0,1) x01*w10 + x02*w11 = 6 + 12; (1,0) x10*w01 + x20*w11 = 8 + 28; (1,1) = 5 + 12 + 24 + 36.
+  OpCase sp{"Convolution",
+            {{"kernel", "(2,2)"}, {"num_filter", "1"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}, {"no_bias", "True"}},
+            {TShape{1, 1, 3, 3}, TShape{1, 1, 2, 2}}};
+  EXPECT_TRUE(Near(RunForward(sp, {kOneToNine, {1, 2, 3, 4}})[0], {4, 18, 36, 77}, 0, 1e-12, "stride+pad"));
+
+  // Dilate 2: the taps are the four corners: 1*1 + 3*2 + 7*3 + 9*4 = 64.
+  OpCase dl{"Convolution", {{"kernel", "(2,2)"}, {"num_filter", "1"}, {"dilate", "(2,2)"}, {"no_bias", "True"}},
+            {TShape{1, 1, 3, 3}, TShape{1, 1, 2, 2}}};
+  EXPECT_TRUE(Near(RunForward(dl, {kOneToNine, {1, 2, 3, 4}})[0], {64}, 0, 1e-12, "dilate"));
+
+  // Two channels [[1,2],[3,4]] and [[5,6],[7,8]].
+  const HostTensor two = {1, 2, 3, 4, 5, 6, 7, 8};
+  // 1x1 kernel mixing the channels: ch0 + 10 ch1.
+  OpCase mix{"Convolution", {{"kernel", "(1,1)"}, {"num_filter", "1"}, {"no_bias", "True"}},
+             {TShape{1, 2, 2, 2}, TShape{1, 2, 1, 1}}};
+  EXPECT_TRUE(Near(RunForward(mix, {two, {1, 10}})[0], {51, 62, 73, 84}, 0, 1e-12, "1x1"));
+  // Groups keep the channels apart: filter 0 sees only ch0 (x2), filter 1 only ch1 (x-1), bias (1, 2).
+  OpCase grp{"Convolution", {{"kernel", "(1,1)"}, {"num_filter", "2"}, {"num_group", "2"}},
+             {TShape{1, 2, 2, 2}, TShape{2, 1, 1, 1}, TShape{2}}};
+  EXPECT_TRUE(Near(RunForward(grp, {two, {2, -1}, {1, 2}})[0], {3, 5, 7, 9, -3, -4, -5, -6}, 0, 1e-12, "groups 1x1"));
+  OpCase grp2{"Convolution", {{"kernel", "(2,2)"}, {"num_filter", "2"}, {"num_group", "2"}, {"no_bias", "True"}},
+              {TShape{1, 2, 2, 2}, TShape{2, 1, 2, 2}}};
+  EXPECT_TRUE(Near(RunForward(grp2, {two, {1, 1, 1, 1, 1, 0, 0, 0}})[0], {10, 5}, 0, 1e-12, "groups 2x2"));
+  // Two images: the second is the first plus 1 everywhere, so each output grows by sum(w) = 10.
+  HostTensor batch = kOneToNine;
+  for (double v : kOneToNine) batch.push_back(v + 1);
+  OpCase bt{"Convolution", {{"kernel", "(2,2)"}, {"num_filter", "1"}, {"no_bias", "True"}},
+            {TShape{2, 1, 3, 3}, TShape{1, 1, 2, 2}}};
+  EXPECT_TRUE(Near(RunForward(bt, {batch, {1, 2, 3, 4}})[0], {37, 47, 67, 77, 47, 57, 77, 87}, 0, 1e-12, "batch"));
+}
+
+TEST(Convolution, BackwardByHand) {
+  // One output of a 2x2 kernel over a 2x2 image with head 2: dX = 2 w, dW = 2 x, db = 2.
+  OpCase c{"Convolution", {{"kernel", "(2,2)"}, {"num_filter", "1"}}, {TShape{1, 1, 2, 2}, TShape{1, 1, 2, 2}, TShape{1}}};
+  const auto g = RunBackward(c, {{1, 2, 3, 4}, {5, 6, 7, 8}, {0}}, {2});
+  EXPECT_TRUE(Near(g[0], {10, 12, 14, 16}, 0, 1e-12, "dX"));
+  EXPECT_TRUE(Near(g[1], {2, 4, 6, 8}, 0, 1e-12, "dW"));
+  EXPECT_TRUE(Near(g[2], {2}, 0, 1e-12, "db"));
+  // Overlapping windows add up: a 1x2 kernel [1, 1] over a 1x3 row with heads [1, 1]: dX = [1, 2, 1].
+  OpCase o{"Convolution", {{"kernel", "(1,2)"}, {"num_filter", "1"}, {"no_bias", "True"}},
+           {TShape{1, 1, 1, 3}, TShape{1, 1, 1, 2}}};
+  EXPECT_TRUE(Near(RunBackward(o, {{1, 2, 3}, {1, 1}}, {1, 1})[0], {1, 2, 1}, 0, 1e-12, "overlap"));
+}
+
+TEST(Convolution, GradientMatchesCentralDifferences) {
+  const TShape w3{3, 2, 3, 3};
+  CheckGradient({"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "3"}}, {TShape{2, 2, 5, 5}, w3, TShape{3}}});
+  CheckGradient({"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "3"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}},
+                 {TShape{2, 2, 5, 5}, w3, TShape{3}}});
+  CheckGradient({"Convolution", {{"kernel", "(2,2)"}, {"num_filter", "2"}, {"dilate", "(2,2)"}, {"pad", "(1,1)"}},
+                 {TShape{1, 2, 5, 5}, TShape{2, 2, 2, 2}, TShape{2}}});
+  CheckGradient({"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "4"}, {"num_group", "2"}, {"pad", "(1,1)"}},
+                 {TShape{2, 4, 4, 4}, TShape{4, 2, 3, 3}, TShape{4}}});
+  CheckGradient({"Convolution", {{"kernel", "(2,3)"}, {"num_filter", "2"}, {"stride", "(1,2)"}, {"pad", "(0,1)"},
+                                 {"no_bias", "True"}},
+                 {TShape{2, 1, 4, 6}, TShape{2, 1, 2, 3}}});
+  // 1x1 kernels: the direct path (no columns) and, with stride 2, the column path.
+  CheckGradient({"Convolution", {{"kernel", "(1,1)"}, {"num_filter", "3"}}, {TShape{2, 4, 3, 3}, TShape{3, 4, 1, 1}, TShape{3}}});
+  CheckGradient({"Convolution", {{"kernel", "(1,1)"}, {"num_filter", "2"}, {"num_group", "2"}, {"stride", "(2,2)"}},
+                 {TShape{2, 2, 5, 5}, TShape{2, 1, 1, 1}, TShape{2}}});
+  // Only the data gradient, and only the weight gradient (the others are kNullOp).
+  GradCheckOptions only_data, only_weight;
+  only_data.check = {0};
+  only_weight.check = {1};
+  const OpCase c{"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"pad", "(1,1)"}},
+                 {TShape{2, 2, 4, 4}, TShape{2, 2, 3, 3}, TShape{2}}};
+  CheckGradient(c, only_data);
+  CheckGradient(c, only_weight);
+}
+
+TEST(Convolution, ShapeInference) {
+  struct Row {
+    Kwargs kw;
+    TShape data, weight, out;
+  };
+  const std::vector<Row> rows = {
+      {{{"kernel", "(5,5)"}, {"num_filter", "20"}}, TShape{64, 1, 28, 28}, TShape{20, 1, 5, 5}, TShape{64, 20, 24, 24}},
+      {{{"kernel", "(3,3)"}, {"num_filter", "64"}, {"pad", "(1,1)"}}, TShape{32, 64, 56, 56}, TShape{64, 64, 3, 3},
+       TShape{32, 64, 56, 56}},
+      {{{"kernel", "(7,7)"}, {"num_filter", "64"}, {"stride", "(2,2)"}, {"pad", "(3,3)"}}, TShape{1, 3, 224, 224},
+       TShape{64, 3, 7, 7}, TShape{1, 64, 112, 112}},
+      {{{"kernel", "(3,3)"}, {"num_filter", "8"}, {"dilate", "(2,2)"}}, TShape{2, 4, 10, 10}, TShape{8, 4, 3, 3},
+       TShape{2, 8, 6, 6}},
+      {{{"kernel", "(3,3)"}, {"num_filter", "8"}, {"num_group", "4"}, {"stride", "(2,2)"}}, TShape{2, 4, 9, 8},
+       TShape{8, 1, 3, 3}, TShape{2, 8, 4, 3}},
+      {{{"kernel", "(1,3)"}, {"num_filter", "2"}, {"stride", "(1,2)"}, {"pad", "(0,1)"}}, TShape{1, 1, 1, 5},
+       TShape{2, 1, 1, 3}, TShape{1, 2, 1, 3}},
+  };
+  for (const auto& row : rows) {
+    auto p = OperatorProperty::Create("Convolution");
+    p->Init(row.kw);
+    std::vector<TShape> in(3), out, aux;
+    in[0] = row.data;
+    ASSERT_TRUE(p->InferShape(&in, &out, &aux)) << row.data.ToString();
+    EXPECT_EQ(in[1], row.weight) << row.data.ToString();
+    EXPECT_EQ(in[2], TShape{row.weight[0]});
+    EXPECT_EQ(out[0], row.out) << row.data.ToString();
+  }
+}
+
+TEST(Convolution, Errors) {
+  const Kwargs k3{{"kernel", "(3,3)"}, {"num_filter", "4"}};
+  ExpectError([&] { InferOutShapes({"Convolution", k3, {TShape{1, 2, 5, 5}, TShape{4, 3, 3, 3}, TShape{4}}}); },
+              {"Convolution", "weight"});
+  ExpectError([&] { InferOutShapes({"Convolution", k3, {TShape{2, 5, 5}, TShape{}, TShape{}}}); },
+              {"Convolution", "data", "4 dimensions"});
+  ExpectError([&] { InferOutShapes({"Convolution", k3, {TShape{1, 2, 2, 5}, TShape{}, TShape{}}}); },
+              {"Convolution", "data", "exceeds"});
+  ExpectError(
+      [] {
+        InferOutShapes({"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "4"}, {"num_group", "2"}},
+                        {TShape{1, 3, 5, 5}, TShape{}, TShape{}}});
+      },
+      {"Convolution", "data", "num_group"});
+  ExpectInitError("Convolution", {{"kernel", "(3,3)"}}, {"Convolution", "num_filter", "missing"});
+  ExpectInitError("Convolution", {{"kernel", "(3,)"}, {"num_filter", "1"}}, {"Convolution", "kernel"});
+  ExpectInitError("Convolution", {{"kernel", "(3,x)"}, {"num_filter", "1"}}, {"Convolution", "kernel"});
+  ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "0"}}, {"Convolution", "num_filter"});
+  ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"stride", "(0,1)"}},
+                  {"Convolution", "stride"});
+  ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"layout", "NHWC"}},
+                  {"Convolution", "layout", "NCHW"});
+  ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "3"}, {"num_group", "2"}},
+                  {"Convolution", "num_filter", "num_group"});
+  ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"cudnn_tune", "slow"}},
+                  {"Convolution", "cudnn_tune"});
+  ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"padding", "(1,1)"}},
+                  {"Convolution", "padding"});
+  // The column buffer of one image must fit the workspace cap (MB).
+  OpCase ws{"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "1"}, {"workspace", "0"}},
+            {TShape{1, 1, 4, 4}, TShape{1, 1, 3, 3}, TShape{1}}};
+  ExpectError([&] { RunForward(ws, {HostTensor(16, 1.0), HostTensor(9, 1.0), {0}}); }, {"Convolution", "workspace"});
+  // MXNet's compatibility parameters are accepted.
+  auto p = OperatorProperty::Create("Convolution");
+  EXPECT_NO_THROW(p->Init({{"kernel", "(3,3)"}, {"num_filter", "2"}, {"cudnn_tune", "fastest"}, {"cudnn_off", "True"},
+                           {"workspace", "512"}, {"layout", "NCHW"}, {"__lr_mult__", "2"}}));
+}
+
+// -------------------------------------------------------------------------------------------------- Pooling
+
+OpCase Pool(Kwargs kw, TShape data) { return OpCase{"Pooling", std::move(kw), {data}}; }
+
+TEST(Pooling, ForwardByHand) {
+  const TShape s4{1, 1, 4, 4};
+  // 1..16 in a 4x4 image.
+  EXPECT_TRUE(Near(RunForward(Pool({{"kernel", "(2,2)"}, {"stride", "(2,2)"}}, s4), {kOneToSixteen})[0],
+                   {6, 8, 14, 16}, 0, 1e-12, "max"));
+  EXPECT_TRUE(Near(RunForward(Pool({{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pool_type", "avg"}}, s4), {kOneToSixteen})[0],
+                   {3.5, 5.5, 11.5, 13.5}, 0, 1e-12, "avg"));
+  EXPECT_TRUE(Near(RunForward(Pool({{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pool_type", "sum"}}, s4), {kOneToSixteen})[0],
+                   {14, 22, 46, 54}, 0, 1e-12, "sum"));
+  // Kernel 3, stride 2: 'valid' fits one window; 'full' ceils to 2x2, the last windows clipped at the edge.
+  EXPECT_TRUE(Near(RunForward(Pool({{"kernel", "(3,3)"}, {"stride", "(2,2)"}}, s4), {kOneToSixteen})[0], {11}, 0, 1e-12,
+                   "max valid"));
+  EXPECT_TRUE(Near(RunForward(Pool({{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pooling_convention", "full"}}, s4),
+                              {kOneToSixteen})[0],
+                   {11, 12, 15, 16}, 0, 1e-12, "max full"));
+  // avg 'full': windows of 9, 6 (3+4, 7+8, 11+12 = 45), 6 (72) and 4 (54) elements.
+  EXPECT_TRUE(Near(RunForward(Pool({{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pooling_convention", "full"},
+                                    {"pool_type", "avg"}},
+                                   s4),
+                              {kOneToSixteen})[0],
+                   {6, 7.5, 12, 13.5}, 0, 1e-12, "avg full"));
+
+  // Padding 1 around 1..9, kernel 2, stride 2: windows {1}, {2,3}, {4,7}, {5,6,8,9}.
+  const TShape s3{1, 1, 3, 3};
+  const Kwargs padded{{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}};
+  EXPECT_TRUE(Near(RunForward(Pool(padded, s3), {kOneToNine})[0], {1, 3, 7, 9}, 0, 1e-12, "max pad"));
+  Kwargs avg = padded;
+  avg.emplace_back("pool_type", "avg");
+  EXPECT_TRUE(Near(RunForward(Pool(avg, s3), {kOneToNine})[0], {0.25, 1.25, 2.75, 7}, 0, 1e-12, "avg pad incl"));
+  avg.emplace_back("count_include_pad", "False");
+  EXPECT_TRUE(Near(RunForward(Pool(avg, s3), {kOneToNine})[0], {1, 2.5, 5.5, 7}, 0, 1e-12, "avg pad excl"));
+
+  // Global pooling over two channels [1..4] and [5..8]; the kernel is ignored.
+  const TShape s2{1, 2, 2, 2};
+  const HostTensor two = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_TRUE(Near(RunForward(Pool({{"global_pool", "True"}}, s2), {two})[0], {4, 8}, 0, 1e-12, "global max"));
+  EXPECT_TRUE(Near(RunForward(Pool({{"global_pool", "True"}, {"pool_type", "avg"}, {"kernel", "(1,1)"}}, s2), {two})[0],
+                   {2.5, 6.5}, 0, 1e-12, "global avg"));
+  EXPECT_TRUE(Near(RunForward(Pool({{"global_pool", "True"}, {"pool_type", "sum"}}, s2), {two})[0], {10, 26}, 0, 1e-12,
+                   "global sum"));
+  OpCase f32 = Pool({{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pool_type", "avg"}}, s4);
+  f32.dtype = DType::kFloat32;
+  EXPECT_TRUE(Near(RunForward(f32, {kOneToSixteen})[0], {3.5, 5.5, 11.5, 13.5}, 0, 1e-6, "avg float32"));
+}
+
+TEST(Pooling, BackwardByHand) {
+  // Ties: the first maximum (row-major) takes the gradient.
+  const auto tie = RunBackward(Pool({{"kernel", "(2,2)"}}, TShape{1, 1, 2, 2}), {{1, 1, 1, 1}}, {3});
+  EXPECT_TRUE(Near(tie[0], {3, 0, 0, 0}, 0, 0, "max tie"));
+  // Overlapping max windows (kernel 2, stride 1) over [[1,2,3],[4,9,5],[6,7,8]]: 9 wins all four windows.
+  const auto over = RunBackward(Pool({{"kernel", "(2,2)"}}, TShape{1, 1, 3, 3}), {{1, 2, 3, 4, 9, 5, 6, 7, 8}}, {1, 2, 3, 4});
+  EXPECT_TRUE(Near(over[0], {0, 0, 0, 0, 10, 0, 0, 0, 0}, 0, 0, "max overlap"));
+  // avg with padding (count_include_pad): each output spreads head / 4 over its in-image part.
+  const auto avg = RunBackward(Pool({{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}},
+                                    TShape{1, 1, 3, 3}),
+                               {kOneToNine}, {4, 8, 12, 16});
+  EXPECT_TRUE(Near(avg[0], {1, 2, 2, 3, 4, 4, 3, 4, 4}, 0, 1e-12, "avg pad"));
+  const auto sum = RunBackward(Pool({{"kernel", "(2,2)"}, {"pool_type", "sum"}}, TShape{1, 1, 2, 3}), {{1, 2, 3, 4, 5, 6}},
+                               {1, 10});
+  EXPECT_TRUE(Near(sum[0], {1, 11, 10, 1, 11, 10}, 0, 1e-12, "sum overlap"));
+}
+
+TEST(Pooling, GradientMatchesCentralDifferences) {
+  const TShape s{2, 2, 5, 5};
+  for (const char* type : {"max", "avg", "sum"}) {
+    for (const char* conv : {"valid", "full"}) {
+      CheckGradient(Pool({{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pool_type", type}, {"pooling_convention", conv}}, s));
+      CheckGradient(Pool({{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}, {"pool_type", type},
+                          {"pooling_convention", conv}},
+                         s));
+    }
+    CheckGradient(Pool({{"kernel", "(3,2)"}, {"pool_type", type}}, TShape{1, 2, 4, 5}));
+    CheckGradient(Pool({{"global_pool", "True"}, {"pool_type", type}}, TShape{2, 3, 3, 4}));
+  }
+  CheckGradient(Pool({{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}, {"pool_type", "avg"},
+                      {"count_include_pad", "False"}, {"pooling_convention", "full"}},
+                     s));
+}
+
+TEST(Pooling, ShapeInference) {
+  struct Row {
+    Kwargs kw;
+    TShape data, out;
+  };
+  const std::vector<Row> rows = {
+      {{{"kernel", "(2,2)"}, {"stride", "(2,2)"}}, TShape{64, 20, 24, 24}, TShape{64, 20, 12, 12}},
+      {{{"kernel", "(3,3)"}, {"stride", "(2,2)"}}, TShape{1, 3, 8, 8}, TShape{1, 3, 3, 3}},
+      {{{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pooling_convention", "full"}}, TShape{1, 3, 8, 8}, TShape{1, 3, 4, 4}},
+      {{{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}}, TShape{2, 64, 112, 112}, TShape{2, 64, 56, 56}},
+      {{{"kernel", "(2,3)"}}, TShape{1, 1, 4, 5}, TShape{1, 1, 3, 3}},
+      {{{"global_pool", "True"}}, TShape{8, 512, 7, 7}, TShape{8, 512, 1, 1}},
+      {{{"global_pool", "True"}, {"kernel", "(3,3)"}, {"stride", "(2,2)"}}, TShape{8, 16, 5, 9}, TShape{8, 16, 1, 1}},
+  };
+  for (const auto& row : rows) EXPECT_EQ(InferOutShapes(Pool(row.kw, row.data))[0], row.out) << row.data.ToString();
+}
+
+TEST(Pooling, Errors) {
+  ExpectError([] { InferOutShapes(Pool({{"kernel", "(5,5)"}}, TShape{1, 1, 4, 4})); }, {"Pooling", "data", "kernel"});
+  ExpectError([] { InferOutShapes(Pool({{"kernel", "(2,2)"}}, TShape{4, 4})); }, {"Pooling", "data", "4 dimensions"});
+  ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"pool_type", "median"}}, {"Pooling", "pool_type", "'max'"});
+  ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"pool_type", "lp"}}, {"Pooling", "pool_type", "not supported"});
+  ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"pooling_convention", "same"}}, {"Pooling", "pooling_convention"});
+  ExpectInitError("Pooling", {{"pool_type", "max"}}, {"Pooling", "kernel", "global_pool"});
+  ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"stride", "(2,2,2)"}}, {"Pooling", "stride"});
+  ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"global_pool", "yes"}}, {"Pooling", "global_pool"});
+  ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"size", "2"}}, {"Pooling", "size"});
+  ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"layout", "NHWC"}}, {"Pooling", "layout"});
+  OpCase c = Pool({{"kernel", "(2,2)"}}, TShape{1, 1, 2, 2});
+  c.dtype = DType::kInt32;
+  ExpectError([&] { RunForward(c, {{1, 2, 3, 4}}); }, {"Pooling", "int32"});
+}
+
+TEST(DenseOps, RegisteredWithDocs) {
+  for (const char* name : {"FullyConnected", "Convolution", "Pooling"}) {
+    const OperatorInfo* info = OperatorRegistry::Get().Find(name);
+    ASSERT_NE(info, nullptr) << name;
+    EXPECT_FALSE(info->description.empty()) << name;
+    EXPECT_FALSE(info->params.empty()) << name;
+    for (const auto& p : info->params) EXPECT_FALSE(p.description.empty()) << name << "." << p.name;
+  }
+  // GetParams round-trips through Init.
+  auto p = OperatorProperty::Create("Convolution");
+  p->Init({{"kernel", "(3,3)"}, {"num_filter", "8"}, {"pad", "(1,1)"}});
+  auto q = OperatorProperty::Create("Convolution");
+  q->Init(p->GetParams());
+  EXPECT_EQ(q->GetParams(), p->GetParams());
+}
+
+}  // namespace
+}  // namespace troupe
