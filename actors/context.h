@@ -1,4 +1,5 @@
-// Forwarding header, kept for one release: Context and RunContext now live in base/context.h.
+// Forwarding header, kept for one release: actors/context.h moved to base/context.h (docs/moves.md lists every
+// move).
 #pragma once
 
 #include "base/context.h"

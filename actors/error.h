@@ -1,4 +1,4 @@
-// Forwarding header, kept for one release: troupe::Error now lives in base/error.h.
+// Forwarding header, kept for one release: actors/error.h moved to base/error.h (docs/moves.md lists every move).
 #pragma once
 
 #include "base/error.h"

@@ -1,4 +1,4 @@
-// Forwarding header, kept for one release: ops/imperative.h moved to op/imperative.h (MOVES.md lists every move).
+// Forwarding header, kept for one release: ops/imperative.h moved to op/imperative.h (docs/moves.md lists every move).
 #pragma once
 
 #include "op/imperative.h"

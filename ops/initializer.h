@@ -1,4 +1,4 @@
-// Forwarding header, kept for one release: ops/initializer.h moved to op/initializer.h (MOVES.md lists every move).
+// Forwarding header, kept for one release: ops/initializer.h moved to op/initializer.h (docs/moves.md lists every move).
 #pragma once
 
 #include "op/initializer.h"

@@ -18,7 +18,7 @@
 #include "base/error.h"
 #include "io/io.h"
 #include "kvstore/kvstore.h"
-#include "ops/graph/models.h"
+#include "graph/models.h"
 #include "train/train.h"
 
 namespace troupe::tools {

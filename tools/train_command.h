@@ -1,4 +1,4 @@
-// `troupe train`: trains an MLP or a LeNet-style network (ops/graph/models.h) with the Module (train/train.h)
+// `troupe train`: trains an MLP or a LeNet-style network (graph/models.h) with the Module (train/train.h)
 // on Fashion-MNIST or the user's idx, CSV or RecordIO files, on one or several devices, or as a worker of a
 // distributed KVStore cluster started by `troupe launch` (each worker reads its own part of the training
 // data). Per epoch: a progress bar (images/s, loss, accuracy) when stdout is a terminal, plain lines

@@ -31,7 +31,7 @@
 #include "bench/common/measure.h"
 #include "io/io.h"
 #include "io/recordio.h"
-#include "ops/ndarray.h"
+#include "tensor/ndarray.h"
 
 #ifndef TROUPE_VERSION
 #define TROUPE_VERSION "unknown"

@@ -26,10 +26,10 @@
 #include "engine/engine.h"
 #include "io/io.h"
 #include "kvstore/kvstore.h"
-#include "ops/graph/models.h"
-#include "ops/initializer.h"
-#include "ops/ndarray.h"
-#include "ops/resource.h"
+#include "graph/models.h"
+#include "op/initializer.h"
+#include "tensor/ndarray.h"
+#include "tensor/resource.h"
 #include "train/train.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -274,7 +274,7 @@ void RunMlp(WorkloadReport* r, const KVStoreBenchOptions& o, int workers, int re
       LoadMnistBatches(o.mnist_dir, batch, o.quick ? kMlpQuickBatches : kMlpBatches, "troupe bench kvstore-local");
   auto two = MakeMlpModule({Context::CPU(0), Context::CPU(1)}, batch);
   auto one = MakeMlpModule({Context::CPU(0)}, batch);
-  r->details = {{"model", "mlp (ops/graph/models.h: 128, 64 hidden)"},
+  r->details = {{"model", "mlp (graph/models.h: 128, 64 hidden)"},
                 {"batch_size", batch},
                 {"data", "Fashion-MNIST t10k, " + std::to_string(batches.size()) + " preloaded batches"},
                 {"optimizer", "sgd, learning_rate 0.05, momentum 0.9, rescale_grad 1/batch"},

@@ -22,7 +22,7 @@
 // is exact; computed independently on the host); for every other key the first and last element do too.
 // The memcpy destination equals its source.
 //
-// mlp (the second figure): training images/s of the MLP (ops/graph/models.h) through a Module on
+// mlp (the second figure): training images/s of the MLP (graph/models.h) through a Module on
 // cpu(0), cpu(1) (data-parallel, the parameters synchronised through a "local" KVStore) against the same
 // Module on cpu(0) alone, each alternated with the other in the same run. A call is one training step on a
 // batch of Fashion-MNIST (--batch-size, preloaded from the t10k files in --mnist-dir): Forward(true),

@@ -20,7 +20,7 @@
 #include "bench/common/measure.h"
 #include "bench/common/multi_process.h"
 #include "kvstore/kvstore.h"
-#include "ops/ndarray.h"
+#include "tensor/ndarray.h"
 #include "proc/process.h"
 #include "proc/socket.h"
 

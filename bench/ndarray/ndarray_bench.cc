@@ -31,9 +31,9 @@
 #include "bench/common/bench_util.h"
 #include "bench/common/measure.h"
 #include "engine/engine.h"
-#include "ops/ndarray.h"
-#include "ops/storage.h"
-#include "ops/tensor.h"
+#include "tensor/ndarray.h"
+#include "tensor/storage.h"
+#include "tensor/tensor.h"
 
 #ifndef TROUPE_VERSION
 #define TROUPE_VERSION "unknown"

@@ -29,11 +29,11 @@
 #include "bench/common/bench_util.h"
 #include "bench/common/measure.h"
 #include "engine/engine.h"
-#include "ops/imperative.h"
-#include "ops/ndarray.h"
-#include "ops/operator.h"
-#include "ops/storage.h"
-#include "ops/tensor.h"
+#include "op/imperative.h"
+#include "tensor/ndarray.h"
+#include "op/operator.h"
+#include "tensor/storage.h"
+#include "tensor/tensor.h"
 
 #ifndef TROUPE_VERSION
 #define TROUPE_VERSION "unknown"

@@ -26,12 +26,12 @@
 #include "bench/common/training.h"
 #include "engine/engine.h"
 #include "io/io.h"
-#include "ops/graph/models.h"
-#include "ops/graph/symbol.h"
-#include "ops/initializer.h"
-#include "ops/internal/kernels.h"
-#include "ops/ndarray.h"
-#include "ops/resource.h"
+#include "graph/models.h"
+#include "graph/symbol.h"
+#include "op/initializer.h"
+#include "tensor/kernel_stats.h"
+#include "tensor/ndarray.h"
+#include "tensor/resource.h"
 #include "train/train.h"
 
 // OpenBLAS's own call (openblas_config.h is not in every cblas.h): the anchors record the thread count.
@@ -189,7 +189,7 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
   // the body; the last `repeat` entries belong to the timed runs (MeasureInterleaved runs them last).
   auto gemm_per_step = std::make_shared<std::vector<double>>();
   Body step = [=](std::int64_t calls, Clock::time_point deadline) {
-    const std::int64_t ns0 = internal::CpuGemmNanoseconds();
+    const std::int64_t ns0 = CpuGemmNanoseconds();
     const RunResult run = TimedLoop(
         calls, deadline,
         [&] {
@@ -200,7 +200,7 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
           module->Update();
         },
         [] { Engine::Get()->WaitForAll(); });
-    const double gemm_s = static_cast<double>(internal::CpuGemmNanoseconds() - ns0) * 1e-9;
+    const double gemm_s = static_cast<double>(CpuGemmNanoseconds() - ns0) * 1e-9;
     gemm_per_step->push_back(run.calls > 0 ? gemm_s / static_cast<double>(run.calls) : 0.0);
     return run;
   };
@@ -413,7 +413,7 @@ int RunTrainBench(const TrainBenchOptions& options) {
 namespace {
 
 constexpr const char* kTrainBenchmarkDescription =
-    "Measure training steps of the model definitions (ops/graph/models.h) through the Module against the "
+    "Measure training steps of the model definitions (graph/models.h) through the Module against the "
     "matrix products they cannot avoid, each figure alternated with its anchor in the same run. A call is one "
     "training step on a batch of Fashion-MNIST preloaded from the t10k files in --mnist-dir (copy the batch "
     "in, Forward(true), Backward, SGD with momentum per parameter); a timed run ends by waiting for the engine. "

@@ -1,4 +1,4 @@
-// `troupe bench train`: training speed of the model definitions (ops/graph/models.h) through the Module,
+// `troupe bench train`: training speed of the model definitions (graph/models.h) through the Module,
 // against the matrix products they cannot avoid.
 //
 // What is measured, per workload (mlp, lenet): a call is one training step of a Module on one batch of

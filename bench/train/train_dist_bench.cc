@@ -16,9 +16,9 @@
 #include "bench/common/training.h"
 #include "engine/engine.h"
 #include "kvstore/kvstore.h"
-#include "ops/graph/models.h"
-#include "ops/initializer.h"
-#include "ops/resource.h"
+#include "graph/models.h"
+#include "op/initializer.h"
+#include "tensor/resource.h"
 #include "proc/process.h"
 #include "train/train.h"
 

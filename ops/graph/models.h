@@ -1,4 +1,4 @@
-// Forwarding header, kept for one release: ops/graph/models.h moved to graph/models.h (MOVES.md lists every move).
+// Forwarding header, kept for one release: ops/graph/models.h moved to graph/models.h (docs/moves.md lists every move).
 #pragma once
 
 #include "graph/models.h"

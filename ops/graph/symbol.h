@@ -1,4 +1,4 @@
-// Forwarding header, kept for one release: ops/graph/symbol.h moved to graph/symbol.h (MOVES.md lists every move).
+// Forwarding header, kept for one release: ops/graph/symbol.h moved to graph/symbol.h (docs/moves.md lists every move).
 #pragma once
 
 #include "graph/symbol.h"

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "tensor/detail/kernels.h"
+#include "tensor/kernel_stats.h"
 
 namespace troupe::internal {
 namespace {
@@ -25,8 +26,6 @@ class GemmTimer {
 };
 
 }  // namespace
-
-std::int64_t CpuGemmNanoseconds() { return gemm_ns.load(std::memory_order_relaxed); }
 
 void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta) {
@@ -52,3 +51,9 @@ void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, b
 }
 
 }  // namespace troupe::internal
+
+namespace troupe {
+
+std::int64_t CpuGemmNanoseconds() { return internal::gemm_ns.load(std::memory_order_relaxed); }
+
+}  // namespace troupe

@@ -40,10 +40,7 @@ std::uint64_t SampleBlocks(std::int64_t n, DType dtype, Distribution dist);
 // Row-major C = alpha * op(A) * op(B) + beta * C with op(A) m x k, op(B) k x n (float32/float64; OpenBLAS).
 void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta);
-// Nanoseconds all threads together have spent in CpuGemm since the process started: a benchmark reads it
-// before and after a run for the BLAS share of its time (`troupe bench train`'s in-run bound). Costs two
-// clock reads per product.
-std::int64_t CpuGemmNanoseconds();
+// CpuGemm's time is counted for CpuGemmNanoseconds() (tensor/kernel_stats.h).
 
 // ---- GPU (tensor/cuda/) ----
 // Memory: null with *error set when the allocation fails.

@@ -16,9 +16,9 @@
 #include "base/error.h"
 #include "engine/engine.h"
 #include "engine/profiler.h"
-#include "ops/imperative.h"
-#include "ops/operator.h"
-#include "ops/param.h"
+#include "op/imperative.h"
+#include "op/operator.h"
+#include "op/param.h"
 
 namespace troupe::shell {
 

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/ndarray.h"
+#include "tensor/ndarray.h"
 
 namespace troupe::shell {
 
