@@ -137,6 +137,7 @@ class Shard {
   std::vector<Batch> batches_;
   std::vector<std::uint8_t> classes_;
   std::vector<OprBlock*> recycle_;
+  std::vector<ActorVar*> revisit_;  // variables whose waiters may follow a block just counted in order
   VarQueue<OprBlock>::Pool entries_;  // wait-queue nodes of this shard's variables
 };
 

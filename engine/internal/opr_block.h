@@ -113,6 +113,10 @@ struct OprBlock final : Task {
   // Set by the shard that dispatched the block to in_order_lane and counted it in its variables' queues
   // (VarQueue::NoteInOrder); read by that shard at the completion. Owned by the shard's turn holder.
   bool in_order_counted = false;
+  // Set by the shard when it granted a variable to the block by the in-order rule (VarQueue::GrantOrdered):
+  // the block must then reach its lane behind those holders, so it may no longer become a continuation.
+  // Owned by the shard's turn holder.
+  bool ordered_grant = false;
 
   std::atomic<int> pending_grants{0};    // variables not yet granted
   std::atomic<OprBlock*> next{nullptr};  // invariant 3

@@ -79,6 +79,12 @@ class VarQueueEntryPool {
   Entry* free_ = nullptr;
 };
 
+// The in-order executor a request will be handed to (null lane: none), and its priority there.
+struct InOrderSlot {
+  const void* lane = nullptr;
+  int priority = 0;
+};
+
 template <class R>
 class VarQueue {
  public:
@@ -187,21 +193,37 @@ class VarQueue {
   // up to the next writer once no writer is active. Calls granted(R*) for each, in push order.
   template <class F>
   void GrantWaiting(Pool* pool, F&& granted) {
+    GrantWaiting(pool, [&granted](R* r, bool) { granted(r); }, [](const R*) { return InOrderSlot{}; });
+  }
+  // As above, and also grants the front waiter when every active holder is queued on its in-order executor
+  // (slot_of(r) names it; GrantOrdered's rule for a waiter at the front). Calls granted(r, ordered), where
+  // `ordered` says which rule granted r; it may count r in order (NoteInOrder) before returning, which lets
+  // the next waiter follow it.
+  template <class F, class SlotOf>
+  void GrantWaiting(Pool* pool, F&& granted, SlotOf&& slot_of) {
     while (head_ != nullptr) {
       R* r = head_->request;
-      if (head_->write) {
-        if (active() != 0) return;
+      const bool write = head_->write;
+      if (!Conflicts(write)) {
         PopFront(pool);
-        active_writes_ = 1;
-        SetTail(r, true);
-        granted(r);
+        if (write) {
+          active_writes_ = 1;
+          SetTail(r, true);
+        } else {
+          SetTail(active_reads_ == 0 ? r : nullptr, false);
+          ++active_reads_;
+        }
+        granted(r, false);
+        continue;
+      }
+      const InOrderSlot slot = slot_of(r);
+      if (slot.lane == nullptr || in_order_ == 0 || in_order_ != active() || in_order_lane_ != slot.lane ||
+          in_order_priority_ != slot.priority) {
         return;
       }
-      if (active_writes_ != 0) return;
       PopFront(pool);
-      SetTail(active_reads_ == 0 ? r : nullptr, false);
-      ++active_reads_;
-      granted(r);
+      GrantOrdered(write);
+      granted(r, true);
     }
   }
 

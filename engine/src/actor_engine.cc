@@ -16,7 +16,7 @@
 namespace troupe::internal {
 namespace {
 
-constexpr bool kInOrderLanes = false;
+constexpr bool kInOrderLanes = true;
 
 thread_local OprBlock* tl_running_block = nullptr;
 thread_local const WorkerInfo* tl_worker = nullptr;
@@ -53,7 +53,7 @@ ActorEngine::ActorEngine(const EngineConfig& config)
 }
 
 ActorEngine::~ActorEngine() {
-  DestroyExtensions();  // they may push (deleting their variables): the engine must still be running
+  DestroyExtensions();
   // Pending work runs to completion (errors are dropped: nobody is left to see them).
   try {
     for (;;) {
@@ -205,6 +205,7 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
   b->completed_inline = false;
   b->in_order_lane = InOrderLane(b);
   b->in_order_counted = false;
+  b->ordered_grant = false;
   b->callback_gen = b->callback.Arm();
   const int nvars = static_cast<int>(o->const_vars.size() + o->mutable_vars.size());
   b->pending_grants.store(nvars, std::memory_order_relaxed);

@@ -39,6 +39,12 @@ bool Shard::DrainOnce(std::size_t max_events) noexcept {
     } else {
       HandleComplete(e.block);
     }
+    // Blocks counted in order by that event may let the waiters of their variables follow them on the lane.
+    while (!revisit_.empty()) {
+      ActorVar* v = revisit_.back();
+      revisit_.pop_back();
+      GrantWaiting(v);
+    }
   }
   events_.clear();
   FlushDispatch();
@@ -75,10 +81,20 @@ void Shard::HandlePush(OprBlock* b) {
     }
   });
 
+  // If b conflicts with host on every variable host holds, b can take those holds over: host then needs no
+  // completion message at all (the common case in a dependent chain). Without that, a block its in-order lane
+  // can order is better queued there than chained: it costs the same messages, and blocks pushed after it
+  // can then be ordered behind it too (a chained block is not on the lane yet).
+  const bool inherit = host != nullptr && chainable && CanInherit(host, o);
+  if (host != nullptr && chainable && !inherit && b->in_order_lane != nullptr) {
+    std::size_t i = 0;
+    bool ordered = true;
+    ForEachVar(o, [&](ActorVar* v, bool) {
+      ordered = ordered && (classes_[i++] == kDirect || v->queue.CanGrantOrdered(b->in_order_lane, b->priority));
+    });
+    if (ordered) chainable = false;
+  }
   if (host != nullptr && chainable) {
-    // If b conflicts with host on every variable host holds, b can take those holds over: host then
-    // needs no completion message at all (the common case in a dependent chain).
-    const bool inherit = CanInherit(host, o);
     OprBlock* expected = nullptr;
     if (host->next.compare_exchange_strong(expected, inherit ? Tag(b, kInheritsHolds) : b,
                                            std::memory_order_acq_rel)) {
@@ -105,6 +121,7 @@ void Shard::HandlePush(OprBlock* b) {
       ++granted;
     } else if (q.CanGrantOrdered(b->in_order_lane, b->priority)) {
       q.GrantOrdered(write);
+      b->ordered_grant = true;
       ++granted;
     } else {
       q.Enqueue(b, write, &entries_);
@@ -141,7 +158,13 @@ bool Shard::CanInherit(OprBlock* host, Opr* o) const {
 
 void Shard::GrantWaiting(ActorVar* v) {
   VarQueue<OprBlock>& q = v->queue;
-  q.GrantWaiting(&entries_, [this](OprBlock* b) { Grant(b, 1); });
+  q.GrantWaiting(
+      &entries_,
+      [this](OprBlock* b, bool ordered) {
+        b->ordered_grant = b->ordered_grant || ordered;
+        Grant(b, 1);
+      },
+      [](const OprBlock* b) { return InOrderSlot{b->in_order_lane, b->priority}; });
   while (q.chain_tail() != nullptr && q.has_waiters() && TryChainWaiter(q.front()->request, q.chain_tail())) {
   }
 }
@@ -151,7 +174,9 @@ void Shard::GrantWaiting(ActorVar* v) {
 // completion: a backlog of dependent functions is then chained in one pass.
 bool Shard::TryChainWaiter(OprBlock* f, OprBlock* tail) {
   Opr* o = f->opr;
-  if (o->num_shards != 1) return false;
+  // A block granted somewhere behind in-order holders must reach its lane after them, not run as tail's
+  // continuation.
+  if (o->num_shards != 1 || f->ordered_grant) return false;
   classes_.clear();
   int fronts = 0;
   bool ok = true;
@@ -228,7 +253,10 @@ void Shard::Dispatch(OprBlock* b) {
       compatible = compatible && v->queue.InOrderCompatible(b->in_order_lane, b->priority);
     });
     if (compatible) {
-      ForEachVar(b->opr, [&](ActorVar* v, bool) { v->queue.NoteInOrder(b->in_order_lane, b->priority); });
+      ForEachVar(b->opr, [&](ActorVar* v, bool) {
+        v->queue.NoteInOrder(b->in_order_lane, b->priority);
+        if (v->queue.has_waiters()) revisit_.push_back(v);
+      });
       b->in_order_counted = true;
     }
   }
