@@ -53,11 +53,13 @@ class Shard {
   // Thread-safe. Rings the doorbell only when the actor sleeps. With `drain_here` (a device worker or a
   // foreign thread reporting a completion, a thread pushing a function the shard runs itself) the caller
   // takes the sleeping actor's turn instead (invariant 1) and drains one bounded pass on its own thread.
-  void Post(EventKind kind, OprBlock* b, bool drain_here = false) {
+  void Post(EventKind kind, OprBlock* b, bool drain_here = false) { Post(kind, &b, 1, drain_here); }
+  // Posts n events of one kind at once (one lock, at most one wake-up).
+  void Post(EventKind kind, OprBlock* const* blocks, std::size_t n, bool drain_here) {
     bool wake = false;
     {
       std::lock_guard<SpinLock> lock(mu_);
-      inbox_.push_back(Event{kind, b});
+      for (std::size_t i = 0; i < n; ++i) inbox_.push_back(Event{kind, blocks[i]});
       inbox_size_.store(inbox_.size(), std::memory_order_relaxed);
       if (asleep_) {
         asleep_ = false;

@@ -19,6 +19,17 @@ namespace {
 constexpr bool kInOrderLanes = true;
 
 thread_local OprBlock* tl_running_block = nullptr;
+
+// Completions of in-order blocks that a device worker has not posted yet (Finish): a one-worker lane runs
+// its in-order blocks one after another, so their completions go to the shard in batches instead of one
+// message each. Each is also not yet counted as finished (WaitForAll waits for the flush).
+struct HeldCompletion {
+  Shard* shard;
+  OprBlock* block;
+};
+thread_local std::vector<HeldCompletion> tl_held;
+thread_local std::vector<OprBlock*> tl_flush_scratch;
+constexpr std::size_t kMaxHeldCompletions = 32;
 thread_local const WorkerInfo* tl_worker = nullptr;
 
 }  // namespace
@@ -30,6 +41,7 @@ void OprBlock::Run(const RunContext& rctx, const WorkerInfo& worker) {
   ActorEngine* e = engine;
   OprBlock* next = e->Execute(this, rctx, &worker);
   if (next != nullptr) e->RunOrSubmitContinuation(next, &worker, &rctx);
+  e->MaybeFlushCompletions(worker);
 }
 
 void OprBlock::StreamDone(std::exception_ptr error) {
@@ -307,8 +319,29 @@ void ActorEngine::WaitForVar(VarHandle var) {
   }
 }
 
-void ActorEngine::NoteFinished() {
-  finished_.fetch_add(1, std::memory_order_seq_cst);
+void ActorEngine::MaybeFlushCompletions(const WorkerInfo& worker) {
+  if (tl_held.empty()) return;
+  // The lane's only worker is this thread: an empty queue means it may go idle next, and a non-empty one
+  // that it runs another task (and comes back here) first.
+  if (tl_held.size() < kMaxHeldCompletions && worker.device->TopQueuedPriority(worker.lane) != INT_MIN) return;
+  FlushCompletions();
+}
+
+void ActorEngine::FlushCompletions() {
+  std::vector<HeldCompletion>& held = tl_held;
+  for (std::size_t i = 0; i < held.size();) {
+    Shard* s = held[i].shard;
+    tl_flush_scratch.clear();
+    for (; i < held.size() && held[i].shard == s; ++i) tl_flush_scratch.push_back(held[i].block);
+    s->Post(EventKind::kComplete, tl_flush_scratch.data(), tl_flush_scratch.size(), /*drain_here=*/true);
+  }
+  const std::uint64_t n = held.size();
+  held.clear();
+  NoteFinished(n);
+}
+
+void ActorEngine::NoteFinished(std::uint64_t n) {
+  finished_.fetch_add(n, std::memory_order_seq_cst);
   if (all_waiters_.load(std::memory_order_seq_cst) != 0) finished_.notify_all();
 }
 
@@ -430,6 +463,14 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain
   const auto raw = reinterpret_cast<std::uintptr_t>(b->next.exchange(kChainClosed, std::memory_order_acq_rel));
   auto* next = reinterpret_cast<OprBlock*>(raw & ~(kChainClosedBits | kInheritsHolds));
   // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
+  if ((raw & kInheritsHolds) == 0 && b->in_order_counted && drain == FinishDrain::kIfNoContinuation) {
+    // An in-order block on its one-worker lane (single-shard): held back and posted with the next ones by
+    // MaybeFlushCompletions at the end of this task at the latest when the lane has nothing queued. It
+    // stays unfinished (NoteFinished) until then; the shard's reference keeps it alive.
+    tl_held.push_back(HeldCompletion{shards_[__builtin_ctzll(o->shard_mask)].get(), b});
+    ReleaseRef(b);  // Finish's reference
+    return next;
+  }
   if ((raw & kInheritsHolds) == 0) {
     for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) {
       // With a continuation a worker runs it next, and the actor handles the completion meanwhile.
