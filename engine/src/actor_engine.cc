@@ -16,13 +16,18 @@
 namespace troupe::internal {
 namespace {
 
+// Whether one-worker CPU lanes order the blocks queued on them (VarQueue::GrantOrdered): off, every
+// conflicting block waits for its predecessors' completions, as before that rule existed.
 constexpr bool kInOrderLanes = true;
 
 thread_local OprBlock* tl_running_block = nullptr;
 
 // Completions of in-order blocks that a device worker has not posted yet (Finish): a one-worker lane runs
 // its in-order blocks one after another, so their completions go to the shard in batches instead of one
-// message each. Each is also not yet counted as finished (WaitForAll waits for the flush).
+// message each. Each is also not yet counted as finished (WaitForAll waits for the flush). The price: while
+// a function of that lane runs, up to kMaxHeldCompletions releases of earlier ones wait for it, so a
+// function that blocks until a function on another lane has run may wait for itself if that one needs
+// such a release (functions that wait for each other were never safe on a one-worker lane).
 struct HeldCompletion {
   Shard* shard;
   OprBlock* block;
