@@ -3,13 +3,16 @@
 //
 // Producers (pushing threads, workers reporting completions) append events to the shard's inbox and ring its
 // doorbell (one CAF message) only when it sleeps. A device worker or a foreign thread reporting a completion
-// to a sleeping shard takes its turn instead (Post with drain_here): it drains the inbox once on its own
-// thread, saving the two thread wake-ups of a doorbell.
+// takes the shard's turn instead when nobody holds it (Post with drain_here) — the actor asleep, or awake
+// but only polling — and drains the inbox once on its own thread: no doorbell, and the blocks the completion
+// makes ready are dispatched without waiting for the actor's thread to get a core.
 //
 // Invariants:
-//  1. One thread at a time holds the shard's turn: the one that cleared asleep_ (under mu_) until it sets it
-//     again. Only the turn's holder touches the queues of this shard's variables, the entry pool and the
-//     scratch below; mu_ orders one holder's work before the next's.
+//  1. One thread at a time holds the shard's turn: the one that set draining_ (under mu_, in DrainOnce) until
+//     it clears it. Only the turn's holder touches the queues of this shard's variables, the entry pool and
+//     the scratch below; mu_ orders one holder's work before the next's. asleep_ says whether the actor
+//     waits for a doorbell; whoever clears it makes sure the inbox gets drained (drains or rings), and a
+//     holder leaving events behind for a sleeping actor rings it.
 //  2. Events of the inbox are handled in the order they were posted; a block's push event precedes its
 //     completion event on every shard (a block completes only after all its shards granted it).
 //  3. A block is dispatched (handed to its lane, or run here) once, when its last variable is granted; blocks
@@ -66,7 +69,12 @@ class Shard {
         wake = true;
       }
     }
-    if (!wake) return;
+    if (!wake) {
+      // The actor is awake, but maybe only polling: a completion is handled here at once when nobody holds
+      // the turn (DrainOnce takes it only then), instead of waiting for the actor's thread to get a core.
+      if (kDrainWhileAwake && drain_here && !tl_draining_) DrainOnce(kInlineEvents);
+      return;
+    }
     if (!drain_here || tl_draining_) {  // never a drain inside a drain (of this shard or another)
       actor_.Wake();
       return;
@@ -97,6 +105,7 @@ class Shard {
   bool DrainOnce(std::size_t max_events = SIZE_MAX) noexcept;
   // A worker's pass is bounded, so that it soon returns to running functions; the actor takes the rest.
   static constexpr std::size_t kInlineEvents = 32;
+  static constexpr bool kDrainWhileAwake = true;
   void HandlePush(OprBlock* b);
   void HandleComplete(OprBlock* b);
   void GrantWaiting(ActorVar* v);
@@ -126,6 +135,7 @@ class Shard {
   SpinLock mu_;
   std::vector<Event> inbox_;  // guarded by mu_
   bool asleep_ = true;        // guarded by mu_
+  bool draining_ = false;     // guarded by mu_: some thread holds the turn (invariant 1)
   std::atomic<std::size_t> inbox_size_{0};
   int spin_us_;
 

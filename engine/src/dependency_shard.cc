@@ -22,7 +22,8 @@ void Shard::Drain() {
 bool Shard::DrainOnce(std::size_t max_events) noexcept {
   {
     std::lock_guard<SpinLock> lock(mu_);
-    if (inbox_.empty()) return false;
+    if (draining_ || inbox_.empty()) return false;
+    draining_ = true;
     if (inbox_.size() <= max_events) {
       events_.swap(inbox_);
     } else {
@@ -50,7 +51,18 @@ bool Shard::DrainOnce(std::size_t max_events) noexcept {
   FlushDispatch();
   for (OprBlock* b : recycle_) engine_->ReleaseRef(b);
   recycle_.clear();
+  bool wake = false;
+  {
+    std::lock_guard<SpinLock> lock(mu_);
+    draining_ = false;
+    // Events left behind while the actor went to sleep (a bounded pass of another thread): wake it.
+    if (!inbox_.empty() && asleep_) {
+      asleep_ = false;
+      wake = true;
+    }
+  }
   tl_draining_ = false;
+  if (wake) actor_.Wake();
   return true;
 }
 
