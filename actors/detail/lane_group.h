@@ -72,9 +72,36 @@ class LaneGroup {
     int TopPriority() const;  // INT_MIN when empty
 
    private:
+    // A ring buffer that only grows: once a lane has seen its deepest queue, pushes and pops allocate
+    // nothing (a std::deque allocated and freed a chunk every 64 tasks).
+    class Fifo {
+     public:
+      bool empty() const { return count_ == 0; }
+      Task* front() const { return buf_[head_]; }
+      void push_back(Task* t) {
+        if (count_ == buf_.size()) Grow();
+        buf_[(head_ + count_) & (buf_.size() - 1)] = t;
+        ++count_;
+      }
+      void pop_front() {
+        head_ = (head_ + 1) & (buf_.size() - 1);
+        --count_;
+      }
+
+     private:
+      void Grow() {
+        std::vector<Task*> bigger(buf_.empty() ? 64 : buf_.size() * 2);  // a power of two
+        for (std::size_t i = 0; i < count_; ++i) bigger[i] = buf_[(head_ + i) & (buf_.size() - 1)];
+        buf_.swap(bigger);
+        head_ = 0;
+      }
+      std::vector<Task*> buf_;
+      std::size_t head_ = 0;
+      std::size_t count_ = 0;
+    };
     struct Level {
       int priority;
-      std::deque<Task*> fifo;
+      Fifo fifo;
     };
     static constexpr std::size_t kKeptLevels = 4;  // empty levels kept (no allocation churn) up to this many
     std::vector<Level> levels_;  // by priority, highest first
