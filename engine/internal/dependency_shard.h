@@ -60,10 +60,12 @@ class Shard {
   // Posts n events of one kind at once (one lock, at most one wake-up).
   void Post(EventKind kind, OprBlock* const* blocks, std::size_t n, bool drain_here) {
     bool wake = false;
+    bool few = false;
     {
       std::lock_guard<SpinLock> lock(mu_);
       for (std::size_t i = 0; i < n; ++i) inbox_.push_back(Event{kind, blocks[i]});
       inbox_size_.store(inbox_.size(), std::memory_order_relaxed);
+      few = inbox_.size() <= n + kAwakeDrainBacklog;
       if (asleep_) {
         asleep_ = false;
         wake = true;
@@ -72,7 +74,9 @@ class Shard {
     if (!wake) {
       // The actor is awake, but maybe only polling: a completion is handled here at once when nobody holds
       // the turn (DrainOnce takes it only then), instead of waiting for the actor's thread to get a core.
-      if (kDrainWhileAwake && drain_here && !tl_draining_) DrainOnce(kInlineEvents);
+      // Only with a short backlog: a worker that took over a long one (a pusher far ahead) would stop
+      // running functions for it.
+      if (kDrainWhileAwake && drain_here && few && !tl_draining_) DrainOnce(kInlineEvents);
       return;
     }
     if (!drain_here || tl_draining_) {  // never a drain inside a drain (of this shard or another)
@@ -106,6 +110,7 @@ class Shard {
   // A worker's pass is bounded, so that it soon returns to running functions; the actor takes the rest.
   static constexpr std::size_t kInlineEvents = 32;
   static constexpr bool kDrainWhileAwake = true;
+  static constexpr std::size_t kAwakeDrainBacklog = 4;  // other events the inbox may hold for that
   void HandlePush(OprBlock* b);
   void HandleComplete(OprBlock* b);
   void GrantWaiting(ActorVar* v);
