@@ -1,6 +1,6 @@
 // LaneGroup — the workers of one lane of a device and the ready queue they share.
 //
-// Ready tasks wait in a max-heap keyed by (priority, -submission order). Each worker is a detached CAF
+// Ready tasks wait in one FIFO per priority (higher priority first, submission order within one). Each worker is a detached CAF
 // actor (its own thread). An idle worker polls the queue for RuntimeConfig::worker_spin_us, then records
 // itself as asleep and returns to its mailbox; Submit wakes sleepers with one message each, and only as
 // many as there are tasks not already covered by spinning workers.
@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <climits>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -59,9 +60,53 @@ class LaneGroup {
   Task* Pop();
   bool SpinForWork();
   bool Sleep(int index);
-  static bool Before(const Task* a, const Task* b) {  // heap order: true when b should run first
-    return a->priority < b->priority || (a->priority == b->priority && a->seq > b->seq);
-  }
+  // The ready tasks: one FIFO per priority, highest priority first. A lane mostly sees one or two
+  // priorities, so finding a level is a short scan, and a push or pop costs O(1) however many tasks wait
+  // (a binary heap cost O(log n) cache misses per pop once an engine queued thousands of tasks ahead).
+  class ReadyQueue {
+   public:
+    bool empty() const { return size_ == 0; }
+    std::size_t size() const { return size_; }
+    void Push(Task* t);
+    Task* Pop();  // requires !empty()
+    int TopPriority() const;  // INT_MIN when empty
+
+   private:
+    // A ring buffer that only grows: once a lane has seen its deepest queue, pushes and pops allocate
+    // nothing (a std::deque allocated and freed a chunk every 64 tasks).
+    class Fifo {
+     public:
+      bool empty() const { return count_ == 0; }
+      Task* front() const { return buf_[head_]; }
+      void push_back(Task* t) {
+        if (count_ == buf_.size()) Grow();
+        buf_[(head_ + count_) & (buf_.size() - 1)] = t;
+        ++count_;
+      }
+      void pop_front() {
+        head_ = (head_ + 1) & (buf_.size() - 1);
+        --count_;
+      }
+
+     private:
+      void Grow() {
+        std::vector<Task*> bigger(buf_.empty() ? 64 : buf_.size() * 2);  // a power of two
+        for (std::size_t i = 0; i < count_; ++i) bigger[i] = buf_[(head_ + i) & (buf_.size() - 1)];
+        buf_.swap(bigger);
+        head_ = 0;
+      }
+      std::vector<Task*> buf_;
+      std::size_t head_ = 0;
+      std::size_t count_ = 0;
+    };
+    struct Level {
+      int priority;
+      Fifo fifo;
+    };
+    static constexpr std::size_t kKeptLevels = 4;  // empty levels kept (no allocation churn) up to this many
+    std::vector<Level> levels_;  // by priority, highest first
+    std::size_t size_ = 0;
+  };
 
   caf::actor_system& system_;
   Device* device_;
@@ -71,7 +116,7 @@ class LaneGroup {
   std::vector<std::unique_ptr<Worker>> workers_;
 
   mutable SpinLock mu_;
-  std::vector<Task*> heap_;          // guarded by mu_
+  ReadyQueue ready_;                 // guarded by mu_
   std::vector<int> sleepers_;        // guarded by mu_
   std::uint64_t next_seq_ = 0;       // guarded by mu_
   std::atomic<std::size_t> queued_{0};

@@ -38,13 +38,12 @@ void LaneGroup::Submit(Task* const* tasks, std::size_t n) {
     std::lock_guard<SpinLock> lock(mu_);
     for (std::size_t i = 0; i < n; ++i) {
       tasks[i]->seq = next_seq_++;
-      heap_.push_back(tasks[i]);
-      std::push_heap(heap_.begin(), heap_.end(), Before);
+      ready_.Push(tasks[i]);
     }
-    queued_.store(heap_.size(), std::memory_order_relaxed);
-    top_priority_.store(heap_.front()->priority, std::memory_order_relaxed);
+    queued_.store(ready_.size(), std::memory_order_relaxed);
+    top_priority_.store(ready_.TopPriority(), std::memory_order_relaxed);
     // Wake as many sleepers as there are tasks that spinning workers will not pick up.
-    std::size_t uncovered = heap_.size();
+    std::size_t uncovered = ready_.size();
     int spinning = spinning_.load(std::memory_order_relaxed);
     uncovered = uncovered > static_cast<std::size_t>(spinning) ? uncovered - spinning : 0;
     while (uncovered > 0 && !sleepers_.empty() && n_wake < 8) {
@@ -56,14 +55,50 @@ void LaneGroup::Submit(Task* const* tasks, std::size_t n) {
   for (int i = 0; i < n_wake; ++i) workers_[to_wake[i]]->actor.Wake();
 }
 
+void LaneGroup::ReadyQueue::Push(Task* t) {
+  std::size_t i = 0;
+  while (i < levels_.size() && levels_[i].priority > t->priority) ++i;
+  if (i == levels_.size() || levels_[i].priority != t->priority) {
+    if (levels_.size() >= kKeptLevels) {  // drop an empty level first, so that levels_ stays short
+      for (std::size_t e = 0; e < levels_.size(); ++e) {
+        if (levels_[e].fifo.empty()) {
+          levels_.erase(levels_.begin() + static_cast<std::ptrdiff_t>(e));
+          if (e < i) --i;
+          break;
+        }
+      }
+    }
+    levels_.insert(levels_.begin() + static_cast<std::ptrdiff_t>(i), Level{t->priority, {}});
+  }
+  levels_[i].fifo.push_back(t);
+  ++size_;
+}
+
+Task* LaneGroup::ReadyQueue::Pop() {
+  for (Level& level : levels_) {
+    if (!level.fifo.empty()) {
+      Task* t = level.fifo.front();
+      level.fifo.pop_front();
+      --size_;
+      return t;
+    }
+  }
+  return nullptr;
+}
+
+int LaneGroup::ReadyQueue::TopPriority() const {
+  for (const Level& level : levels_) {
+    if (!level.fifo.empty()) return level.priority;
+  }
+  return INT_MIN;
+}
+
 Task* LaneGroup::Pop() {
   std::lock_guard<SpinLock> lock(mu_);
-  if (heap_.empty()) return nullptr;
-  std::pop_heap(heap_.begin(), heap_.end(), Before);
-  Task* t = heap_.back();
-  heap_.pop_back();
-  queued_.store(heap_.size(), std::memory_order_relaxed);
-  top_priority_.store(heap_.empty() ? INT_MIN : heap_.front()->priority, std::memory_order_relaxed);
+  if (ready_.empty()) return nullptr;
+  Task* t = ready_.Pop();
+  queued_.store(ready_.size(), std::memory_order_relaxed);
+  top_priority_.store(ready_.TopPriority(), std::memory_order_relaxed);
   running_.fetch_add(1, std::memory_order_relaxed);
   return t;
 }
@@ -78,7 +113,7 @@ bool LaneGroup::SpinForWork() {
 
 bool LaneGroup::Sleep(int index) {
   std::lock_guard<SpinLock> lock(mu_);
-  if (!heap_.empty()) return false;
+  if (!ready_.empty()) return false;
   sleepers_.push_back(index);
   return true;
 }

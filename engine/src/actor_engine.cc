@@ -1,419 +1,43 @@
-// The actor engine.
-//
-// Shape (DESIGN.md §1, §7):
-//  - Dependency actors ("shards"): each owns the queues of the variables that map to it. Producers (pushing
-//    threads, workers reporting completion) append events to the shard's inbox and ring its doorbell (one
-//    CAF message) only when it sleeps. A device worker reporting a completion to a sleeping shard takes its
-//    turn instead (Shard::Post): one thread at a time holds a shard's turn and touches its queues, the
-//    actor's thread or such a worker.
-//  - Device actors (actors/): ready functions go to the lane of their device; workers run them.
-//  - "Ordering for free": a function whose every conflicting predecessor is one function T (or the tail of
-//    a chain that ends in T) is attached to T as its continuation instead of waiting for T's completion
-//    message; whoever completes T runs it (inline on T's worker when that is the right lane) — one hop per
-//    function in a dependent chain instead of two.
-//
-// Life of a function: Push -> OprBlock from the pool -> kPush event to its shard(s) -> the shard grants
-// each variable in push order (or chains the block) -> when all are granted the block goes to its device
-// lane -> a worker runs it -> Finish records errors and versions, posts kComplete to the shard(s), runs or
-// submits the continuation -> the shards release the variables, grant waiters and recycle the block.
+// The actor engine's front end: Push, Wait, Execute and Finish (engine/internal/actor_engine.h). The
+// dependency shards are in dependency_shard.cc, the variable queue's rules in engine/internal/var_queue.h,
+// the block pool in block_pool.cc.
+#include "engine/internal/actor_engine.h"
+
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <chrono>
 #include <climits>
-#include <cstdint>
 #include <cstdio>
-#include <deque>
-#include <mutex>
 #include <thread>
-#include <unordered_map>
 
-#include "actors/detail/lane_group.h"
-#include "base/spinlock.h"
 #include "actors/detail/wakeable.h"
-#include "actors/runtime.h"
-#include "engine/internal/engines.h"
+#include "engine/internal/dependency_shard.h"
 #include "engine/internal/profile_clock.h"
-#include "engine/internal/profile_log.h"
-
-namespace troupe {
-class Opr;
-}
 
 namespace troupe::internal {
 namespace {
 
-class ActorEngine;
-struct OprBlock;
-
-class ActorVar final : public Var {
- public:
-  void BumpVersion() { version_.fetch_add(1, std::memory_order_acq_rel); }
-  // A pooled variable object keeps its shard for life: a late completion event for a function of a
-  // deleted incarnation may still be on its way to another shard, which must not mistake a reused object
-  // for one of its own.
-  explicit ActorVar(int shard) : shard_(shard) {}
-  void Reset() {
-    version_.store(0, std::memory_order_relaxed);
-    error = nullptr;
-    waiting = WaitQueue{};
-    active_reads = 0;
-    active_writes = 0;
-    chain_tail = nullptr;
-  }
-  int shard() const { return shard_; }
-
-  // Read and written only by the thread running a function that holds this variable; the dependency
-  // rule orders those threads, so no lock is needed.
-  std::exception_ptr error;
-
-  // Owned by whoever holds shard()'s turn (its actor, or a worker draining it): no other thread touches these.
-  struct Entry {
-    OprBlock* block;
-    bool write;
-    Entry* next = nullptr;
-  };
-  // Entries not yet granted, in push order: an intrusive FIFO whose nodes come from the shard's free list
-  // (no allocation per entry, unlike a std::deque that allocates and frees chunks as it fills and drains).
-  struct WaitQueue {
-    Entry* head = nullptr;
-    Entry* tail = nullptr;
-    bool empty() const { return head == nullptr; }
-    const Entry& front() const { return *head; }
-    void push_back(Entry* e) {
-      e->next = nullptr;
-      (tail != nullptr ? tail->next : head) = e;
-      tail = e;
-    }
-    Entry* pop_front() {
-      Entry* e = head;
-      head = e->next;
-      if (head == nullptr) tail = nullptr;
-      return e;
-    }
-  };
-  // On its own cache line: the dependency actor writes these for every function, while workers read
-  // `error` and bump the version (above) — sharing one line made every grant a cache miss for both.
-  alignas(64) WaitQueue waiting;
-  int active_reads = 0;          // granted and not completed
-  int active_writes = 0;         // granted and not completed (> 1 only through chaining)
-  OprBlock* chain_tail = nullptr;  // the active entries form one serial chain ending here (or null)
-
- private:
-  const int shard_;
-};
-
-}  // namespace
-}  // namespace troupe::internal
-
-namespace troupe {
-// A function with its dependencies; pushed any number of times. Reference-counted: the owner's reference
-// (dropped by DeleteOperator) plus one per block in flight.
-class Opr {
- public:
-  AsyncFn async_fn;
-  SyncFn sync_fn;
-  std::vector<internal::ActorVar*> const_vars;
-  std::vector<internal::ActorVar*> mutable_vars;
-  FnProperty prop = FnProperty::kNormal;
-  std::string name;
-  std::uint64_t shard_mask = 0;  // shards that own at least one variable
-  int num_shards = 0;
-  bool internal_barrier = false;  // WaitForVar: ordered like a write, no version change, runs in the shard
-  std::atomic<int> refs{1};
-
-  void Clear() {
-    async_fn = nullptr;
-    sync_fn = nullptr;
-    const_vars.clear();
-    mutable_vars.clear();
-    prop = FnProperty::kNormal;
-    name.clear();
-    shard_mask = 0;
-    num_shards = 0;
-    internal_barrier = false;
-  }
-};
-}  // namespace troupe
-
-namespace troupe::internal {
-namespace {
-
-// OprBlock::next holds the continuation, tagged: kInheritsHolds when the continuation took over every
-// variable hold of its host (so the host's completion needs no message), or kChainClosed once the host
-// finished (nothing can be chained behind it any more).
-constexpr std::uintptr_t kChainClosedBits = 1;
-constexpr std::uintptr_t kInheritsHolds = 2;
-OprBlock* const kChainClosed = reinterpret_cast<OprBlock*>(kChainClosedBits);
-inline OprBlock* Tag(OprBlock* b, std::uintptr_t bits) {
-  return reinterpret_cast<OprBlock*>(reinterpret_cast<std::uintptr_t>(b) | bits);
-}
-
-// One push of an operator: what the shards queue and the devices run. Pooled; never freed while the
-// engine lives (so a stale callback can be detected through CallbackSlot).
-struct OprBlock final : Task {
-  ActorEngine* engine = nullptr;
-  Opr* opr = nullptr;  // &own_opr for PushAsync/PushSync, a user's operator for Push
-  Opr own_opr;
-  Context ctx;
-  Lane lane = Lane::kNormal;
-  Device* device = nullptr;
-  bool profiling = false;
-  std::int64_t begin_ns = 0;
-
-  std::atomic<int> pending_grants{0};          // variables not yet granted
-  std::atomic<OprBlock*> next{nullptr};        // continuation, or kChainClosed once this block finished
-  // References: one per shard that will process the completion, one for Execute (released when it stops
-  // touching the block) and one for Finish (released as its last act: completion may come after Execute
-  // returned — GPU stream work, an async callback from another thread — and a continuation that inherited
-  // the holds has already released the shards' share).
-  std::atomic<int> refs{0};
-  OprBlock* free_next = nullptr;               // link in the engine's free list
-  CallbackSlot callback;
-  std::uint64_t callback_gen = 0;
-  bool completed_inline = false;  // the callback was called on the running worker, inside fn
-
-  void Run(const RunContext& rctx, const WorkerInfo& worker) override;
-  void StreamDone(std::exception_ptr error) override;
-};
-
-enum class EventKind : std::uint8_t { kPush, kComplete };
-struct Event {
-  EventKind kind;
-  OprBlock* block;
-};
+// Whether one-worker CPU lanes order the blocks queued on them (VarQueue::GrantOrdered): off, every
+// conflicting block waits for its predecessors' completions, as before that rule existed.
+constexpr bool kInOrderLanes = true;
 
 thread_local OprBlock* tl_running_block = nullptr;
-thread_local bool tl_draining = false;  // this thread holds a shard's turn (Shard::DrainOnce)
+
+// Completions of in-order blocks that a device worker has not posted yet (Finish): a one-worker lane runs
+// its in-order blocks one after another, so their completions go to the shard in batches instead of one
+// message each. Each is also not yet counted as finished (WaitForAll waits for the flush). The price: while
+// a function of that lane runs, up to kMaxHeldCompletions releases of earlier ones wait for it, so a
+// function that blocks until a function on another lane has run may wait for itself if that one needs
+// such a release (functions that wait for each other were never safe on a one-worker lane).
+struct HeldCompletion {
+  Shard* shard;
+  OprBlock* block;
+};
+thread_local std::vector<HeldCompletion> tl_held;
+thread_local std::vector<OprBlock*> tl_flush_scratch;
+constexpr std::size_t kMaxHeldCompletions = 32;
 thread_local const WorkerInfo* tl_worker = nullptr;
 
-// How a block's entry on one variable can proceed: granted at once, chained behind the variable's chain
-// tail, made to wait, or (kHeld) already granted earlier.
-enum VarClass : std::uint8_t { kDirect, kChain, kWait, kHeld };
-
-// A dependency actor and the variable queues it owns.
-class Shard {
- public:
-  Shard(ActorEngine* engine, int index, int spin_us) : engine_(engine), index_(index), spin_us_(spin_us) {}
-  // After the actor stopped: the last drain (the actor's or a worker's) ended under mu_, so taking it orders
-  // everything done with the queues before the engine frees blocks and variables (visible to sanitizers,
-  // unlike CAF's own termination).
-  ~Shard() { std::lock_guard<SpinLock> lock(mu_); }
-  void Spawn(caf::actor_system& system, bool detached) {
-    actor_.Spawn(system, [this] { Drain(); }, detached);
-  }
-  const caf::actor& handle() const { return actor_.handle(); }
-
-  // Thread-safe. Rings the doorbell only when the actor sleeps. With `drain_here` (a device worker or a
-  // foreign thread reporting a completion, a thread pushing a function the shard runs itself) the caller
-  // takes the sleeping actor's turn instead: it drains the inbox once on its own thread and hands the shard
-  // back, saving the two thread wake-ups of a doorbell (the actor's, then the next thread's for the work it
-  // dispatches). Whoever clears asleep_ holds the drain turn, so the
-  // queues still have one owner at a time, and mu_ orders one owner's work before the next's.
-  void Post(EventKind kind, OprBlock* b, bool drain_here = false) {
-    bool wake = false;
-    {
-      std::lock_guard<SpinLock> lock(mu_);
-      inbox_.push_back(Event{kind, b});
-      inbox_size_.store(inbox_.size(), std::memory_order_relaxed);
-      if (asleep_) {
-        asleep_ = false;
-        wake = true;
-      }
-    }
-    if (!wake) return;
-    if (!drain_here || tl_draining) {  // never a drain inside a drain (of this shard or another)
-      actor_.Wake();
-      return;
-    }
-    DrainOnce(kInlineEvents);
-    {
-      std::lock_guard<SpinLock> lock(mu_);
-      if (inbox_.empty()) {
-        asleep_ = true;
-        return;
-      }
-    }
-    actor_.Wake();  // more came in meanwhile: the actor takes over (a worker drains one pass at most)
-  }
-
- private:
-  void Drain();
-  // One pass over at most max_events events of the inbox, in order; false when it was empty. noexcept: an
-  // exception here (memory exhaustion in the bookkeeping) would leave the turn held forever.
-  bool DrainOnce(std::size_t max_events = SIZE_MAX) noexcept;
-  // A worker's pass is bounded, so that it soon returns to running functions; the actor takes the rest.
-  static constexpr std::size_t kInlineEvents = 32;
-  void HandlePush(OprBlock* b);
-  void HandleComplete(OprBlock* b);
-  void GrantWaiting(ActorVar* v);
-  void Grant(OprBlock* b, int n);
-  bool CanInherit(OprBlock* host, Opr* o) const;
-  bool TryChainWaiter(OprBlock* f, OprBlock* tail);
-  // Makes b (just chained behind a host) active on v. `cls` is b's kDirect/kChain class on v; when
-  // `inherited_from` is set, b takes over that host's hold on each kChain variable.
-  static void ActivateChained(ActorVar* v, bool write, OprBlock* b, std::uint8_t cls, OprBlock* inherited_from) {
-    const bool was_idle = v->active_reads + v->active_writes == 0;
-    if (inherited_from != nullptr && cls == kChain) {
-      (HoldsForWrite(inherited_from->opr, v) ? v->active_writes : v->active_reads)--;
-    }
-    (write ? v->active_writes : v->active_reads)++;
-    v->chain_tail = (cls == kChain || was_idle) ? b : nullptr;
-  }
-  static bool HoldsForWrite(const Opr* o, ActorVar* v) {
-    return std::binary_search(o->mutable_vars.begin(), o->mutable_vars.end(), v);
-  }
-  // A block may follow `tail` on v when it conflicts with tail itself there. A reader never chains behind
-  // another reader: readers between two writers must be free to run together on different workers.
-  static bool ChainableBehind(OprBlock* tail, ActorVar* v, bool write) {
-    return tail != nullptr && (write || HoldsForWrite(tail->opr, v));
-  }
-  void Dispatch(OprBlock* b);
-  void FlushDispatch();
-  template <class F>
-  void ForEachVar(Opr* o, F&& f) {  // (var, write) for this shard's variables, reads first
-    for (ActorVar* v : o->const_vars) {
-      if (v->shard() == index_) f(v, false);
-    }
-    for (ActorVar* v : o->mutable_vars) {
-      if (v->shard() == index_) f(v, true);
-    }
-  }
-
-  ActorEngine* engine_;
-  int index_;
-  WakeableActor actor_;
-
-  SpinLock mu_;
-  std::vector<Event> inbox_;  // guarded by mu_
-  bool asleep_ = true;        // guarded by mu_
-  std::atomic<std::size_t> inbox_size_{0};
-  int spin_us_;
-
-  // Scratch of the turn's holder.
-  std::vector<Event> events_;
-  struct Batch {
-    Device* device;
-    Lane lane;
-    std::vector<Task*> tasks;
-  };
-  std::vector<Batch> batches_;
-  std::vector<std::uint8_t> classes_;
-  std::vector<OprBlock*> recycle_;
-
-  // Wait-queue nodes, owned by the turn's holder.
-  ActorVar::Entry* NewEntry(OprBlock* b, bool write) {
-    if (free_entries_ == nullptr) {
-      entry_chunks_.push_back(std::make_unique<ActorVar::Entry[]>(kEntryChunk));
-      ActorVar::Entry* chunk = entry_chunks_.back().get();
-      for (int i = 0; i < kEntryChunk; ++i) {
-        chunk[i].next = free_entries_;
-        free_entries_ = &chunk[i];
-      }
-    }
-    ActorVar::Entry* e = free_entries_;
-    free_entries_ = e->next;
-    e->block = b;
-    e->write = write;
-    return e;
-  }
-  void FreeEntry(ActorVar::Entry* e) {
-    e->next = free_entries_;
-    free_entries_ = e;
-  }
-  static constexpr int kEntryChunk = 1024;
-  std::vector<std::unique_ptr<ActorVar::Entry[]>> entry_chunks_;
-  ActorVar::Entry* free_entries_ = nullptr;
-};
-
-class ActorEngine final : public Engine {
- public:
-  explicit ActorEngine(const EngineConfig& config);
-  ~ActorEngine() override;
-
-  EngineType type() const override { return EngineType::kActor; }
-  VarHandle NewVariable() override;
-  OprHandle NewOperator(AsyncFn fn, const std::vector<VarHandle>& const_vars,
-                        const std::vector<VarHandle>& mutable_vars, FnProperty prop, const char* name) override;
-  void DeleteOperator(OprHandle op) override;
-  void Push(OprHandle op, Context ctx, int priority, bool profiling) override;
-  void PushAsync(AsyncFn fn, Context ctx, const std::vector<VarHandle>& const_vars,
-                 const std::vector<VarHandle>& mutable_vars, FnProperty prop, int priority,
-                 const char* name) override;
-  void PushSync(SyncFn fn, Context ctx, const std::vector<VarHandle>& const_vars,
-                const std::vector<VarHandle>& mutable_vars, FnProperty prop, int priority, const char* name) override;
-  void DeleteVariable(SyncFn delete_fn, Context ctx, VarHandle var) override;
-  void WaitForVar(VarHandle var) override;
-  void WaitForAll() override;
-  void SetProfiling(bool on) override { profiling_.store(on, std::memory_order_relaxed); }
-  std::vector<ProfileRecord> TakeProfile() override;
-  EngineStats Stats() const override;
-
-  // Called by blocks, shards and callbacks.
-  OprBlock* Execute(OprBlock* b, const RunContext& rctx, const WorkerInfo* worker);
-  // Whether the caller may then drain a sleeping shard itself (Shard::Post): never (a GPU stream's
-  // completion), a device worker when no continuation waits for it to run next, or a foreign thread
-  // completing a callback always (it handles the completion, then runs the continuation).
-  enum class FinishDrain { kNo, kIfNoContinuation, kYes };
-  OprBlock* Finish(OprBlock* b, std::exception_ptr error, FinishDrain drain = FinishDrain::kNo);
-  void RunOrSubmitContinuation(OprBlock* next, const WorkerInfo* worker, const RunContext* rctx);
-  void ReleaseRef(OprBlock* b);
-  void FreeVar(ActorVar* v);
-  Shard* shard(int i) { return shards_[i].get(); }
-  int num_shards() const { return static_cast<int>(shards_.size()); }
-
- private:
-  static void OnCallback(void* block, void* gen, std::exception_ptr error);
-  OprBlock* AllocBlock();
-  void Recycle(OprBlock* b);
-  void PrepareOpr(Opr* o, const char* name);
-  Device* DeviceFor(Context ctx);
-  static Lane LaneFor(Context ctx, FnProperty prop);
-  void Submit(OprBlock* b, Context ctx, int priority, bool profiling);
-  void RecordError(const std::exception_ptr& e);
-  void FillAsync(OprBlock* b, const std::vector<VarHandle>& const_vars, const std::vector<VarHandle>& mutable_vars,
-                 FnProperty prop, const char* name);
-
-  std::shared_ptr<Runtime> runtime_;
-  std::vector<std::unique_ptr<Shard>> shards_;
-  std::mutex multi_shard_push_mu_;  // orders pushes that span several shards
-
-  // Block pool. Recyclers (shards, workers) push freed blocks onto a lock-free stack; allocating threads
-  // take the whole stack at once into alloc_free_, so the two sides share one cache line per batch, not
-  // per block (and taking everything at once has no ABA problem).
-  void PushFree(OprBlock* b);
-  alignas(64) std::atomic<OprBlock*> recycled_{nullptr};
-  alignas(64) SpinLock alloc_mu_;
-  OprBlock* alloc_free_ = nullptr;                    // guarded by alloc_mu_
-  std::deque<std::unique_ptr<OprBlock>> all_blocks_;  // guarded by alloc_mu_
-
-  // Variable pool.
-  std::mutex var_mu_;
-  std::deque<ActorVar> all_vars_;     // guarded by var_mu_
-  std::vector<ActorVar*> free_vars_;  // guarded by var_mu_
-
-  // User operators, freed when their last reference goes.
-  std::mutex opr_mu_;
-  std::unordered_map<Opr*, std::unique_ptr<Opr>> oprs_;  // guarded by opr_mu_
-
-  // Devices by context; CPU ids < kFastDevices are looked up without a lock.
-  static constexpr int kFastDevices = 64;
-  std::atomic<Device*> cpu_devices_[kFastDevices] = {};
-
-  // Quiescence counting: pushers bump submitted_, finishers bump finished_ (separate cache lines, so a
-  // pusher and a worker do not trade one line per function); WaitForAll waits until they are equal.
-  void NoteFinished();
-  alignas(64) std::atomic<std::uint64_t> submitted_{0};
-  alignas(64) std::atomic<std::uint64_t> finished_{0};
-  alignas(64) std::atomic<int> all_waiters_{0};
-  std::atomic<int> foreign_finishers_{0};  // callbacks finishing blocks on threads the engine does not own
-  std::atomic<std::uint64_t> skipped_{0};
-  std::mutex error_mu_;
-  std::exception_ptr global_error_;  // guarded by error_mu_
-  std::atomic<bool> profiling_{false};
-  ProfileLog profile_;  // the functions run while profiling
-  bool stopping_ = false;
-};
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------------------
 // OprBlock
@@ -422,6 +46,7 @@ void OprBlock::Run(const RunContext& rctx, const WorkerInfo& worker) {
   ActorEngine* e = engine;
   OprBlock* next = e->Execute(this, rctx, &worker);
   if (next != nullptr) e->RunOrSubmitContinuation(next, &worker, &rctx);
+  e->MaybeFlushCompletions(worker);
 }
 
 void OprBlock::StreamDone(std::exception_ptr error) {
@@ -431,252 +56,13 @@ void OprBlock::StreamDone(std::exception_ptr error) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Shard
-
-void Shard::Drain() {
-  for (;;) {
-    if (DrainOnce()) continue;
-    // Poll for a moment before sleeping: a wake-up costs a message and two context switches.
-    if (SpinUntil(spin_us_, [this] { return inbox_size_.load(std::memory_order_relaxed) != 0; })) continue;
-    std::lock_guard<SpinLock> lock(mu_);
-    if (inbox_.empty()) {
-      asleep_ = true;
-      break;
-    }
-  }
-}
-
-bool Shard::DrainOnce(std::size_t max_events) noexcept {
-  {
-    std::lock_guard<SpinLock> lock(mu_);
-    if (inbox_.empty()) return false;
-    if (inbox_.size() <= max_events) {
-      events_.swap(inbox_);
-    } else {
-      const auto cut = inbox_.begin() + static_cast<std::ptrdiff_t>(max_events);
-      events_.assign(inbox_.begin(), cut);
-      inbox_.erase(inbox_.begin(), cut);
-    }
-    inbox_size_.store(inbox_.size(), std::memory_order_relaxed);
-  }
-  tl_draining = true;
-  for (const Event& e : events_) {
-    if (e.kind == EventKind::kPush) {
-      HandlePush(e.block);
-    } else {
-      HandleComplete(e.block);
-    }
-  }
-  events_.clear();
-  FlushDispatch();
-  for (OprBlock* b : recycle_) engine_->ReleaseRef(b);
-  recycle_.clear();
-  tl_draining = false;
-  return true;
-}
-
-void Shard::HandlePush(OprBlock* b) {
-  Opr* o = b->opr;
-  // Classify every variable: grantable now, chainable behind one block, or must wait.
-  classes_.clear();
-  OprBlock* host = nullptr;
-  bool chainable = o->num_shards == 1;  // all variables live here
-  ForEachVar(o, [&](ActorVar* v, bool write) {
-    if (!v->waiting.empty()) {
-      classes_.push_back(kWait);
-      chainable = false;
-      return;
-    }
-    const bool conflict = write ? (v->active_reads + v->active_writes > 0) : (v->active_writes > 0);
-    if (!conflict) {
-      classes_.push_back(kDirect);
-    } else if (ChainableBehind(v->chain_tail, v, write) && (host == nullptr || host == v->chain_tail)) {
-      host = v->chain_tail;
-      classes_.push_back(kChain);
-    } else {
-      classes_.push_back(kWait);
-      chainable = false;
-    }
-  });
-
-  if (host != nullptr && chainable) {
-    // If b conflicts with host on every variable host holds, b can take those holds over: host then
-    // needs no completion message at all (the common case in a dependent chain).
-    const bool inherit = CanInherit(host, o);
-    OprBlock* expected = nullptr;
-    if (host->next.compare_exchange_strong(expected, inherit ? Tag(b, kInheritsHolds) : b,
-                                           std::memory_order_acq_rel)) {
-      // b now runs right after host on host's completer: every variable becomes active at once.
-      std::size_t i = 0;
-      ForEachVar(o, [&](ActorVar* v, bool write) { ActivateChained(v, write, b, classes_[i++], inherit ? host : nullptr); });
-      if (inherit) recycle_.push_back(host);  // this shard's reference: host's completion never comes here
-      return;  // pending_grants stays untouched: host's completer runs b
-    }
-    // host has already finished: its completion is on its way; wait for it like everyone else.
-  }
-
-  int granted = 0;
-  std::size_t i = 0;
-  ForEachVar(o, [&](ActorVar* v, bool write) {
-    if (classes_[i++] == kDirect) {
-      const bool was_idle = v->active_reads + v->active_writes == 0;
-      (write ? v->active_writes : v->active_reads)++;
-      v->chain_tail = was_idle ? b : nullptr;
-      ++granted;
-    } else {
-      v->waiting.push_back(NewEntry(b, write));
-    }
-  });
-  if (granted > 0) Grant(b, granted);
-}
-
-// True when `o` (classified in classes_) has a kChain entry on every variable `host` holds, writing every
-// variable host writes.
-bool Shard::CanInherit(OprBlock* host, Opr* o) const {
-  const Opr* h = host->opr;
-  if (h->num_shards != 1 || h->prop == FnProperty::kDeleteVar || h->internal_barrier) return false;
-  auto position = [o](ActorVar* v) -> long {  // index of v in ForEachVar order, or -1
-    auto c = std::lower_bound(o->const_vars.begin(), o->const_vars.end(), v);
-    if (c != o->const_vars.end() && *c == v) return c - o->const_vars.begin();
-    auto m = std::lower_bound(o->mutable_vars.begin(), o->mutable_vars.end(), v);
-    if (m != o->mutable_vars.end() && *m == v) return static_cast<long>(o->const_vars.size()) + (m - o->mutable_vars.begin());
-    return -1;
-  };
-  // A hold passes on only at the same strength or stronger: if host writes v and b only reads it, later
-  // readers would see no writer on v and run before host.
-  const long first_write = static_cast<long>(o->const_vars.size());
-  for (ActorVar* v : h->const_vars) {
-    const long i = position(v);
-    if (i < 0 || classes_[i] != kChain) return false;
-  }
-  for (ActorVar* v : h->mutable_vars) {
-    const long i = position(v);
-    if (i < first_write || classes_[i] != kChain) return false;
-  }
-  return true;
-}
-
-void Shard::Grant(OprBlock* b, int n) {
-  if (b->pending_grants.fetch_sub(n, std::memory_order_acq_rel) == n) Dispatch(b);
-}
-
-void Shard::GrantWaiting(ActorVar* v) {
-  while (!v->waiting.empty()) {
-    const ActorVar::Entry& e = v->waiting.front();
-    OprBlock* b = e.block;
-    if (e.write) {
-      if (v->active_reads + v->active_writes != 0) break;
-      FreeEntry(v->waiting.pop_front());
-      v->active_writes = 1;
-      v->chain_tail = b;
-      Grant(b, 1);
-      break;
-    }
-    if (v->active_writes != 0) break;
-    FreeEntry(v->waiting.pop_front());
-    v->chain_tail = v->active_reads == 0 ? b : nullptr;
-    ++v->active_reads;
-    Grant(b, 1);
-  }
-  while (v->chain_tail != nullptr && !v->waiting.empty() && TryChainWaiter(v->waiting.front().block, v->chain_tail)) {
-  }
-}
-
-// `f` waits at the front of some variables' queues. If every remaining wait of f is at a front and each
-// conflict is with a chain ending in `tail`, chain f behind tail now instead of waiting for tail's
-// completion: a backlog of dependent functions is then chained in one pass.
-bool Shard::TryChainWaiter(OprBlock* f, OprBlock* tail) {
-  Opr* o = f->opr;
-  if (o->num_shards != 1) return false;
-  classes_.clear();
-  int fronts = 0;
-  bool ok = true;
-  bool any_chain = false;
-  ForEachVar(o, [&](ActorVar* u, bool write) {
-    if (u->waiting.empty() || u->waiting.front().block != f) {
-      classes_.push_back(kHeld);
-      return;
-    }
-    ++fronts;
-    const bool conflict = write ? (u->active_reads + u->active_writes > 0) : (u->active_writes > 0);
-    if (!conflict) {
-      classes_.push_back(kDirect);
-    } else if (u->chain_tail == tail && ChainableBehind(tail, u, write)) {
-      classes_.push_back(kChain);
-      any_chain = true;
-    } else {
-      classes_.push_back(kWait);
-      ok = false;
-    }
-  });
-  // Every variable f still waits for must be one of the fronts counted above.
-  if (!ok || !any_chain || fronts != f->pending_grants.load(std::memory_order_relaxed)) return false;
-  const bool inherit = CanInherit(tail, o);
-  OprBlock* expected = nullptr;
-  if (!tail->next.compare_exchange_strong(expected, inherit ? Tag(f, kInheritsHolds) : f,
-                                          std::memory_order_acq_rel)) {
-    return false;
-  }
-  std::size_t i = 0;
-  ForEachVar(o, [&](ActorVar* u, bool write) {
-    const VarClass c = static_cast<VarClass>(classes_[i++]);
-    if (c == kHeld) return;
-    FreeEntry(u->waiting.pop_front());
-    ActivateChained(u, write, f, c, inherit ? tail : nullptr);
-  });
-  f->pending_grants.store(0, std::memory_order_relaxed);  // tail's completer runs f
-  if (inherit) recycle_.push_back(tail);
-  return true;
-}
-
-void Shard::HandleComplete(OprBlock* b) {
-  Opr* o = b->opr;
-  const bool deletes = o->prop == FnProperty::kDeleteVar;
-  ForEachVar(o, [&](ActorVar* v, bool write) {
-    (write ? v->active_writes : v->active_reads)--;
-    if (v->chain_tail == b || v->active_reads + v->active_writes == 0) v->chain_tail = nullptr;
-    if (deletes) {
-      engine_->FreeVar(v);  // DeleteVariable: every earlier function on v has completed
-    } else {
-      GrantWaiting(v);
-    }
-  });
-  recycle_.push_back(b);
-}
-
-void Shard::Dispatch(OprBlock* b) {
-  if (b->opr->internal_barrier || (b->opr->prop == FnProperty::kAsync && !b->ctx.is_gpu())) {
-    // WaitForVar's function only hands over an error and wakes one thread, and a CPU kAsync function only
-    // starts work that completes through its callback (FnProperty): run it here, no hop to a worker.
-    RunContext rctx{b->ctx, nullptr};
-    OprBlock* next = engine_->Execute(b, rctx, nullptr);
-    if (next != nullptr) engine_->RunOrSubmitContinuation(next, nullptr, nullptr);
-    return;
-  }
-  for (Batch& batch : batches_) {
-    if (batch.device == b->device && batch.lane == b->lane) {
-      batch.tasks.push_back(b);
-      return;
-    }
-  }
-  batches_.push_back(Batch{b->device, b->lane, {b}});
-}
-
-void Shard::FlushDispatch() {
-  for (Batch& batch : batches_) {
-    if (!batch.tasks.empty()) {
-      batch.device->SubmitBatch(batch.tasks.data(), batch.tasks.size(), batch.lane);
-      batch.tasks.clear();
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------------
 // ActorEngine
 
 ActorEngine::ActorEngine(const EngineConfig& config)
     : runtime_(Runtime::Create(config.runtime, config.actor_system)) {
   const RuntimeConfig& rc = runtime_->config();
+  in_order_normal_lane_ = rc.cpu_workers == 1;
+  in_order_priority_lane_ = rc.cpu_priority_workers == 1;
   for (int i = 0; i < rc.dependency_shards; ++i) {
     shards_.push_back(std::make_unique<Shard>(this, i, rc.worker_spin_us));
     shards_.back()->Spawn(runtime_->system(), rc.detached_dependency_actors);
@@ -684,7 +70,7 @@ ActorEngine::ActorEngine(const EngineConfig& config)
 }
 
 ActorEngine::~ActorEngine() {
-  DestroyExtensions();  // they may push (deleting their variables): the engine must still be running
+  DestroyExtensions();
   // Pending work runs to completion (errors are dropped: nobody is left to see them).
   try {
     for (;;) {
@@ -758,27 +144,6 @@ void ActorEngine::DeleteOperator(OprHandle op) {
   }
 }
 
-OprBlock* ActorEngine::AllocBlock() {
-  std::lock_guard<SpinLock> lock(alloc_mu_);
-  if (alloc_free_ == nullptr) alloc_free_ = recycled_.exchange(nullptr, std::memory_order_acquire);
-  if (alloc_free_ != nullptr) {
-    OprBlock* b = alloc_free_;
-    alloc_free_ = b->free_next;
-    return b;
-  }
-  auto owned = std::make_unique<OprBlock>();
-  owned->engine = this;
-  all_blocks_.push_back(std::move(owned));
-  return all_blocks_.back().get();
-}
-
-void ActorEngine::PushFree(OprBlock* b) {
-  OprBlock* head = recycled_.load(std::memory_order_relaxed);
-  do {
-    b->free_next = head;
-  } while (!recycled_.compare_exchange_weak(head, b, std::memory_order_release, std::memory_order_relaxed));
-}
-
 void ActorEngine::Recycle(OprBlock* b) {
   Opr* o = b->opr;
   if (o != &b->own_opr) {
@@ -791,12 +156,9 @@ void ActorEngine::Recycle(OprBlock* b) {
   }
   b->opr = nullptr;
   b->next.store(nullptr, std::memory_order_relaxed);
-  PushFree(b);
+  blocks_.Free(b);
 }
 
-void ActorEngine::ReleaseRef(OprBlock* b) {
-  if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) Recycle(b);
-}
 
 Device* ActorEngine::DeviceFor(Context ctx) {
   if (ctx.dev_type == DeviceType::kCPU && ctx.dev_id >= 0 && ctx.dev_id < kFastDevices) {
@@ -825,6 +187,23 @@ Lane ActorEngine::LaneFor(Context ctx, FnProperty prop) {
   return prop == FnProperty::kCPUPrioritized ? Lane::kPriority : Lane::kNormal;
 }
 
+// The in-order executor a block runs on, when its lane runs tasks one at a time in submission order (a CPU
+// lane with one worker: Device, "equal priorities run in submission order") and the block's function is
+// over when it returns (a synchronous function: an asynchronous one may complete later, after the lane
+// started the next task). Only single-shard blocks: their one shard dispatches them, so it knows the order in
+// which they reach the lane.
+const void* ActorEngine::InOrderLane(const OprBlock* b) const {
+  const Opr* o = b->opr;
+  if (!kInOrderLanes || b->ctx.dev_type != DeviceType::kCPU || !o->sync_fn || o->internal_barrier ||
+      o->num_shards != 1 || o->prop == FnProperty::kDeleteVar || o->prop == FnProperty::kAsync) {
+    return nullptr;
+  }
+  const bool one_worker = b->lane == Lane::kNormal ? in_order_normal_lane_ : in_order_priority_lane_;
+  if (!one_worker) return nullptr;
+  // One identity per (device, lane): an address inside the device object.
+  return reinterpret_cast<const char*>(b->device) + static_cast<int>(b->lane);
+}
+
 void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling) {
   Opr* o = b->opr;
   try {
@@ -833,7 +212,7 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
     if (o != &b->own_opr) o->refs.fetch_sub(1, std::memory_order_relaxed);
     b->opr = nullptr;
     b->own_opr.Clear();
-    PushFree(b);
+    blocks_.Free(b);
     throw;
   }
   b->ctx = ctx;
@@ -841,6 +220,9 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
   b->priority = priority;
   b->profiling = profiling || profiling_.load(std::memory_order_relaxed);
   b->completed_inline = false;
+  b->in_order_lane = InOrderLane(b);
+  b->in_order_counted = false;
+  b->ordered_grant = false;
   b->callback_gen = b->callback.Arm();
   const int nvars = static_cast<int>(o->const_vars.size() + o->mutable_vars.size());
   b->pending_grants.store(nvars, std::memory_order_relaxed);
@@ -868,7 +250,7 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
 
 void ActorEngine::Push(OprHandle op, Context ctx, int priority, bool profiling) {
   op->refs.fetch_add(1, std::memory_order_relaxed);
-  OprBlock* b = AllocBlock();
+  OprBlock* b = blocks_.Alloc();
   b->opr = op;
   Submit(b, ctx, priority, profiling);
 }
@@ -888,7 +270,7 @@ void ActorEngine::FillAsync(OprBlock* b, const std::vector<VarHandle>& const_var
   } catch (...) {
     o.Clear();
     b->opr = nullptr;
-    PushFree(b);
+    blocks_.Free(b);
     throw;
   }
 }
@@ -896,7 +278,7 @@ void ActorEngine::FillAsync(OprBlock* b, const std::vector<VarHandle>& const_var
 void ActorEngine::PushAsync(AsyncFn fn, Context ctx, const std::vector<VarHandle>& const_vars,
                             const std::vector<VarHandle>& mutable_vars, FnProperty prop, int priority,
                             const char* name) {
-  OprBlock* b = AllocBlock();
+  OprBlock* b = blocks_.Alloc();
   b->own_opr.async_fn = std::move(fn);
   FillAsync(b, const_vars, mutable_vars, prop, name);
   Submit(b, ctx, priority, false);
@@ -905,7 +287,7 @@ void ActorEngine::PushAsync(AsyncFn fn, Context ctx, const std::vector<VarHandle
 void ActorEngine::PushSync(SyncFn fn, Context ctx, const std::vector<VarHandle>& const_vars,
                            const std::vector<VarHandle>& mutable_vars, FnProperty prop, int priority,
                            const char* name) {
-  OprBlock* b = AllocBlock();
+  OprBlock* b = blocks_.Alloc();
   b->own_opr.sync_fn = std::move(fn);
   FillAsync(b, const_vars, mutable_vars, prop, name);
   Submit(b, ctx, priority, false);
@@ -922,7 +304,7 @@ void ActorEngine::WaitForVar(VarHandle var) {
   };
   auto waiter = std::make_shared<Waiter>();
   auto* v = static_cast<ActorVar*>(var);
-  OprBlock* b = AllocBlock();
+  OprBlock* b = blocks_.Alloc();
   // Ordered like a write (after every earlier reader and writer), but changes no version and never skips.
   b->own_opr.sync_fn = [waiter, v](RunContext) {
     waiter->error = std::exchange(v->error, nullptr);  // rethrown once: the variable is clean again
@@ -942,8 +324,29 @@ void ActorEngine::WaitForVar(VarHandle var) {
   }
 }
 
-void ActorEngine::NoteFinished() {
-  finished_.fetch_add(1, std::memory_order_seq_cst);
+void ActorEngine::MaybeFlushCompletions(const WorkerInfo& worker) {
+  if (tl_held.empty()) return;
+  // The lane's only worker is this thread: an empty queue means it may go idle next, and a non-empty one
+  // that it runs another task (and comes back here) first.
+  if (tl_held.size() < kMaxHeldCompletions && worker.device->TopQueuedPriority(worker.lane) != INT_MIN) return;
+  FlushCompletions();
+}
+
+void ActorEngine::FlushCompletions() {
+  std::vector<HeldCompletion>& held = tl_held;
+  for (std::size_t i = 0; i < held.size();) {
+    Shard* s = held[i].shard;
+    tl_flush_scratch.clear();
+    for (; i < held.size() && held[i].shard == s; ++i) tl_flush_scratch.push_back(held[i].block);
+    s->Post(EventKind::kComplete, tl_flush_scratch.data(), tl_flush_scratch.size(), /*drain_here=*/true);
+  }
+  const std::uint64_t n = held.size();
+  held.clear();
+  NoteFinished(n);
+}
+
+void ActorEngine::NoteFinished(std::uint64_t n) {
+  finished_.fetch_add(n, std::memory_order_seq_cst);
   if (all_waiters_.load(std::memory_order_seq_cst) != 0) finished_.notify_all();
 }
 
@@ -1065,6 +468,14 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain
   const auto raw = reinterpret_cast<std::uintptr_t>(b->next.exchange(kChainClosed, std::memory_order_acq_rel));
   auto* next = reinterpret_cast<OprBlock*>(raw & ~(kChainClosedBits | kInheritsHolds));
   // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
+  if ((raw & kInheritsHolds) == 0 && b->in_order_counted && drain == FinishDrain::kIfNoContinuation) {
+    // An in-order block on its one-worker lane (single-shard): held back and posted with the next ones by
+    // MaybeFlushCompletions at the end of this task at the latest when the lane has nothing queued. It
+    // stays unfinished (NoteFinished) until then; the shard's reference keeps it alive.
+    tl_held.push_back(HeldCompletion{shards_[__builtin_ctzll(o->shard_mask)].get(), b});
+    ReleaseRef(b);  // Finish's reference
+    return next;
+  }
   if ((raw & kInheritsHolds) == 0) {
     for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) {
       // With a continuation a worker runs it next, and the actor handles the completion meanwhile.
@@ -1106,8 +517,6 @@ EngineStats ActorEngine::Stats() const {
   s.devices = runtime_->Stats();
   return s;
 }
-
-}  // namespace
 
 std::unique_ptr<Engine> MakeActorEngine(const EngineConfig& config) { return std::make_unique<ActorEngine>(config); }
 

@@ -1,0 +1,128 @@
+// ActorEngine — the actor engine's front end (MXNet's ThreadedEngine): Push, Wait, Execute and Finish.
+//
+// Life of a function: Push -> an OprBlock from the BlockPool -> a kPush event to its Shard(s) -> the shards
+// grant each variable in push order (VarQueue), chain the block behind a predecessor, or let its in-order
+// lane order it -> when all are granted the block goes to its device lane -> a worker runs it (Execute) ->
+// Finish records errors and versions, posts kComplete to the shard(s), runs or submits the continuation ->
+// the shards release the variables, grant waiters and recycle the block.
+//
+// Invariants:
+//  1. submitted_ counts blocks handed to Submit, finished_ those that went through Finish; a block is
+//     finished exactly once (CallbackSlot rejects a second callback), so WaitForAll may return when equal.
+//  2. A function spanning several shards is posted to them under multi_shard_push_mu_, so every shard sees
+//     such functions in one global order (no two can each hold a variable the other waits for).
+//  3. Variable and block objects are never freed while the engine lives (pools), so late events and stale
+//     callbacks never touch freed memory.
+//
+// Thread-safety: the Engine methods are thread-safe (engine/engine.h); Execute runs on the thread that
+// runs the block, Finish on the thread that completes it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/runtime.h"
+#include "engine/internal/block_pool.h"
+#include "engine/internal/engines.h"
+#include "engine/internal/opr_block.h"
+#include "engine/internal/profile_log.h"
+
+namespace troupe::internal {
+
+class Shard;
+
+class ActorEngine final : public Engine {
+ public:
+  explicit ActorEngine(const EngineConfig& config);
+  ~ActorEngine() override;
+
+  EngineType type() const override { return EngineType::kActor; }
+  VarHandle NewVariable() override;
+  OprHandle NewOperator(AsyncFn fn, const std::vector<VarHandle>& const_vars,
+                        const std::vector<VarHandle>& mutable_vars, FnProperty prop, const char* name) override;
+  void DeleteOperator(OprHandle op) override;
+  void Push(OprHandle op, Context ctx, int priority, bool profiling) override;
+  void PushAsync(AsyncFn fn, Context ctx, const std::vector<VarHandle>& const_vars,
+                 const std::vector<VarHandle>& mutable_vars, FnProperty prop, int priority,
+                 const char* name) override;
+  void PushSync(SyncFn fn, Context ctx, const std::vector<VarHandle>& const_vars,
+                const std::vector<VarHandle>& mutable_vars, FnProperty prop, int priority, const char* name) override;
+  void DeleteVariable(SyncFn delete_fn, Context ctx, VarHandle var) override;
+  void WaitForVar(VarHandle var) override;
+  void WaitForAll() override;
+  void SetProfiling(bool on) override { profiling_.store(on, std::memory_order_relaxed); }
+  std::vector<ProfileRecord> TakeProfile() override;
+  EngineStats Stats() const override;
+
+  // Called by blocks, shards and callbacks.
+  // Runs one block on the calling thread (a device worker, or a shard for barriers). Returns a
+  // continuation to run next, if any.
+  OprBlock* Execute(OprBlock* b, const RunContext& rctx, const WorkerInfo* worker);
+  // Whether the caller may then drain a sleeping shard itself (Shard::Post): never (a GPU stream's
+  // completion), a device worker when no continuation waits for it to run next, or a foreign thread
+  // completing a callback always (it handles the completion, then runs the continuation).
+  enum class FinishDrain { kNo, kIfNoContinuation, kYes };
+  OprBlock* Finish(OprBlock* b, std::exception_ptr error, FinishDrain drain = FinishDrain::kNo);
+  void RunOrSubmitContinuation(OprBlock* next, const WorkerInfo* worker, const RunContext* rctx);
+  void ReleaseRef(OprBlock* b) {
+    if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) Recycle(b);
+  }
+  void FreeVar(ActorVar* v);
+  // On a device worker, after each task: posts the completions this thread held back (Finish), at once when
+  // the worker's lane has nothing queued (it may go idle) or when enough have gathered.
+  void MaybeFlushCompletions(const WorkerInfo& worker);
+
+ private:
+  static void OnCallback(void* block, void* gen, std::exception_ptr error);
+  void Recycle(OprBlock* b);
+  void PrepareOpr(Opr* o, const char* name);
+  Device* DeviceFor(Context ctx);
+  static Lane LaneFor(Context ctx, FnProperty prop);
+  const void* InOrderLane(const OprBlock* b) const;
+  void Submit(OprBlock* b, Context ctx, int priority, bool profiling);
+  void RecordError(const std::exception_ptr& e);
+  void FillAsync(OprBlock* b, const std::vector<VarHandle>& const_vars, const std::vector<VarHandle>& mutable_vars,
+                 FnProperty prop, const char* name);
+  void NoteFinished(std::uint64_t n = 1);
+  void FlushCompletions();
+
+  std::shared_ptr<Runtime> runtime_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::mutex multi_shard_push_mu_;  // invariant 2
+  bool in_order_normal_lane_ = false;    // CPU normal lanes have one worker (run in submission order)
+  bool in_order_priority_lane_ = false;  // CPU priority lanes have one worker
+
+  BlockPool blocks_{this};
+
+  // Variable pool (invariant 3).
+  std::mutex var_mu_;
+  std::deque<ActorVar> all_vars_;     // guarded by var_mu_
+  std::vector<ActorVar*> free_vars_;  // guarded by var_mu_
+
+  // User operators, freed when their last reference goes.
+  std::mutex opr_mu_;
+  std::unordered_map<Opr*, std::unique_ptr<Opr>> oprs_;  // guarded by opr_mu_
+
+  // Devices by context; CPU ids < kFastDevices are looked up without a lock.
+  static constexpr int kFastDevices = 64;
+  std::atomic<Device*> cpu_devices_[kFastDevices] = {};
+
+  // Quiescence counting (invariant 1): pushers bump submitted_, finishers bump finished_ (separate cache
+  // lines, so a pusher and a worker do not trade one line per function); WaitForAll waits until equal.
+  alignas(64) std::atomic<std::uint64_t> submitted_{0};
+  alignas(64) std::atomic<std::uint64_t> finished_{0};
+  alignas(64) std::atomic<int> all_waiters_{0};
+  std::atomic<int> foreign_finishers_{0};  // callbacks finishing blocks on threads the engine does not own
+  std::atomic<std::uint64_t> skipped_{0};
+  std::mutex error_mu_;
+  std::exception_ptr global_error_;  // guarded by error_mu_
+  std::atomic<bool> profiling_{false};
+  ProfileLog profile_;  // the functions run while profiling
+};
+
+}  // namespace troupe::internal

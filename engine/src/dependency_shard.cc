@@ -1,0 +1,293 @@
+#include "engine/internal/dependency_shard.h"
+
+#include <algorithm>
+
+#include "engine/internal/actor_engine.h"
+
+namespace troupe::internal {
+
+void Shard::Drain() {
+  for (;;) {
+    if (DrainOnce()) continue;
+    // Poll for a moment before sleeping: a wake-up costs a message and two context switches.
+    if (SpinUntil(spin_us_, [this] { return inbox_size_.load(std::memory_order_relaxed) != 0; })) continue;
+    std::lock_guard<SpinLock> lock(mu_);
+    if (inbox_.empty()) {
+      asleep_ = true;
+      break;
+    }
+  }
+}
+
+bool Shard::DrainOnce(std::size_t max_events) noexcept {
+  {
+    std::lock_guard<SpinLock> lock(mu_);
+    if (draining_ || inbox_.empty()) return false;
+    draining_ = true;
+    if (inbox_.size() <= max_events) {
+      events_.swap(inbox_);
+    } else {
+      const auto cut = inbox_.begin() + static_cast<std::ptrdiff_t>(max_events);
+      events_.assign(inbox_.begin(), cut);
+      inbox_.erase(inbox_.begin(), cut);
+    }
+    inbox_size_.store(inbox_.size(), std::memory_order_relaxed);
+  }
+  tl_draining_ = true;
+  for (const Event& e : events_) {
+    if (e.kind == EventKind::kPush) {
+      HandlePush(e.block);
+    } else {
+      HandleComplete(e.block);
+    }
+    // Blocks counted in order by that event may let the waiters of their variables follow them on the lane.
+    while (!revisit_.empty()) {
+      ActorVar* v = revisit_.back();
+      revisit_.pop_back();
+      GrantWaiting(v);
+    }
+  }
+  events_.clear();
+  FlushDispatch();
+  for (OprBlock* b : recycle_) engine_->ReleaseRef(b);
+  recycle_.clear();
+  bool wake = false;
+  {
+    std::lock_guard<SpinLock> lock(mu_);
+    draining_ = false;
+    // Events left behind while the actor went to sleep (a bounded pass of another thread): wake it.
+    if (!inbox_.empty() && asleep_) {
+      asleep_ = false;
+      wake = true;
+    }
+  }
+  tl_draining_ = false;
+  if (wake) actor_.Wake();
+  return true;
+}
+
+void Shard::HandlePush(OprBlock* b) {
+  Opr* o = b->opr;
+  // Classify every variable: grantable now, chainable behind one block, or must wait.
+  classes_.clear();
+  OprBlock* host = nullptr;
+  bool chainable = o->num_shards == 1;  // all variables live here
+  ForEachVar(o, [&](ActorVar* v, bool write) {
+    const VarQueue<OprBlock>& q = v->queue;
+    if (q.has_waiters()) {
+      classes_.push_back(kWait);
+      chainable = false;
+      return;
+    }
+    if (!q.Conflicts(write)) {
+      classes_.push_back(kDirect);
+      return;
+    }
+    OprBlock* h = q.ChainHost(write);
+    if (h != nullptr && (host == nullptr || host == h)) {
+      host = h;
+      classes_.push_back(kChain);
+    } else {
+      classes_.push_back(kWait);
+      chainable = false;
+    }
+  });
+
+  // If b conflicts with host on every variable host holds, b can take those holds over: host then needs no
+  // completion message at all (the common case in a dependent chain). Without that, a block its in-order lane
+  // can order is better queued there than chained: it costs the same messages, and blocks pushed after it
+  // can then be ordered behind it too (a chained block is not on the lane yet).
+  const bool inherit = host != nullptr && chainable && CanInherit(host, o);
+  if (host != nullptr && chainable && !inherit && b->in_order_lane != nullptr) {
+    std::size_t i = 0;
+    bool ordered = true;
+    ForEachVar(o, [&](ActorVar* v, bool) {
+      ordered = ordered && (classes_[i++] == kDirect || v->queue.CanGrantOrdered(b->in_order_lane, b->priority));
+    });
+    if (ordered) chainable = false;
+  }
+  if (host != nullptr && chainable) {
+    OprBlock* expected = nullptr;
+    if (host->next.compare_exchange_strong(expected, inherit ? Tag(b, kInheritsHolds) : b,
+                                           std::memory_order_acq_rel)) {
+      // b now runs right after host on host's completer: every variable becomes active at once.
+      const bool host_in_order = host->in_order_counted;
+      std::size_t i = 0;
+      ForEachVar(o, [&](ActorVar* v, bool write) {
+        v->queue.GrantChained(b, write, classes_[i++] == kChain, inherit, host_in_order);
+      });
+      if (inherit) recycle_.push_back(host);  // this shard's reference: host's completion never comes here
+      return;  // pending_grants stays untouched: host's completer runs b
+    }
+    // host has already finished: its completion is on its way; wait for it like everyone else.
+  }
+
+  // Grant what is free; a conflict on a variable whose holders all run before b on b's in-order lane is no
+  // reason to wait (VarQueue::GrantOrdered); the rest waits in push order.
+  int granted = 0;
+  std::size_t i = 0;
+  ForEachVar(o, [&](ActorVar* v, bool write) {
+    VarQueue<OprBlock>& q = v->queue;
+    if (classes_[i++] == kDirect) {
+      q.Grant(b, write);
+      ++granted;
+    } else if (q.CanGrantOrdered(b->in_order_lane, b->priority)) {
+      q.GrantOrdered(write);
+      b->ordered_grant = true;
+      ++granted;
+    } else {
+      q.Enqueue(b, write, &entries_);
+    }
+  });
+  if (granted > 0) Grant(b, granted);
+}
+
+// True when `o` (classified in classes_) has a kChain entry on every variable `host` holds, writing every
+// variable host writes.
+bool Shard::CanInherit(OprBlock* host, Opr* o) const {
+  const Opr* h = host->opr;
+  if (h->num_shards != 1 || h->prop == FnProperty::kDeleteVar || h->internal_barrier) return false;
+  auto position = [o](ActorVar* v) -> long {  // index of v in ForEachVar order, or -1
+    auto c = std::lower_bound(o->const_vars.begin(), o->const_vars.end(), v);
+    if (c != o->const_vars.end() && *c == v) return c - o->const_vars.begin();
+    auto m = std::lower_bound(o->mutable_vars.begin(), o->mutable_vars.end(), v);
+    if (m != o->mutable_vars.end() && *m == v) return static_cast<long>(o->const_vars.size()) + (m - o->mutable_vars.begin());
+    return -1;
+  };
+  // A hold passes on only at the same strength or stronger: if host writes v and b only reads it, later
+  // readers would see no writer on v and run before host.
+  const long first_write = static_cast<long>(o->const_vars.size());
+  for (ActorVar* v : h->const_vars) {
+    const long i = position(v);
+    if (i < 0 || classes_[i] != kChain) return false;
+  }
+  for (ActorVar* v : h->mutable_vars) {
+    const long i = position(v);
+    if (i < first_write || classes_[i] != kChain) return false;
+  }
+  return true;
+}
+
+void Shard::GrantWaiting(ActorVar* v) {
+  VarQueue<OprBlock>& q = v->queue;
+  q.GrantWaiting(
+      &entries_,
+      [this](OprBlock* b, bool ordered) {
+        b->ordered_grant = b->ordered_grant || ordered;
+        Grant(b, 1);
+      },
+      [](const OprBlock* b) { return InOrderSlot{b->in_order_lane, b->priority}; });
+  while (q.chain_tail() != nullptr && q.has_waiters() && TryChainWaiter(q.front()->request, q.chain_tail())) {
+  }
+}
+
+// `f` waits at the front of some variables' queues. If every remaining wait of f is at a front and each
+// conflict is with a chain ending in `tail`, chain f behind tail now instead of waiting for tail's
+// completion: a backlog of dependent functions is then chained in one pass.
+bool Shard::TryChainWaiter(OprBlock* f, OprBlock* tail) {
+  Opr* o = f->opr;
+  // A block granted somewhere behind in-order holders must reach its lane after them, not run as tail's
+  // continuation.
+  if (o->num_shards != 1 || f->ordered_grant) return false;
+  classes_.clear();
+  int fronts = 0;
+  bool ok = true;
+  bool any_chain = false;
+  ForEachVar(o, [&](ActorVar* u, bool write) {
+    const VarQueue<OprBlock>& q = u->queue;
+    if (!q.has_waiters() || q.front()->request != f) {
+      classes_.push_back(kHeld);
+      return;
+    }
+    ++fronts;
+    if (!q.Conflicts(write)) {
+      classes_.push_back(kDirect);
+    } else if (q.chain_tail() == tail && q.ChainHost(write) == tail) {
+      classes_.push_back(kChain);
+      any_chain = true;
+    } else {
+      classes_.push_back(kWait);
+      ok = false;
+    }
+  });
+  // Every variable f still waits for must be one of the fronts counted above.
+  if (!ok || !any_chain || fronts != f->pending_grants.load(std::memory_order_relaxed)) return false;
+  const bool inherit = CanInherit(tail, o);
+  OprBlock* expected = nullptr;
+  if (!tail->next.compare_exchange_strong(expected, inherit ? Tag(f, kInheritsHolds) : f,
+                                          std::memory_order_acq_rel)) {
+    return false;
+  }
+  const bool tail_in_order = tail->in_order_counted;
+  std::size_t i = 0;
+  ForEachVar(o, [&](ActorVar* u, bool write) {
+    const VarClass c = static_cast<VarClass>(classes_[i++]);
+    if (c == kHeld) return;
+    u->queue.PopFront(&entries_);
+    u->queue.GrantChained(f, write, c == kChain, inherit, tail_in_order);
+  });
+  f->pending_grants.store(0, std::memory_order_relaxed);  // tail's completer runs f
+  if (inherit) recycle_.push_back(tail);
+  return true;
+}
+
+void Shard::HandleComplete(OprBlock* b) {
+  Opr* o = b->opr;
+  const bool deletes = o->prop == FnProperty::kDeleteVar;
+  const bool in_order = b->in_order_counted;
+  ForEachVar(o, [&](ActorVar* v, bool write) {
+    v->queue.Release(b, write, in_order);
+    if (deletes) {
+      engine_->FreeVar(v);  // DeleteVariable: every earlier function on v has completed
+    } else {
+      GrantWaiting(v);
+    }
+  });
+  recycle_.push_back(b);
+}
+
+void Shard::Dispatch(OprBlock* b) {
+  if (b->opr->internal_barrier || (b->opr->prop == FnProperty::kAsync && !b->ctx.is_gpu())) {
+    // WaitForVar's function only hands over an error and wakes one thread, and a CPU kAsync function only
+    // starts work that completes through its callback (FnProperty): run it here, no hop to a worker.
+    RunContext rctx{b->ctx, nullptr};
+    OprBlock* next = engine_->Execute(b, rctx, nullptr);
+    if (next != nullptr) engine_->RunOrSubmitContinuation(next, nullptr, nullptr);
+    return;
+  }
+  b->in_order_counted = false;
+  if (b->in_order_lane != nullptr) {
+    // Count b in its variables' in-order holders (invariant 4), all or none, so that later blocks for the
+    // same lane need not wait for its completion. Its batch is flushed in this pass, after every block
+    // counted before it.
+    bool compatible = true;
+    ForEachVar(b->opr, [&](ActorVar* v, bool) {
+      compatible = compatible && v->queue.InOrderCompatible(b->in_order_lane, b->priority);
+    });
+    if (compatible) {
+      ForEachVar(b->opr, [&](ActorVar* v, bool) {
+        v->queue.NoteInOrder(b->in_order_lane, b->priority);
+        if (v->queue.has_waiters()) revisit_.push_back(v);
+      });
+      b->in_order_counted = true;
+    }
+  }
+  for (Batch& batch : batches_) {
+    if (batch.device == b->device && batch.lane == b->lane) {
+      batch.tasks.push_back(b);
+      return;
+    }
+  }
+  batches_.push_back(Batch{b->device, b->lane, {b}});
+}
+
+void Shard::FlushDispatch() {
+  for (Batch& batch : batches_) {
+    if (!batch.tasks.empty()) {
+      batch.device->SubmitBatch(batch.tasks.data(), batch.tasks.size(), batch.lane);
+      batch.tasks.clear();
+    }
+  }
+}
+
+}  // namespace troupe::internal
