@@ -255,8 +255,10 @@ void Shard::Dispatch(OprBlock* b) {
     if (next != nullptr) engine_->RunOrSubmitContinuation(next, nullptr, nullptr);
     return;
   }
-  b->in_order_counted = false;
   if (b->in_order_lane != nullptr) {
+    // Only a single-shard block has an in-order lane, so only this shard touches its flag here; a block of
+    // several shards keeps Submit's false (another shard may read it as a chain tail meanwhile).
+    b->in_order_counted = false;
     // Count b in its variables' in-order holders (invariant 4), all or none, so that later blocks for the
     // same lane need not wait for its completion. Its batch is flushed in this pass, after every block
     // counted before it.
