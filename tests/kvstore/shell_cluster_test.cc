@@ -171,7 +171,7 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
   // releases them, which it does once the scheduler has logged the shell's wait.
   proc::Process waiter("shell barrier",
                              {TROUPE_CLI_PATH, "shell", "--connect", "127.0.0.1:" + std::to_string(port), "-c",
-                              "barrier; nodes"},
+                              "barrier"},
                              {{"TROUPE_CLUSTER_TOKEN", kToken}}, /*merge_stderr=*/true);
   ASSERT_TRUE(launch.ReadLine("[scheduler] troupe scheduler: an observer waits for the workers' barrier round 2 (1 "
                               "completed)", kTimeoutMs).has_value());
@@ -179,9 +179,8 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
   const auto waited = waiter.ReadLine("the workers completed barrier round", kTimeoutMs);
   ASSERT_TRUE(waited.has_value());
   EXPECT_EQ(*waited, "the workers completed barrier round 2");
-  const auto after = waiter.ReadLine("cluster ", kTimeoutMs);  // nodes ran after it
-  ASSERT_TRUE(after.has_value());
-  EXPECT_THAT(*after, HasSubstr("barrier rounds completed: 2"));
+  // No `nodes` after it: the workers leave right after this round and the cluster stops with them, so a
+  // command sent now races with the shutdown (it failed about 1 run in 12).
   EXPECT_EQ(waiter.Wait(kTimeoutMs), 0);
 
   std::vector<std::string> lines;
