@@ -73,9 +73,6 @@ class ActorEngine final : public Engine {
     if (b->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) Recycle(b);
   }
   void FreeVar(ActorVar* v);
-  // On a device worker, after each task: posts the completions this thread held back (Finish), at once when
-  // the worker's lane has nothing queued (it may go idle) or when enough have gathered.
-  void MaybeFlushCompletions(const WorkerInfo& worker);
 
  private:
   static void OnCallback(void* block, void* gen, std::exception_ptr error);
@@ -88,8 +85,7 @@ class ActorEngine final : public Engine {
   void RecordError(const std::exception_ptr& e);
   void FillAsync(OprBlock* b, const std::vector<VarHandle>& const_vars, const std::vector<VarHandle>& mutable_vars,
                  FnProperty prop, const char* name);
-  void NoteFinished(std::uint64_t n = 1);
-  void FlushCompletions();
+  void NoteFinished();
 
   std::shared_ptr<Runtime> runtime_;
   std::vector<std::unique_ptr<Shard>> shards_;

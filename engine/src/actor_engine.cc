@@ -22,28 +22,13 @@ namespace {
 // ThreadSanitizer's timing pulled values that differ from the sequential model in 8 runs of 10 (0 of 10 with
 // it off), i.e. some function ran before a predecessor it conflicts with. var_queue_test and the engine
 // suites did not catch it. With it on, one worker took reader_writer from about 1150 to 590 ns per function
-// and random_mixed from 1100 to 670 (workers=1); find the ordering hole before switching it back on.
+// and random_mixed from 1100 to 670 (workers=1); find the ordering hole before switching it back on. With it, a
+// one-worker lane's worker also held up to 32 completions and posted them in batches (chain 160-320 ns there),
+// which corrupted the heap in dist_sync training (train_test, 1 run in 15) and made a release wait behind the
+// lane's next functions however long; that batching is gone (git history: kMaxHeldCompletions).
 constexpr bool kInOrderLanes = false;
 
 thread_local OprBlock* tl_running_block = nullptr;
-
-// Completions of in-order blocks that a device worker has not posted yet (Finish): posted by
-// MaybeFlushCompletions after the task that finished them, with those of the continuations the worker ran
-// inline, and not counted as finished (WaitForAll waits for the flush) until then.
-//
-// kMaxHeldCompletions = 1: after every task. Holding up to 32 across tasks saved about half of the chain's
-// and reader_writer's time per function with one worker, but (a) a release then waits while the next
-// functions on the lane run, however long (a KVStore push reading a gradient would wait behind the next
-// layer's backward), and (b) with it, dist_sync training (tools/train_test) corrupted the heap in about 1
-// run in 15, which none of the engine suites showed; not yet understood. Raise it only with both answered.
-struct HeldCompletion {
-  Shard* shard;
-  OprBlock* block;
-};
-thread_local std::vector<HeldCompletion> tl_held;
-thread_local std::vector<OprBlock*> tl_flush_scratch;
-constexpr std::size_t kMaxHeldCompletions = 1;
-thread_local const WorkerInfo* tl_worker = nullptr;
 
 }  // namespace
 
@@ -54,7 +39,6 @@ void OprBlock::Run(const RunContext& rctx, const WorkerInfo& worker) {
   ActorEngine* e = engine;
   OprBlock* next = e->Execute(this, rctx, &worker);
   if (next != nullptr) e->RunOrSubmitContinuation(next, &worker, &rctx);
-  e->MaybeFlushCompletions(worker);
 }
 
 void OprBlock::StreamDone(std::exception_ptr error) {
@@ -332,29 +316,8 @@ void ActorEngine::WaitForVar(VarHandle var) {
   }
 }
 
-void ActorEngine::MaybeFlushCompletions(const WorkerInfo& worker) {
-  if (tl_held.empty()) return;
-  // The lane's only worker is this thread: an empty queue means it may go idle next, and a non-empty one
-  // that it runs another task (and comes back here) first.
-  if (tl_held.size() < kMaxHeldCompletions && worker.device->TopQueuedPriority(worker.lane) != INT_MIN) return;
-  FlushCompletions();
-}
-
-void ActorEngine::FlushCompletions() {
-  std::vector<HeldCompletion>& held = tl_held;
-  for (std::size_t i = 0; i < held.size();) {
-    Shard* s = held[i].shard;
-    tl_flush_scratch.clear();
-    for (; i < held.size() && held[i].shard == s; ++i) tl_flush_scratch.push_back(held[i].block);
-    s->Post(EventKind::kComplete, tl_flush_scratch.data(), tl_flush_scratch.size(), /*drain_here=*/true);
-  }
-  const std::uint64_t n = held.size();
-  held.clear();
-  NoteFinished(n);
-}
-
-void ActorEngine::NoteFinished(std::uint64_t n) {
-  finished_.fetch_add(n, std::memory_order_seq_cst);
+void ActorEngine::NoteFinished() {
+  finished_.fetch_add(1, std::memory_order_seq_cst);
   if (all_waiters_.load(std::memory_order_seq_cst) != 0) finished_.notify_all();
 }
 
@@ -417,7 +380,6 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
     }
   } else {
     tl_running_block = b;
-    tl_worker = worker;
     const std::uint64_t gen = b->callback_gen;
     CallbackOnComplete cb(&ActorEngine::OnCallback, b, reinterpret_cast<void*>(gen));
     try {
@@ -431,7 +393,6 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
       }
     }
     tl_running_block = nullptr;
-    tl_worker = nullptr;
     if (b->completed_inline) next = Finish(b, b->callback.TakeError(), drain);
   }
   ReleaseRef(b);  // the execution's reference
@@ -476,14 +437,6 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain
   const auto raw = reinterpret_cast<std::uintptr_t>(b->next.exchange(kChainClosed, std::memory_order_acq_rel));
   auto* next = reinterpret_cast<OprBlock*>(raw & ~(kChainClosedBits | kInheritsHolds));
   // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
-  if ((raw & kInheritsHolds) == 0 && b->in_order_counted && drain == FinishDrain::kIfNoContinuation) {
-    // An in-order block on its one-worker lane (single-shard): held back and posted with the next ones by
-    // MaybeFlushCompletions at the end of this task at the latest when the lane has nothing queued. It
-    // stays unfinished (NoteFinished) until then; the shard's reference keeps it alive.
-    tl_held.push_back(HeldCompletion{shards_[__builtin_ctzll(o->shard_mask)].get(), b});
-    ReleaseRef(b);  // Finish's reference
-    return next;
-  }
   if ((raw & kInheritsHolds) == 0) {
     for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) {
       // With a continuation a worker runs it next, and the actor handles the completion meanwhile.
