@@ -2,23 +2,17 @@
 #include "bench/common/multi_process.h"
 
 #include <cstdio>
-#include <random>
 #include <utility>
 
-namespace troupe::bench {
+#include "kvstore/dist.h"
 
-std::string RandomHexToken() {
-  std::random_device rd;
-  std::string token(32, '0');
-  for (char& c : token) c = "0123456789abcdef"[rd() & 15];
-  return token;
-}
+namespace troupe::bench {
 
 ChildCluster::ChildCluster(int servers, int workers, int timeout_ms) {
   std::map<std::string, std::string> env{{"DMLC_PS_ROOT_URI", "127.0.0.1"},
                                          {"DMLC_NUM_SERVER", std::to_string(servers)},
                                          {"DMLC_NUM_WORKER", std::to_string(workers)},
-                                         {"TROUPE_CLUSTER_TOKEN", RandomHexToken()}};
+                                         {"TROUPE_CLUSTER_TOKEN", NewClusterToken()}};
   auto e = env;
   e["DMLC_ROLE"] = "scheduler";
   e["DMLC_PS_ROOT_PORT"] = "0";

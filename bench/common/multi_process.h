@@ -38,9 +38,6 @@ class ChildCluster {
   std::vector<std::unique_ptr<proc::Process>> servers_;
 };
 
-// 32 random hex digits (a cluster token).
-std::string RandomHexToken();
-
 // The worker processes of a multi-process benchmark report one line, "RESULT <json>".
 // Worker side: prints `result` with result["failures"] = failures; returns the worker's exit status (0 when
 // there are no failures, else 1).
