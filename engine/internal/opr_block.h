@@ -117,6 +117,7 @@ struct OprBlock final : Task {
   // the block must then reach its lane behind those holders, so it may no longer become a continuation.
   // Owned by the shard's turn holder.
   bool ordered_grant = false;
+  std::uint64_t check_id = 0;  // OrderCheck's name for this push (when the check is on)
 
   std::atomic<int> pending_grants{0};    // variables not yet granted
   std::atomic<OprBlock*> next{nullptr};  // invariant 3

@@ -11,22 +11,21 @@
 
 #include "actors/detail/wakeable.h"
 #include "engine/internal/dependency_shard.h"
+#include "engine/internal/order_check.h"
 #include "engine/internal/profile_clock.h"
 
 namespace troupe::internal {
 namespace {
 
-// Whether one-worker CPU lanes order the blocks queued on them (VarQueue::GrantOrdered): off, every
-// conflicting block waits for its predecessors' completions (or runs as a continuation), as before that rule
-// existed. OFF because it is wrong somewhere: with it on, kvstore_local_test's random workload under
-// ThreadSanitizer's timing pulled values that differ from the sequential model in 8 runs of 10 (0 of 10 with
-// it off), i.e. some function ran before a predecessor it conflicts with. var_queue_test and the engine
-// suites did not catch it. With it on, one worker took reader_writer from about 1150 to 590 ns per function
-// and random_mixed from 1100 to 670 (workers=1); find the ordering hole before switching it back on. With it, a
-// one-worker lane's worker also held up to 32 completions and posted them in batches (chain 160-320 ns there),
-// which corrupted the heap in dist_sync training (train_test, 1 run in 15) and made a release wait behind the
-// lane's next functions however long; that batching is gone (git history: kMaxHeldCompletions).
-constexpr bool kInOrderLanes = false;
+// Whether one-worker CPU lanes order the blocks queued on them (VarQueue::GrantOrdered); false makes every
+// conflicting block wait for its predecessors' completions (or run as a continuation), for A/B measurements.
+// It was off for a while: with it on, kvstore_local_test's random workload under ThreadSanitizer pulled wrong
+// values in 8 runs of 10. The cause was not the rule but what came with it: a one-worker lane's worker held
+// up to 32 completions and posted them in batches (it also corrupted the heap in dist_sync training, 1 run in
+// 15); that batching is gone (git history: kMaxHeldCompletions). With the rule back on, the same test passed
+// 17 of 17 runs under ThreadSanitizer, and every suite passes with the dependency rule checked at run time
+// (TROUPE_ENGINE_CHECK_ORDER, on in the engine, kvstore_local and ndarray_random suites).
+constexpr bool kInOrderLanes = true;
 
 thread_local OprBlock* tl_running_block = nullptr;
 
@@ -215,6 +214,7 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
   b->in_order_lane = InOrderLane(b);
   b->in_order_counted = false;
   b->ordered_grant = false;
+  if (OrderCheck::enabled()) b->check_id = OrderCheck::NewId();
   b->callback_gen = b->callback.Arm();
   const int nvars = static_cast<int>(o->const_vars.size() + o->mutable_vars.size());
   b->pending_grants.store(nvars, std::memory_order_relaxed);
@@ -346,6 +346,7 @@ void ActorEngine::RecordError(const std::exception_ptr& e) {
 // to run inline next, if any.
 OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const WorkerInfo* worker) {
   Opr* o = b->opr;
+  if (OrderCheck::enabled()) OrderCheck::Started(b);
   std::exception_ptr poison;
   for (const auto* list : {&o->const_vars, &o->mutable_vars}) {
     for (ActorVar* v : *list) {
@@ -426,6 +427,7 @@ void ActorEngine::OnCallback(void* block, void* gen_ptr, std::exception_ptr erro
 // Holds its own reference on `b` until its last line, so `b` stays valid throughout.
 OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain drain) {
   Opr* o = b->opr;
+  if (OrderCheck::enabled()) OrderCheck::Finished(b);
   if (error) {
     for (ActorVar* v : o->mutable_vars) v->error = error;
     if (!o->internal_barrier) RecordError(error);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/internal/actor_engine.h"
+#include "engine/internal/order_check.h"
 
 namespace troupe::internal {
 
@@ -68,6 +69,7 @@ bool Shard::DrainOnce(std::size_t max_events) noexcept {
 
 void Shard::HandlePush(OprBlock* b) {
   Opr* o = b->opr;
+  if (OrderCheck::enabled()) ForEachVar(o, [b](ActorVar* v, bool write) { OrderCheck::Pushed(v, b, write); });
   // Classify every variable: grantable now, chainable behind one block, or must wait.
   classes_.clear();
   OprBlock* host = nullptr;
