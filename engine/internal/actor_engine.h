@@ -110,9 +110,13 @@ class ActorEngine final : public Engine {
 
   // Quiescence counting (invariant 1): pushers bump submitted_, finishers bump finished_ (separate cache
   // lines, so a pusher and a worker do not trade one line per function); WaitForAll waits until equal.
+  // wait_target_ is the largest submitted_ a WaitForAll has seen: no waiter can return before finished_
+  // reaches it, so finishers wake the waiters only from there on (not once per function: each wake-up is a
+  // futex call, and the waiter's spin and sleep again).
   alignas(64) std::atomic<std::uint64_t> submitted_{0};
   alignas(64) std::atomic<std::uint64_t> finished_{0};
   alignas(64) std::atomic<int> all_waiters_{0};
+  std::atomic<std::uint64_t> wait_target_{0};
   std::atomic<int> foreign_finishers_{0};  // callbacks finishing blocks on threads the engine does not own
   std::atomic<std::uint64_t> skipped_{0};
   std::mutex error_mu_;

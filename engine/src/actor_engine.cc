@@ -317,16 +317,24 @@ void ActorEngine::WaitForVar(VarHandle var) {
 }
 
 void ActorEngine::NoteFinished() {
-  finished_.fetch_add(1, std::memory_order_seq_cst);
-  if (all_waiters_.load(std::memory_order_seq_cst) != 0) finished_.notify_all();
+  const std::uint64_t f = finished_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  if (all_waiters_.load(std::memory_order_seq_cst) != 0 && f >= wait_target_.load(std::memory_order_seq_cst)) {
+    finished_.notify_all();
+  }
 }
 
 void ActorEngine::WaitForAll() {
   all_waiters_.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
+    const std::uint64_t s = submitted_.load(std::memory_order_seq_cst);
+    // Raise the target before reading finished_ (seq_cst both sides): either this thread sees the finish
+    // that reaches s, or that finisher sees the target and wakes it.
+    std::uint64_t t = wait_target_.load(std::memory_order_seq_cst);
+    while (t < s && !wait_target_.compare_exchange_weak(t, s, std::memory_order_seq_cst)) {
+    }
     const std::uint64_t f = finished_.load(std::memory_order_seq_cst);
     if (f == submitted_.load(std::memory_order_seq_cst)) break;
-    finished_.wait(f, std::memory_order_seq_cst);
+    if (f < s) finished_.wait(f, std::memory_order_seq_cst);
   }
   all_waiters_.fetch_sub(1, std::memory_order_seq_cst);
   std::exception_ptr error;
