@@ -1,0 +1,115 @@
+// tensor/detail/vector_math.h against the C library evaluated in double and rounded to float: every 97th
+// float bit pattern of the whole range (about 44 million values, both signs), the specials, and in place.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tensor/detail/vector_math.h"
+
+namespace troupe::internal {
+namespace {
+
+// Distance in units in the last place between two finite floats of the same sign region (0 when equal).
+std::int64_t UlpDistance(float a, float b) {
+  auto key = [](float f) {
+    const std::int32_t i = std::bit_cast<std::int32_t>(f);
+    return i < 0 ? static_cast<std::int64_t>(std::numeric_limits<std::int32_t>::min()) - i : static_cast<std::int64_t>(i);
+  };
+  const std::int64_t d = key(a) - key(b);
+  return d < 0 ? -d : d;
+}
+
+std::vector<float> Sweep() {
+  std::vector<float> xs;
+  for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 32); bits += 97) {
+    const float f = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+    if (std::isfinite(f)) xs.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, 0.625f, -0.625f, 88.3f, 88.72f, 88.73f, -87.3f, -87.4f, 1e-30f, -1e-30f}) xs.push_back(f);
+  return xs;
+}
+
+struct Worst {
+  std::int64_t ulp = 0;
+  float at = 0;
+};
+
+template <class Vec, class Ref>
+Worst Check(const std::vector<float>& xs, Vec vec, Ref ref, const char* name) {
+  std::vector<float> ys(xs.size());
+  vec(xs.data(), ys.data(), static_cast<std::int64_t>(xs.size()));
+  Worst w;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float want = static_cast<float>(ref(static_cast<double>(xs[i])));
+    // Where the exact result is a denormal (or underflows), a flush to zero is documented.
+    if (std::fpclassify(want) == FP_SUBNORMAL || (want == 0.0f && ys[i] == 0.0f)) continue;
+    if (std::isinf(want)) {
+      EXPECT_EQ(ys[i], want) << name << "(" << xs[i] << ")";
+      continue;
+    }
+    const std::int64_t d = UlpDistance(ys[i], want);
+    if (d > w.ulp) w = Worst{d, xs[i]};
+  }
+  std::printf("%s: worst %lld ulp at %.9g\n", name, static_cast<long long>(w.ulp), static_cast<double>(w.at));
+  return w;
+}
+
+TEST(VectorMathTest, ExpWithinTwoUlpOverTheFloatRange) {
+  const Worst w = Check(Sweep(), VecExp, [](double x) { return std::exp(x); }, "exp");
+  EXPECT_LE(w.ulp, 2) << "at " << w.at;
+}
+
+TEST(VectorMathTest, TanhWithinThreeUlpOverTheFloatRange) {
+  const Worst w = Check(Sweep(), VecTanh, [](double x) { return std::tanh(x); }, "tanh");
+  EXPECT_LE(w.ulp, 3) << "at " << w.at;
+}
+
+TEST(VectorMathTest, SigmoidWithinTwoUlpOverTheFloatRange) {
+  const Worst w = Check(Sweep(), VecSigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, "sigmoid");
+  EXPECT_LE(w.ulp, 2) << "at " << w.at;
+}
+
+TEST(VectorMathTest, SpecialsAndInPlace) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {nan, inf, -inf, 0.0f, -0.0f, 1000.0f, -1000.0f};
+  std::vector<float> y(x.size());
+  VecExp(x.data(), y.data(), 7);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], inf);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_EQ(y[3], 1.0f);
+  EXPECT_EQ(y[5], inf);
+  EXPECT_EQ(y[6], 0.0f);
+  VecTanh(x.data(), y.data(), 7);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 1.0f);
+  EXPECT_EQ(y[2], -1.0f);
+  EXPECT_EQ(y[3], 0.0f);
+  EXPECT_EQ(y[5], 1.0f);
+  EXPECT_EQ(y[6], -1.0f);
+  VecSigmoid(x.data(), y.data(), 7);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 1.0f);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_EQ(y[3], 0.5f);
+  EXPECT_EQ(y[5], 1.0f);
+  EXPECT_EQ(y[6], 0.0f);
+  // In place, and lengths that leave a remainder after the vector loop.
+  for (int n : {1, 7, 15, 17, 33}) {
+    std::vector<float> a(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) a[static_cast<std::size_t>(i)] = 0.37f * static_cast<float>(i - n / 2);
+    std::vector<float> want(a.size());
+    VecTanh(a.data(), want.data(), n);
+    VecTanh(a.data(), a.data(), n);
+    EXPECT_EQ(a, want) << "n=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace troupe::internal
