@@ -3,6 +3,8 @@
 // cases, and the errors for inconsistent shapes, bad parameters and unsupported dtypes.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <string>
 #include <vector>
 
@@ -352,6 +354,34 @@ TEST(Pooling, BackwardByHand) {
   const auto sum = RunBackward(Pool({{"kernel", "(2,2)"}, {"pool_type", "sum"}}, TShape{1, 1, 2, 3}), {{1, 2, 3, 4, 5, 6}},
                                {1, 10});
   EXPECT_TRUE(Near(sum[0], {1, 11, 10, 1, 11, 10}, 0, 1e-12, "sum overlap"));
+}
+
+// 2x2 max pooling with stride 2 whose windows lie inside the image has a loop of its own: it must agree
+// with the general loops, ties included (values drawn from 0..3, so most windows hold a tie). Width 5 under
+// 'valid' takes the 2x2 loop (2 output columns); under 'full' the general one (3 columns, the first 2 the same
+// windows).
+TEST(Pooling, MaxTwoByTwoMatchesTheGeneralLoops) {
+  const TShape s{2, 3, 6, 5};
+  std::mt19937 rng(7);
+  HostTensor x(static_cast<std::size_t>(s.Size()));
+  for (double& v : x) v = static_cast<double>(rng() % 4);
+  const Kwargs two{{"kernel", "(2,2)"}, {"stride", "(2,2)"}};
+  Kwargs full = two;
+  full.emplace_back("pooling_convention", "full");
+  const HostTensor fast = RunForward(Pool(two, s), {x})[0];
+  const HostTensor general = RunForward(Pool(full, s), {x})[0];
+  ASSERT_EQ(fast.size(), static_cast<std::size_t>(2 * 3 * 3 * 2));
+  ASSERT_EQ(general.size(), static_cast<std::size_t>(2 * 3 * 3 * 3));
+  HostTensor head_fast(fast.size()), head_general(general.size(), 0.0);
+  for (std::size_t i = 0; i < fast.size(); ++i) {
+    const std::size_t row = i / 2, col = i % 2;
+    EXPECT_EQ(fast[i], general[row * 3 + col]) << "output " << i;
+    head_fast[i] = static_cast<double>(i + 1);
+    head_general[row * 3 + col] = static_cast<double>(i + 1);
+  }
+  const auto dx_fast = RunBackward(Pool(two, s), {x}, head_fast);
+  const auto dx_general = RunBackward(Pool(full, s), {x}, head_general);
+  EXPECT_TRUE(Near(dx_fast[0], dx_general[0], 0, 0, "2x2 max gradient"));
 }
 
 TEST(Pooling, GradientMatchesCentralDifferences) {
