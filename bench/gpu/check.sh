@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# GPU checks on the lent device: unpack the prebuilt CUDA build (same relative paths), run the GPU suites,
+# the nccl store, troupe train on gpu:0 and the GPU benchmark. Logs under $OUT.
+set -u
+R=$(pwd)
+LOG=$OUT/gpu.log
+exec > >(tee -a $LOG) 2>&1
+echo "== root $R"; date
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+# absolute RPATHs and test-data paths of the build point at /work/main
+if [ "$R" != /work/main ]; then mkdir -p /work; [ -L /work/main ] && rm -f /work/main; [ -e /work/main ] && { echo "/work/main exists and is not this tree"; exit 1; }; ln -s "$R" /work/main; fi
+cd /work/main
+tar xJf .devrun/bundle.tar.xz || { echo "unpack failed"; exit 1; }
+mkdir -p /usr/share/datasets/fashion-mnist && cp .devrun/fashion/* /usr/share/datasets/fashion-mnist/
+# CUDA libraries on the image: the toolkit's and PyTorch's wheels (cuDNN, NCCL)
+dirs=""
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libcurand.so.10; do
+  p=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name "$lib" 2>/dev/null | head -1)
+  echo "lib $lib -> ${p:-MISSING}"
+  [ -n "$p" ] && dirs="$dirs:$(dirname $p)"
+done
+export LD_LIBRARY_PATH=/work/main/build/devlibs$dirs
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+for b in build/tools/troupe build/tests/gpu/*_test build/tests/kvstore/kvstore_nccl_test; do
+  ldd $b | grep "not found" | sed "s|^|$b: |"
+done
+cd build
+echo "== ctest -L gpu"; date
+timeout 200 ctest -L gpu --output-on-failure --timeout 150 -j 4 2>&1 | tee $OUT/ctest_gpu.log | tail -40
+cp Testing/Temporary/LastTest.log $OUT/LastTest.log 2>/dev/null
+echo "== train mlp gpu:0"; date
+timeout 60 tools/troupe train --model mlp --devices gpu:0 --epochs 3 --progress lines --min-accuracy 0.8
+echo "rc=$?"
+echo "== train lenet gpu:0"; date
+timeout 80 tools/troupe train --model lenet --devices gpu:0 --epochs 2 --progress lines --min-accuracy 0.8
+echo "rc=$?"
+echo "== train mlp gpu:0 kvstore nccl"; date
+timeout 50 tools/troupe train --model mlp --devices gpu:0 --kvstore nccl --epochs 2 --progress lines --min-accuracy 0.8
+echo "rc=$?"
+echo "== bench ops gpu"; date
+timeout 90 tools/troupe bench ops --ctx gpu --repeat 3 --json $OUT/ops_gpu.json
+echo "rc=$?"
+date
