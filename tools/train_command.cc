@@ -274,10 +274,13 @@ TrainCommand::TrainCommand(CLI::App* root) {
       "  troupe train --epochs 20 --lr-step-epochs 10     # 0.89 test accuracy\n"
       "  troupe train --model lenet --batch-size 50 --epochs 12 --lr-step-epochs 8 --wd 0.0005   # 0.91\n"
       "  troupe train --optimizer adam --lr 0.001 --data idx:/data/mnist\n"
+      "  troupe train --model resnet18 --lr 0.05 --train-images 500 --test-images 200 --epochs 2   # ~1 min\n"
       "  troupe launch -n 2 -s 1 -- troupe train --kvstore dist_sync --batch-size 50\n");
   TrainOptions& o = options_;
-  app_->add_option("--model", o.model, "Network: mlp (128-64-10) or lenet (two conv layers)")
-      ->check(CLI::IsMember({"mlp", "lenet"}))
+  app_->add_option("--model", o.model,
+                   "Network: mlp (128-64-10), lenet (two conv layers), resnet18 or resnet34 (ResNet v1 with the "
+                   "CIFAR stem, models::ResNet; slow on a CPU: use --train-images)")
+      ->check(CLI::IsMember({"mlp", "lenet", "resnet18", "resnet34"}))
       ->capture_default_str();
   app_->add_option("--act", o.act, "LeNet's activation: tanh (MXNet's example) or relu")
       ->check(CLI::IsMember({"tanh", "relu"}))
@@ -391,7 +394,11 @@ int RunTrain(const TrainOptions& o) {
   fit.kvstore = o.kvstore;
   fit.store = store;
 
-  Module mod(o.model == "mlp" ? models::MLP() : models::LeNet(10, o.act, o.dropout), {"data"}, {"softmax_label"}, devices);
+  const Symbol net = o.model == "mlp"        ? models::MLP()
+                    : o.model == "lenet"      ? models::LeNet(10, o.act, o.dropout)
+                    : o.model == "resnet18" ? models::ResNet(18, 10, true)
+                                              : models::ResNet(34, 10, true);
+  Module mod(net, {"data"}, {"softmax_label"}, devices);
   // The loss (cross-entropy) beside the accuracy Fit keeps: from the batch the iterator holds.
   auto loss = EvalMetric::Create("ce");
   double final_accuracy = std::nan("");

@@ -1,7 +1,9 @@
 #include "graph/models.h"
 
 #include <string>
+#include <vector>
 
+#include "base/error.h"
 #include "op/param.h"
 
 namespace troupe {
@@ -33,6 +35,71 @@ Symbol LeNet(int num_classes, const std::string& act, double dropout) {
   x = Symbol::Create("Activation", {{"act_type", act}}, {x}, act + "3");
   if (dropout > 0) x = Symbol::Create("Dropout", {{"p", param_detail::PrintReal(dropout)}}, {x}, "drop1");
   x = Symbol::Create("FullyConnected", {{"num_hidden", std::to_string(num_classes)}}, {x}, "fc2");
+  return Symbol::Create("SoftmaxOutput", {}, std::vector<Symbol>{x, Symbol::Variable("softmax_label")}, "softmax");
+}
+
+namespace {
+
+Symbol Conv(const Symbol& x, int filters, int kernel, int stride, int pad, const std::string& name) {
+  const std::string k = "(" + std::to_string(kernel) + ", " + std::to_string(kernel) + ")";
+  const std::string s = "(" + std::to_string(stride) + ", " + std::to_string(stride) + ")";
+  const std::string p = "(" + std::to_string(pad) + ", " + std::to_string(pad) + ")";
+  return Symbol::Create("Convolution",
+                        {{"kernel", k}, {"stride", s}, {"pad", p}, {"num_filter", std::to_string(filters)},
+                         {"no_bias", "True"}},
+                        {x}, name);
+}
+
+Symbol BatchNorm(const Symbol& x, const std::string& name) {
+  return Symbol::Create("BatchNorm", {{"fix_gamma", "False"}, {"eps", "1e-05"}, {"momentum", "0.9"}}, {x}, name);
+}
+
+Symbol Relu(const Symbol& x, const std::string& name) {
+  return Symbol::Create("Activation", {{"act_type", "relu"}}, {x}, name);
+}
+
+// BasicBlockV1 of Gluon's model zoo.
+Symbol BasicBlock(const Symbol& x, int filters, int stride, bool project, const std::string& name) {
+  Symbol body = Conv(x, filters, 3, stride, 1, name + "_conv1");
+  body = Relu(BatchNorm(body, name + "_bn1"), name + "_relu1");
+  body = BatchNorm(Conv(body, filters, 3, 1, 1, name + "_conv2"), name + "_bn2");
+  Symbol shortcut = x;
+  if (project) shortcut = BatchNorm(Conv(x, filters, 1, stride, 0, name + "_sc_conv"), name + "_sc_bn");
+  return Relu(Symbol::Create("elemwise_add", {}, {body, shortcut}, name + "_add"), name + "_relu");
+}
+
+}  // namespace
+
+Symbol ResNet(int depth, int num_classes, bool thumbnail) {
+  std::vector<int> units;
+  if (depth == 18) {
+    units = {2, 2, 2, 2};
+  } else if (depth == 34) {
+    units = {3, 4, 6, 3};
+  } else {
+    throw Error("ResNet: depth " + std::to_string(depth) + " is not built here; use 18 or 34");
+  }
+  const int widths[] = {64, 128, 256, 512};
+  Symbol x = Symbol::Variable("data");
+  if (thumbnail) {
+    x = Conv(x, 64, 3, 1, 1, "conv0");
+  } else {
+    x = Relu(BatchNorm(Conv(x, 64, 7, 2, 3, "conv0"), "bn0"), "relu0");
+    x = Symbol::Create("Pooling", {{"pool_type", "max"}, {"kernel", "(3, 3)"}, {"stride", "(2, 2)"}, {"pad", "(1, 1)"}},
+                       {x}, "pool0");
+  }
+  int in_width = 64;
+  for (int s = 0; s < 4; ++s) {
+    for (int u = 0; u < units[static_cast<std::size_t>(s)]; ++u) {
+      const int stride = (u == 0 && s > 0) ? 2 : 1;
+      const bool project = stride != 1 || in_width != widths[s];
+      x = BasicBlock(x, widths[s], stride, project, "stage" + std::to_string(s + 1) + "_unit" + std::to_string(u + 1));
+      in_width = widths[s];
+    }
+  }
+  x = Symbol::Create("Pooling", {{"pool_type", "avg"}, {"global_pool", "True"}, {"kernel", "(1, 1)"}}, {x}, "pool1");
+  x = Symbol::Create("Flatten", {}, {x}, "flatten");
+  x = Symbol::Create("FullyConnected", {{"num_hidden", std::to_string(num_classes)}}, {x}, "fc");
   return Symbol::Create("SoftmaxOutput", {}, std::vector<Symbol>{x, Symbol::Variable("softmax_label")}, "softmax");
 }
 

@@ -702,7 +702,9 @@ TEST_P(ExecutorTest, FlattenOfAnArgumentIsAViewAndNothingWritesIntoTheArgument) 
     }
     for (std::size_t i = 0; i < x.size(); ++i) EXPECT_EQ(g[i], x[i] > 0 ? 2.0f : 0.0f) << "plan " << plan;
     EXPECT_EQ(args.at("data").ToVector<float>(), x) << "plan " << plan;
-    if (plan) EXPECT_GE(exec->memory_stats().inplace, 1);
+    if (plan) {
+      EXPECT_GE(exec->memory_stats().inplace, 1);
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "graph/internal/graph.h"
+#include "graph/models.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {
@@ -319,6 +320,41 @@ TEST(SymbolTest, IndexGraphOrderAndEntries) {
   EXPECT_EQ(g.inputs[9][0].node, 6u);
   EXPECT_EQ(g.nodes[5]->num_outputs(), 3u);
   EXPECT_EQ(g.nodes[5]->num_visible_outputs(), 1u);
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// Trainable parameters of a model for an input shape: every argument but the data and the label.
+std::int64_t CountParameters(const Symbol& net, const TShape& data) {
+  std::vector<TShape> args, outs, aux;
+  EXPECT_TRUE(net.InferShape({{"data", data}}, &args, &outs, &aux));
+  const std::vector<std::string> names = net.ListArguments();
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] != "data" && names[i] != "softmax_label") total += args[i].Size();
+  }
+  return total;
+}
+
+// The ImageNet variants have the parameter counts of every ResNet v1 implementation (torchvision's and
+// Gluon's resnet18_v1: 11,689,512; resnet34_v1: 21,797,672). The CIFAR variant (Gluon's thumbnail) differs
+// only in the stem (one 3x3 convolution, no BatchNorm) and, here, 10 classes:
+// 11,689,512 - 7*7*3*64 - 2*64 + 3*3*3*64 - (512*1000 + 1000) + (512*10 + 10) = 11,173,834.
+TEST(ModelsTest, ResNetParameterCountsAndOutputShapes) {
+  EXPECT_EQ(CountParameters(models::ResNet(18, 1000, false), TShape{1, 3, 224, 224}), 11689512);
+  EXPECT_EQ(CountParameters(models::ResNet(34, 1000, false), TShape{1, 3, 224, 224}), 21797672);
+  EXPECT_EQ(CountParameters(models::ResNet(18, 10, true), TShape{1, 3, 32, 32}), 11173834);
+  std::vector<TShape> args, outs, aux;
+  ASSERT_TRUE(models::ResNet(18, 10, true).InferShape({{"data", TShape{4, 1, 28, 28}}}, &args, &outs, &aux));
+  EXPECT_EQ(outs.at(0), (TShape{4, 10}));
+  // BatchNorm's moving mean and variance: two per BatchNorm, 2 x (1 + 16 + 3) for the ImageNet ResNet-18.
+  ASSERT_TRUE(models::ResNet(18, 1000, false).InferShape({{"data", TShape{1, 3, 224, 224}}}, &args, &outs, &aux));
+  EXPECT_EQ(aux.size(), 40u);
+  EXPECT_THROW(models::ResNet(50), Error);
 }
 
 }  // namespace
