@@ -7,9 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <mutex>
-#include <unordered_map>
 
 namespace troupe::internal {
 

@@ -3,6 +3,9 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
 
 #include "engine/internal/opr_block.h"
 

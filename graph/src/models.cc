@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "op/param.h"
+#include "tensor/tensor.h"
 
 namespace troupe {
 namespace models {
@@ -41,11 +42,9 @@ Symbol LeNet(int num_classes, const std::string& act, double dropout) {
 namespace {
 
 Symbol Conv(const Symbol& x, int filters, int kernel, int stride, int pad, const std::string& name) {
-  const std::string k = "(" + std::to_string(kernel) + ", " + std::to_string(kernel) + ")";
-  const std::string s = "(" + std::to_string(stride) + ", " + std::to_string(stride) + ")";
-  const std::string p = "(" + std::to_string(pad) + ", " + std::to_string(pad) + ")";
   return Symbol::Create("Convolution",
-                        {{"kernel", k}, {"stride", s}, {"pad", p}, {"num_filter", std::to_string(filters)},
+                        {{"kernel", TShape{kernel, kernel}.ToString()}, {"stride", TShape{stride, stride}.ToString()},
+                         {"pad", TShape{pad, pad}.ToString()}, {"num_filter", std::to_string(filters)},
                          {"no_bias", "True"}},
                         {x}, name);
 }

@@ -2,12 +2,14 @@
 
 #include <bit>
 #include <cstdint>
+#include <limits>
 
 namespace troupe::internal {
 namespace {
 
-// exp(x) for x in [ln(FLT_MIN), 88.3] (callers clamp): x = n ln2 + r with |r| <= ln2 / 2, e^r by Cephes' expf
-// polynomial, 2^n put into the exponent bits. Branch-free, so a loop of it vectorises.
+// e^x = p * 2^n with x = n ln2 + r, |r| <= ln2 / 2, and p = e^r by Cephes' expf polynomial. Requires x in
+// [ln(FLT_MIN), ln(FLT_MAX)] (callers clamp), so n is in [-126, 128]; 2^n is applied as two exponent-bit
+// factors (2^(n-1) * 2 when n > 0) so that n = 128 stays representable. Branch-free: a loop of it vectorises.
 inline float ExpCore(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer (in the low bits)
@@ -23,21 +25,19 @@ inline float ExpCore(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((ni + 127) << 23);
+  const std::int32_t high = ni > 0 ? 1 : 0;
+  return p * std::bit_cast<float>((ni - high + 127) << 23) * (high != 0 ? 2.0f : 1.0f);
 }
 
 inline float Clamp(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 inline float ExpOne(float x) {
-  // Above 88.3 the 2^n factor would leave the exponent range: compute e^(x/2) squared instead, which
-  // overflows to inf exactly where expf does (x > 88.72).
-  // Below ln(FLT_MIN) the result would be a denormal: 0 instead.
+  // Above ln(FLT_MAX) the result overflows (inf, as expf); below ln(FLT_MIN) it would be a denormal: 0.
   constexpr float kLnMin = -87.3365447f;
-  const float c = Clamp(x, kLnMin, 88.3f);
-  const float h = ExpCore(Clamp(x * 0.5f, kLnMin, 88.3f));
-  const float e = x > 88.3f ? h * h : ExpCore(c);
-  const float zero_below = x < kLnMin ? 0.0f : e;
-  return x != x ? x : zero_below;
+  constexpr float kLnMax = 88.7228394f;
+  const float e = ExpCore(Clamp(x, kLnMin, kLnMax));
+  const float in_range = x > kLnMax ? std::numeric_limits<float>::infinity() : (x < kLnMin ? 0.0f : e);
+  return x != x ? x : in_range;
 }
 
 inline float TanhOne(float x) {
