@@ -27,6 +27,8 @@ class GemmTimer {
 
 }  // namespace
 
+int CpuKernelThreads() { return openblas_get_num_threads(); }
+
 void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta) {
   const CBLAS_TRANSPOSE ta = transpose_a ? CblasTrans : CblasNoTrans;

@@ -41,6 +41,9 @@ std::uint64_t SampleBlocks(std::int64_t n, DType dtype, Distribution dist);
 void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta);
 // CpuGemm's time is counted for CpuGemmNanoseconds() (tensor/kernel_stats.h).
+// The threads one CPU kernel call may use: OpenBLAS's thread count, which the runtime sets from
+// TROUPE_BLAS_THREADS so that engine workers x kernel threads <= cores. oneDNN's OpenMP teams follow it too.
+int CpuKernelThreads();
 
 // ---- GPU (tensor/cuda/) ----
 // Memory: null with *error set when the allocation fails.

@@ -222,6 +222,50 @@ TEST(Convolution, GradientMatchesCentralDifferences) {
   CheckGradient(c, only_weight);
 }
 
+// float32 runs oneDNN's convolution (where the build has it, for more than one input channel per group),
+// float64 troupe's own im2col kernel: on odd shapes (padding, strides, dilation, groups, a 1x1 stride-2 kernel
+// whose last input row no window reaches, asymmetric kernels, no bias) the two must agree to float32
+// rounding, forward and backward, written (kWriteTo) and accumulated (kAddTo: oneDNN's summing reorder).
+TEST(Convolution, Float32AgreesWithTheFloat64ReferenceKernel) {
+  struct Case {
+    Kwargs kw;
+    TShape x, w;
+  };
+  const std::vector<Case> cases = {
+      {{{"kernel", "(3,3)"}, {"num_filter", "5"}, {"pad", "(1,1)"}}, {3, 4, 7, 6}, {5, 4, 3, 3}},
+      {{{"kernel", "(3,3)"}, {"num_filter", "4"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}}, {2, 3, 9, 8}, {4, 3, 3, 3}},
+      {{{"kernel", "(1,1)"}, {"num_filter", "6"}, {"stride", "(2,2)"}}, {2, 4, 8, 8}, {6, 4, 1, 1}},
+      {{{"kernel", "(3,2)"}, {"num_filter", "3"}, {"dilate", "(2,3)"}, {"pad", "(2,1)"}}, {2, 2, 8, 9}, {3, 2, 3, 2}},
+      {{{"kernel", "(3,3)"}, {"num_filter", "6"}, {"num_group", "3"}, {"pad", "(1,1)"}, {"no_bias", "True"}},
+       {2, 6, 5, 5}, {6, 2, 3, 3}},
+      {{{"kernel", "(5,5)"}, {"num_filter", "7"}, {"stride", "(3,2)"}, {"pad", "(2,0)"}}, {1, 17, 11, 10}, {7, 17, 5, 5}},
+      // One input channel: troupe's kernel on both types (checked all the same).
+      {{{"kernel", "(3,3)"}, {"num_filter", "4"}}, {2, 1, 6, 6}, {4, 1, 3, 3}},
+  };
+  std::mt19937_64 rng(23);
+  for (const Case& k : cases) {
+    bool bias = true;
+    for (const auto& [key, value] : k.kw) bias = bias && key != "no_bias";
+    OpCase c{"Convolution", k.kw, {k.x, k.w}};
+    if (bias) c.in_shapes.push_back(TShape{k.w[0]});
+    const TShape y = InferOutShapes(c)[0];
+    std::vector<HostTensor> in;
+    for (const TShape& s : c.in_shapes) in.push_back(test::RandomTensor(s, &rng));
+    std::vector<HostTensor> start;
+    for (const TShape& s : c.in_shapes) start.push_back(test::RandomTensor(s, &rng));
+    const HostTensor head = test::RandomTensor(y, &rng);
+    const test::FwdBwd ref = test::RunForwardBackward(c, in, {head}, {}, {}, {}, start);
+    c.dtype = DType::kFloat32;
+    const test::FwdBwd got = test::RunForwardBackward(c, in, {head}, {}, {}, {}, start);
+    const std::string what = "Convolution case " + std::to_string(&k - cases.data());
+    EXPECT_TRUE(Near(got.out[0], ref.out[0], 1e-4, 1e-4, what + " output"));
+    for (std::size_t i = 0; i < ref.grad.size(); ++i) {
+      EXPECT_TRUE(Near(got.grad[i], ref.grad[i], 1e-4, 1e-4, what + " gradient " + std::to_string(i)));
+      EXPECT_TRUE(Near(got.grad_add[i], ref.grad_add[i], 1e-4, 1e-4, what + " kAddTo gradient " + std::to_string(i)));
+    }
+  }
+}
+
 TEST(Convolution, ShapeInference) {
   struct Row {
     Kwargs kw;

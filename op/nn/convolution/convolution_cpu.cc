@@ -1,7 +1,12 @@
-// Convolution (2-D, NCHW) on the CPU: im2col into the temp-space resource, then one OpenBLAS product per
-// image and group; backward recomputes the columns for the weight gradient and turns the column gradient back
-// into an image gradient with col2im. A 1x1 kernel with stride 1 and no padding needs no columns at all (the
-// image already is the column matrix).
+// Convolution (2-D, NCHW) on the CPU, two ways:
+// - oneDNN (float32, when enabled): its direct convolution in the blocked layouts it prefers, reordered from
+//   and to the NCHW arrays at the operator's edges (bench/ops/results/README.md says what that costs),
+//   primitives cached for the last input shape, buffers in the temp-space resource;
+// - troupe's own kernel (float64, one input channel per group, TROUPE_DNNL=0): im2col into the temp-space
+//   resource, then one OpenBLAS product per image and group; backward recomputes the columns for the weight
+//   gradient and turns the column gradient back into an image gradient with col2im. A 1x1 kernel with stride 1
+//   and no padding needs no columns at all (the image already is the column matrix). On one-channel layers
+//   (LeNet's first) it beats oneDNN, whose backward there is slow.
 //
 // im2col/col2im dominate the time beside the products (the benchmark holds the whole layer to 0.7x of the
 // bare products), so their inner loops are contiguous copies/adds over the valid range of one output row,
@@ -11,9 +16,14 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "op/nn/convolution/convolution.h"
 #include "tensor/detail/kernels.h"
+#if TROUPE_HAVE_DNNL
+#include "op/internal/dnnl_common.h"
+#endif
 
 namespace troupe {
 
@@ -104,6 +114,169 @@ void Col2ImAdd(const T* col, const ConvDims& d, const ConvGeometry& g, T* im) {
   }
 }
 
+#if TROUPE_HAVE_DNNL
+// oneDNN's convolution for one input shape at a time (forward, backward data, backward weights and bias).
+class DnnlConv {
+ public:
+  DnnlConv(const ConvolutionParam& p, const ConvGeometry& g) : param_(p), geo_(g) {}
+
+  // Whether oneDNN runs a call on this input (else troupe's kernel does).
+  static bool Wanted(const ConvolutionParam& p, DType dtype, const TShape& in) {
+    return internal::DnnlEnabled() && dtype == DType::kFloat32 && in[0] > 0 && in[1] / p.num_group > 1;
+  }
+
+  void Forward(const std::vector<TBlob>& in_data, const TBlob& out, OpReqType req, const Resource& temp) {
+    try {
+      Prepare(in_data[0].shape, in_data[1].shape, out.shape);
+      dnnl::stream& st = internal::DnnlStream();
+      fwd_space_.Bind(temp.get_space(std::max<std::size_t>(fwd_space_.bytes(), 1)));
+      std::unordered_map<int, dnnl::memory> args{
+          {DNNL_ARG_SRC, src_.In(in_data[0].dptr, fwd_space_, st)},
+          {DNNL_ARG_WEIGHTS, wei_.In(in_data[1].dptr, fwd_space_, st)},
+          {DNNL_ARG_SCRATCHPAD, Scratch(fwd_pd_.scratchpad_desc(), fwd_space_, fwd_scratch_)}};
+      if (!param_.no_bias) args[DNNL_ARG_BIAS] = bias_.In(in_data[2].dptr, fwd_space_, st);
+      const dnnl::memory dst = dst_.Out(out.dptr, fwd_space_, req);
+      args[DNNL_ARG_DST] = dst;
+      fwd_.execute(st, args);
+      dst_.Leave(dst, out.dptr, st, req);
+      st.wait();
+    } catch (const dnnl::error& e) {
+      internal::ThrowDnnl(kOp, e);
+    }
+  }
+
+  // in_grad: data, weight (and bias) gradients, each written under its request (kNullOp: not wanted).
+  void Backward(const TBlob& dy, const TBlob& x, const TBlob& w, const std::vector<TBlob>& in_grad,
+                const std::vector<OpReqType>& req, const Resource& temp) {
+    try {
+      Prepare(x.shape, w.shape, dy.shape);
+      PrepareBackward();
+      dnnl::stream& st = internal::DnnlStream();
+      bwd_space_.Bind(temp.get_space(std::max<std::size_t>(bwd_space_.bytes(), 1)));
+      if (req[0] != kNullOp) {
+        const dnnl::memory dx = bd_dx_.Out(in_grad[0].dptr, bwd_space_, req[0]);
+        bwd_data_.execute(st, {{DNNL_ARG_DIFF_DST, bd_dy_.In(dy.dptr, bwd_space_, st)},
+                               {DNNL_ARG_WEIGHTS, bd_w_.In(w.dptr, bwd_space_, st)},
+                               {DNNL_ARG_DIFF_SRC, dx},
+                               {DNNL_ARG_SCRATCHPAD, Scratch(bd_pd_.scratchpad_desc(), bwd_space_, bd_scratch_)}});
+        bd_dx_.Leave(dx, in_grad[0].dptr, st, req[0]);
+      }
+      // One primitive computes both the weight and the bias gradient; one not wanted goes to its buffer.
+      const OpReqType req_w = req[1], req_b = param_.no_bias ? kNullOp : req[2];
+      if (req_w != kNullOp || req_b != kNullOp) {
+        const dnnl::memory dw = bw_dw_.Out(in_grad[1].dptr, bwd_space_, req_w == kNullOp ? kAddTo : req_w);
+        std::unordered_map<int, dnnl::memory> args{
+            {DNNL_ARG_DIFF_DST, bw_dy_.In(dy.dptr, bwd_space_, st)},
+            {DNNL_ARG_SRC, bw_x_.In(x.dptr, bwd_space_, st)},
+            {DNNL_ARG_DIFF_WEIGHTS, dw},
+            {DNNL_ARG_SCRATCHPAD, Scratch(bw_pd_.scratchpad_desc(), bwd_space_, bw_scratch_)}};
+        dnnl::memory db;
+        if (!param_.no_bias) {
+          db = bw_db_.Out(in_grad[2].dptr, bwd_space_, req_b == kNullOp ? kAddTo : req_b);
+          args[DNNL_ARG_DIFF_BIAS] = db;
+        }
+        bwd_weights_.execute(st, args);
+        if (req_w != kNullOp) bw_dw_.Leave(dw, in_grad[1].dptr, st, req_w);
+        if (req_b != kNullOp) bw_db_.Leave(db, in_grad[2].dptr, st, req_b);
+      }
+      st.wait();
+    } catch (const dnnl::error& e) {
+      internal::ThrowDnnl(kOp, e);
+    }
+  }
+
+ private:
+  static dnnl::memory Scratch(const dnnl::memory::desc& d, const internal::DnnlSpace& space, std::size_t offset) {
+    return dnnl::memory(d, internal::DnnlEngine(), space.At(offset));
+  }
+  static dnnl::memory::desc Any(const dnnl::memory::dims& d) {
+    return dnnl::memory::desc(d, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
+  }
+
+  // The forward primitive for (x, w, y) shapes, rebuilt when the input shape changes.
+  void Prepare(const TShape& x, const TShape& w, const TShape& y) {
+    if (x == shape_) return;
+    shape_ = TShape();
+    bwd_ready_ = false;
+    const int g = param_.num_group;
+    x_md_ = Any(internal::Dims(x)), y_md_ = Any(internal::Dims(y));
+    w_md_ = g == 1 ? Any(internal::Dims(w)) : Any({g, w[0] / g, w[1], w[2], w[3]});
+    b_md_ = param_.no_bias ? dnnl::memory::desc() : internal::PlainDesc(TShape{w[0]});
+    strides_ = {geo_.sh, geo_.sw};
+    dilates_ = {geo_.dh - 1, geo_.dw - 1};
+    pad_l_ = {geo_.ph, geo_.pw};
+    // MXNet's output size floors; oneDNN wants the right padding that gives exactly that size (negative when
+    // no window reaches the last input rows).
+    pad_r_ = {(y[2] - 1) * geo_.sh + geo_.dh * (geo_.kh - 1) + 1 - x[2] - geo_.ph,
+              (y[3] - 1) * geo_.sw + geo_.dw * (geo_.kw - 1) + 1 - x[3] - geo_.pw};
+    fwd_pd_ = dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, x_md_,
+                                        w_md_, b_md_, y_md_, strides_, dilates_, pad_l_, pad_r_),
+        UserScratchpad(), internal::DnnlEngine());
+    fwd_ = dnnl::convolution_forward(fwd_pd_);
+    x_plain_ = internal::PlainDesc(x), y_plain_ = internal::PlainDesc(y), w_plain_ = internal::PlainDesc(w, g);
+    fwd_space_ = {};
+    src_.Plan(x_plain_, fwd_pd_.src_desc(), false, &fwd_space_);
+    wei_.Plan(w_plain_, fwd_pd_.weights_desc(), false, &fwd_space_);
+    if (!param_.no_bias) bias_.Plan(b_md_, fwd_pd_.bias_desc(), false, &fwd_space_);
+    dst_.Plan(y_plain_, fwd_pd_.dst_desc(), true, &fwd_space_);
+    fwd_scratch_ = fwd_space_.Reserve(fwd_pd_.scratchpad_desc().get_size());
+    shape_ = x;
+  }
+
+  void PrepareBackward() {
+    if (bwd_ready_) return;
+    const auto& eng = internal::DnnlEngine();
+    bd_pd_ = dnnl::convolution_backward_data::primitive_desc(
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, x_md_, w_md_, y_md_, strides_,
+                                              dilates_, pad_l_, pad_r_),
+        UserScratchpad(), eng, fwd_pd_);
+    bw_pd_ = dnnl::convolution_backward_weights::primitive_desc(
+        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, x_md_, w_md_, b_md_, y_md_,
+                                                 strides_, dilates_, pad_l_, pad_r_),
+        UserScratchpad(), eng, fwd_pd_);
+    bwd_data_ = dnnl::convolution_backward_data(bd_pd_);
+    bwd_weights_ = dnnl::convolution_backward_weights(bw_pd_);
+    bwd_space_ = {};
+    bd_dy_.Plan(y_plain_, bd_pd_.diff_dst_desc(), false, &bwd_space_);
+    bd_w_.Plan(w_plain_, bd_pd_.weights_desc(), false, &bwd_space_);
+    bd_dx_.Plan(x_plain_, bd_pd_.diff_src_desc(), true, &bwd_space_);
+    bd_scratch_ = bwd_space_.Reserve(bd_pd_.scratchpad_desc().get_size());
+    bw_dy_.Plan(y_plain_, bw_pd_.diff_dst_desc(), false, &bwd_space_);
+    bw_x_.Plan(x_plain_, bw_pd_.src_desc(), false, &bwd_space_);
+    bw_dw_.Plan(w_plain_, bw_pd_.diff_weights_desc(), true, &bwd_space_);
+    if (!param_.no_bias) bw_db_.Plan(b_md_, bw_pd_.diff_bias_desc(), true, &bwd_space_);
+    bw_scratch_ = bwd_space_.Reserve(bw_pd_.scratchpad_desc().get_size());
+    bwd_ready_ = true;
+  }
+
+  static dnnl::primitive_attr UserScratchpad() {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return attr;
+  }
+
+  ConvolutionParam param_;
+  ConvGeometry geo_;
+  TShape shape_;  // the input shape the primitives are for; empty: none yet
+  dnnl::memory::desc x_md_, w_md_, b_md_, y_md_, x_plain_, w_plain_, y_plain_;
+  dnnl::memory::dims strides_, dilates_, pad_l_, pad_r_;
+  dnnl::convolution_forward::primitive_desc fwd_pd_;
+  dnnl::convolution_forward fwd_;
+  internal::DnnlSpace fwd_space_;
+  internal::DnnlArg src_, wei_, bias_, dst_;
+  std::size_t fwd_scratch_ = 0;
+  bool bwd_ready_ = false;
+  dnnl::convolution_backward_data::primitive_desc bd_pd_;
+  dnnl::convolution_backward_weights::primitive_desc bw_pd_;
+  dnnl::convolution_backward_data bwd_data_;
+  dnnl::convolution_backward_weights bwd_weights_;
+  internal::DnnlSpace bwd_space_;
+  internal::DnnlArg bd_dy_, bd_w_, bd_dx_, bw_dy_, bw_x_, bw_dw_, bw_db_;
+  std::size_t bd_scratch_ = 0, bw_scratch_ = 0;
+};
+#endif  // TROUPE_HAVE_DNNL
+
 class ConvolutionCpuOp : public Operator {
  public:
   explicit ConvolutionCpuOp(const ConvolutionParam& p) : param_(p), geo_(MakeConvGeometry(p)) {}
@@ -111,6 +284,12 @@ class ConvolutionCpuOp : public Operator {
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
+#if TROUPE_HAVE_DNNL
+    if (DnnlConv::Wanted(param_, in_data[0].dtype, in_data[0].shape)) {
+      dnnl_.Forward(in_data, out_data[0], req[0], ctx.requested.at(0));
+      return;
+    }
+#endif
     const ConvDims d = Dims(in_data[0].shape, out_data[0].shape);
     internal::FloatSwitch(in_data[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
@@ -150,6 +329,12 @@ class ConvolutionCpuOp : public Operator {
     const ConvDims d = Dims(in_data[0].shape, out_grad[0].shape);
     const bool need_dx = req[0] != kNullOp, need_dw = req[1] != kNullOp;
     const bool need_db = !param_.no_bias && req[2] != kNullOp;
+#if TROUPE_HAVE_DNNL
+    if ((need_dx || need_dw || need_db) && DnnlConv::Wanted(param_, out_grad[0].dtype, in_data[0].shape)) {
+      dnnl_.Backward(out_grad[0], in_data[0], in_data[1], in_grad, req, ctx.requested.at(0));
+      return;
+    }
+#endif
     internal::FloatSwitch(out_grad[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       const T* dy = static_cast<const T*>(out_grad[0].dptr);
@@ -233,6 +418,9 @@ class ConvolutionCpuOp : public Operator {
 
   ConvolutionParam param_;
   ConvGeometry geo_;
+#if TROUPE_HAVE_DNNL
+  DnnlConv dnnl_{param_, geo_};
+#endif
 };
 
 }  // namespace

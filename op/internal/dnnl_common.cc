@@ -1,0 +1,114 @@
+// oneDNN plumbing for the CPU operators (see dnnl_common.h).
+#include "op/internal/dnnl_common.h"
+
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "base/error.h"
+#include "tensor/detail/kernels.h"
+
+namespace troupe::internal {
+
+bool DnnlEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TROUPE_DNNL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+const dnnl::engine& DnnlEngine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& DnnlStream() {
+  thread_local dnnl::stream stream(DnnlEngine());
+  // The budget can change while the process runs (more CPU devices started): follow it on every call; the
+  // check is two loads.
+  const int threads = CpuKernelThreads();
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  return stream;
+}
+
+dnnl::memory::dims Dims(const TShape& shape) {
+  dnnl::memory::dims d(shape.ndim());
+  for (int i = 0; i < shape.ndim(); ++i) d[i] = shape[i];
+  return d;
+}
+
+dnnl::memory::desc PlainDesc(const TShape& shape, int groups) {
+  using tag = dnnl::memory::format_tag;
+  const auto f32 = dnnl::memory::data_type::f32;
+  if (groups > 1 && shape.ndim() == 4) {
+    return dnnl::memory::desc({groups, shape[0] / groups, shape[1], shape[2], shape[3]}, f32, tag::goihw);
+  }
+  switch (shape.ndim()) {
+    case 1: return dnnl::memory::desc(Dims(shape), f32, tag::a);
+    case 2: return dnnl::memory::desc(Dims(shape), f32, tag::ab);
+    case 3: return dnnl::memory::desc(Dims(shape), f32, tag::abc);
+    case 4: return dnnl::memory::desc(Dims(shape), f32, tag::abcd);
+    case 5: return dnnl::memory::desc(Dims(shape), f32, tag::abcde);
+    default: throw Error("oneDNN: arrays of " + std::to_string(shape.ndim()) + " dimensions are not supported");
+  }
+}
+
+std::size_t DnnlSpace::Reserve(std::size_t bytes) {
+  const std::size_t offset = bytes_;
+  bytes_ += (bytes + 63) & ~std::size_t{63};
+  return offset;
+}
+
+void DnnlArg::Plan(const dnnl::memory::desc& user_desc, const dnnl::memory::desc& primitive_desc, bool is_output,
+                   DnnlSpace* space) {
+  user = user_desc;
+  want = primitive_desc;
+  reordered = user != want;
+  to_want = {};
+  to_user = {};
+  add_to_user = {};
+  const auto& eng = DnnlEngine();
+  if (is_output) {
+    offset = space->Reserve(want.get_size());
+    if (reordered) to_user = dnnl::reorder(dnnl::reorder::primitive_desc(eng, want, eng, user));
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(sum);
+    add_to_user = dnnl::reorder(dnnl::reorder::primitive_desc(eng, want, eng, user, attr));
+  } else if (reordered) {
+    offset = space->Reserve(want.get_size());
+    to_want = dnnl::reorder(dnnl::reorder::primitive_desc(eng, user, eng, want));
+  }
+}
+
+dnnl::memory DnnlArg::In(const void* user_ptr, const DnnlSpace& space, dnnl::stream& stream) const {
+  const auto& eng = DnnlEngine();
+  dnnl::memory u(user, eng, const_cast<void*>(user_ptr));
+  if (!reordered) return u;
+  dnnl::memory m(want, eng, space.At(offset));
+  to_want.execute(stream, u, m);
+  return m;
+}
+
+dnnl::memory DnnlArg::Out(void* user_ptr, const DnnlSpace& space, OpReqType req) const {
+  if (!reordered && req != kAddTo) return dnnl::memory(user, DnnlEngine(), user_ptr);
+  return dnnl::memory(want, DnnlEngine(), space.At(offset));
+}
+
+void DnnlArg::Leave(const dnnl::memory& m, void* user_ptr, dnnl::stream& stream, OpReqType req) const {
+  if (!reordered && req != kAddTo) return;
+  dnnl::memory from = m, u(user, DnnlEngine(), user_ptr);
+  (req == kAddTo ? add_to_user : to_user).execute(stream, from, u);
+}
+
+void ThrowDnnl(const char* op, const dnnl::error& e) {
+  throw Error(std::string(op) + ": oneDNN failed (" + dnnl_status2str(e.status) + "): " + e.what() +
+              "; TROUPE_DNNL=0 runs troupe's own kernels instead");
+}
+
+}  // namespace troupe::internal

@@ -1,0 +1,76 @@
+// oneDNN (Debian's libdnnl, OpenMP runtime) for the CPU operators: the process's CPU engine, the calling
+// worker's stream with its OpenMP team sized to the kernel-thread budget, memory descriptors of troupe's plain
+// NCHW arrays, and a carver that lays a primitive's blocked buffers and scratchpad out in the operator's
+// temp-space resource (so an operator owns no memory of its own between calls).
+//
+// Operators use oneDNN for float32 only, where it is enabled (TROUPE_DNNL, default 1) and where it wins for the
+// shape (each operator says which); their own kernels stay the reference and the fallback. oneDNN's types stay
+// in op/'s .cc files: this header is internal and never included by a public one.
+//
+// Thread-safety: DnnlEnabled and DnnlEngine are thread-safe; DnnlStream returns the calling thread's stream.
+// oneDNN primitives are immutable and may run on several threads at once; an operator's cached primitives
+// are entered by one engine worker at a time (the engine's contract for Operator objects).
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "op/operator.h"
+#include "tensor/tensor.h"
+
+namespace troupe::internal {
+
+// False when TROUPE_DNNL=0 (read once): every operator then runs its own kernels.
+bool DnnlEnabled();
+
+// The CPU engine (created on first use).
+const dnnl::engine& DnnlEngine();
+
+// The calling thread's stream. Sets the thread's OpenMP team size to the kernel-thread budget of one engine
+// worker (TROUPE_BLAS_THREADS: the same budget OpenBLAS uses), so that workers x kernel threads <= cores.
+dnnl::stream& DnnlStream();
+
+// A plain (row-major) float32 descriptor of `shape`: nchw for 4 dimensions, nc for 2, x for 1. With `groups`
+// > 1 a 4-D weight shape (F, C/g, kh, kw) becomes the grouped goihw (g, F/g, C/g, kh, kw).
+dnnl::memory::desc PlainDesc(const TShape& shape, int groups = 1);
+dnnl::memory::dims Dims(const TShape& shape);
+
+// Lays buffers out in one block of temp space: Reserve every buffer's size first, then Bind the block and take
+// each buffer in the same order with Take. Buffers are 64-byte aligned.
+class DnnlSpace {
+ public:
+  std::size_t Reserve(std::size_t bytes);  // returns the buffer's offset
+  std::size_t bytes() const { return bytes_; }
+  void Bind(void* base) { base_ = static_cast<char*>(base); }
+  void* At(std::size_t offset) const { return base_ + offset; }
+
+ private:
+  std::size_t bytes_ = 0;
+  char* base_ = nullptr;
+};
+
+// A tensor as one primitive argument sees it: the user's plain array, or a buffer in temp space in the layout
+// the primitive wants, which a reorder fills from the user's array (an input) or empties into it (an
+// output). An output under kAddTo always goes through its buffer and is summed onto the user's array by the
+// reorder. Plan once per shape; In, or Out then Leave, on every call.
+struct DnnlArg {
+  dnnl::memory::desc user;  // the user's layout
+  dnnl::memory::desc want;  // the primitive's
+  std::size_t offset = 0;   // of the buffer in the DnnlSpace (inputs: only when the layouts differ)
+  bool reordered = false;   // the layouts differ
+  dnnl::reorder to_want, to_user, add_to_user;
+
+  void Plan(const dnnl::memory::desc& user_desc, const dnnl::memory::desc& primitive_desc, bool is_output,
+            DnnlSpace* space);
+  dnnl::memory In(const void* user_ptr, const DnnlSpace& space, dnnl::stream& stream) const;
+  dnnl::memory Out(void* user_ptr, const DnnlSpace& space, OpReqType req) const;
+  void Leave(const dnnl::memory& m, void* user_ptr, dnnl::stream& stream, OpReqType req) const;
+};
+
+// oneDNN's exception as a troupe::Error naming the operator.
+[[noreturn]] void ThrowDnnl(const char* op, const dnnl::error& e);
+
+}  // namespace troupe::internal
