@@ -13,11 +13,21 @@
 
 namespace troupe::internal {
 
+namespace {
+// An on/off setting, on unless set to "0".
+bool EnvOn(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+}  // namespace
+
 bool DnnlEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TROUPE_DNNL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool enabled = EnvOn("TROUPE_DNNL");
+  return enabled;
+}
+
+bool DnnlWinograd() {
+  static const bool enabled = EnvOn("TROUPE_DNNL_WINOGRAD");
   return enabled;
 }
 

@@ -25,6 +25,8 @@ namespace troupe::internal {
 
 // False when TROUPE_DNNL=0 (read once): every operator then runs its own kernels.
 bool DnnlEnabled();
+// False when TROUPE_DNNL_WINOGRAD=0 (read once): convolutions then use oneDNN's direct algorithm only.
+bool DnnlWinograd();
 
 // The CPU engine (created on first use).
 const dnnl::engine& DnnlEngine();

@@ -224,8 +224,8 @@ TEST(Convolution, GradientMatchesCentralDifferences) {
 
 // float32 runs oneDNN's convolution (where the build has it, for more than one input channel per group),
 // float64 troupe's own im2col kernel: on odd shapes (padding, strides, dilation, groups, a 1x1 stride-2 kernel
-// whose last input row no window reaches, asymmetric kernels, no bias) the two must agree to float32
-// rounding, forward and backward, written (kWriteTo) and accumulated (kAddTo: oneDNN's summing reorder).
+// whose last input row no window reaches, asymmetric kernels, no bias, Winograd's shapes) the two must agree
+// to float32 rounding, forward and backward, written (kWriteTo) and accumulated (kAddTo: oneDNN's summing reorder).
 TEST(Convolution, Float32AgreesWithTheFloat64ReferenceKernel) {
   struct Case {
     Kwargs kw;
@@ -239,6 +239,9 @@ TEST(Convolution, Float32AgreesWithTheFloat64ReferenceKernel) {
       {{{"kernel", "(3,3)"}, {"num_filter", "6"}, {"num_group", "3"}, {"pad", "(1,1)"}, {"no_bias", "True"}},
        {2, 6, 5, 5}, {6, 2, 3, 3}},
       {{{"kernel", "(5,5)"}, {"num_filter", "7"}, {"stride", "(3,2)"}, {"pad", "(2,0)"}}, {1, 17, 11, 10}, {7, 17, 5, 5}},
+      // Wide enough for oneDNN's Winograd kernel (3x3, stride 1, channels in multiples of 16).
+      {{{"kernel", "(3,3)"}, {"num_filter", "32"}, {"pad", "(1,1)"}}, {2, 32, 9, 7}, {32, 32, 3, 3}},
+      {{{"kernel", "(3,3)"}, {"num_filter", "16"}, {"pad", "(1,1)"}, {"no_bias", "True"}}, {3, 48, 6, 6}, {16, 48, 3, 3}},
       // One input channel: troupe's kernel on both types (checked all the same).
       {{{"kernel", "(3,3)"}, {"num_filter", "4"}}, {2, 1, 6, 6}, {4, 1, 3, 3}},
   };
