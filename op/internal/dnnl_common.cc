@@ -14,20 +14,17 @@
 namespace troupe::internal {
 
 namespace {
-// An on/off setting, on unless set to "0".
-bool EnvOn(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
+// An on/off setting's value: on unless set to "0".
+bool IsOn(const char* value) { return value == nullptr || std::strcmp(value, "0") != 0; }
 }  // namespace
 
 bool DnnlEnabled() {
-  static const bool enabled = EnvOn("TROUPE_DNNL");
+  static const bool enabled = IsOn(std::getenv("TROUPE_DNNL"));
   return enabled;
 }
 
 bool DnnlWinograd() {
-  static const bool enabled = EnvOn("TROUPE_DNNL_WINOGRAD");
+  static const bool enabled = IsOn(std::getenv("TROUPE_DNNL_WINOGRAD"));
   return enabled;
 }
 

@@ -46,21 +46,27 @@ inline int NormalizeAxis(int axis, int ndim, std::string_view op, std::string_vi
   return axis < 0 ? axis + ndim : axis;
 }
 
-// Sum of n contiguous values in independent partial sums, which the compiler turns into vector adds (a
+// Sum of f(i) for i in [0, n) in independent partial sums, which the compiler turns into vector adds (a
 // single running sum is a dependency chain it may not reorder without -ffast-math): the bias gradients'
-// reduction over every output position runs at memory speed this way.
-template <typename T>
-T SumContiguous(const T* p, std::int64_t n) {
+// reduction over every output position and BatchNorm's statistics run at memory speed this way.
+template <typename T, typename F>
+T SumEach(std::int64_t n, F&& f) {
   constexpr int kLanes = 16;
   T acc[kLanes] = {};
   std::int64_t q = 0;
   for (; q + kLanes <= n; q += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += p[q + j];
+    for (int j = 0; j < kLanes; ++j) acc[j] += f(q + j);
   }
   T s = T(0);
   for (int j = 0; j < kLanes; ++j) s += acc[j];
-  for (; q < n; ++q) s += p[q];
+  for (; q < n; ++q) s += f(q);
   return s;
+}
+
+// Sum of n contiguous values (SumEach of p[i]).
+template <typename T>
+T SumContiguous(const T* p, std::int64_t n) {
+  return SumEach<T>(n, [p](std::int64_t i) { return p[i]; });
 }
 
 // out[i] = f(i) (or += f(i) under kAddTo; nothing under kNullOp) for i in [0, n), with the request decided

@@ -53,21 +53,21 @@ class BatchNormCpuOp : public Operator {
       T* out_invstd = req[2] == kNullOp ? nullptr : out_data[2].dptr_as<T>();
       const double m = static_cast<double>(v.outer * v.inner);
       const double mom = p_.momentum;
+      // Per channel: each row of `inner` values is summed in T (in vector lanes), the rows in double.
+      const auto rows_sum = [&](std::int64_t c, auto&& f) {
+        double s = 0;
+        for (std::int64_t o = 0; o < v.outer; ++o) {
+          const T* row = px + (o * v.n + c) * v.inner;
+          s += internal::SumEach<T>(v.inner, [&](std::int64_t i) { return f(row[i]); });
+        }
+        return s;
+      };
       for (std::int64_t c = 0; c < v.n; ++c) {
         double mean, invstd;
         if (batch) {
-          double sum = 0;
-          for (std::int64_t o = 0; o < v.outer; ++o) {
-            const T* row = px + (o * v.n + c) * v.inner;
-            for (std::int64_t i = 0; i < v.inner; ++i) sum += row[i];
-          }
-          mean = m > 0 ? sum / m : 0.0;
-          double sq = 0;
-          for (std::int64_t o = 0; o < v.outer; ++o) {
-            const T* row = px + (o * v.n + c) * v.inner;
-            for (std::int64_t i = 0; i < v.inner; ++i) sq += (row[i] - mean) * (row[i] - mean);
-          }
-          const double var = m > 0 ? sq / m : 0.0;
+          mean = m > 0 ? rows_sum(c, [](T x) { return x; }) / m : 0.0;
+          const T mean_t = static_cast<T>(mean);
+          const double var = m > 0 ? rows_sum(c, [mean_t](T x) { return (x - mean_t) * (x - mean_t); }) / m : 0.0;
           // MXNet: a constant channel with eps 0 gets invstd 0 rather than infinity.
           invstd = (var == 0 && p_.eps == 0) ? 0.0 : 1.0 / std::sqrt(var + p_.eps);
           moving_mean[c] = static_cast<T>(moving_mean[c] * mom + mean * (1 - mom));
@@ -80,12 +80,10 @@ class BatchNormCpuOp : public Operator {
         if (out_invstd != nullptr) Assign(out_invstd + c, req[2], static_cast<T>(invstd));
         if (y == nullptr) continue;
         const double w = p_.fix_gamma ? 1.0 : static_cast<double>(gamma[c]);
-        const double scale = invstd * w, shift = beta[c] - mean * scale;
+        const T scale = static_cast<T>(invstd * w), shift = static_cast<T>(beta[c] - mean * invstd * w);
         for (std::int64_t o = 0; o < v.outer; ++o) {
           const std::int64_t off = (o * v.n + c) * v.inner;
-          for (std::int64_t i = 0; i < v.inner; ++i) {
-            Assign(y + off + i, req[0], static_cast<T>(px[off + i] * scale + shift));
-          }
+          internal::AssignEach(y + off, v.inner, req[0], [&](std::int64_t i) { return px[off + i] * scale + shift; });
         }
       }
     });
@@ -111,25 +109,24 @@ class BatchNormCpuOp : public Operator {
       for (std::int64_t c = 0; c < v.n; ++c) {
         const double mean = saved_mean[c], invstd = saved_invstd[c];
         const double w = p_.fix_gamma ? 1.0 : static_cast<double>(gamma[c]);
+        const T mean_t = static_cast<T>(mean);
+        // Rows summed in T (vector lanes), rows together in double, as in Forward.
         double sum_og = 0, dotp = 0;
         for (std::int64_t o = 0; o < v.outer; ++o) {
           const std::int64_t off = (o * v.n + c) * v.inner;
-          for (std::int64_t i = 0; i < v.inner; ++i) {
-            sum_og += og[off + i];
-            dotp += (px[off + i] - mean) * og[off + i];
-          }
+          sum_og += internal::SumContiguous(og + off, v.inner);
+          dotp += internal::SumEach<T>(v.inner, [&](std::int64_t i) { return (px[off + i] - mean_t) * og[off + i]; });
         }
         if (gx != nullptr) {
           // Training: dx = (dy - mean(dy) - xhat * mean(dy * xhat)) * invstd * w, xhat = (x - mean) * invstd.
-          const double k = batch_stats_ && m > 0 ? dotp * invstd * invstd / m : 0.0;
-          const double grad_mean = batch_stats_ && m > 0 ? sum_og / m : 0.0;
-          const double iw = invstd * w;
+          const T k = static_cast<T>(batch_stats_ && m > 0 ? dotp * invstd * invstd / m : 0.0);
+          const T grad_mean = static_cast<T>(batch_stats_ && m > 0 ? sum_og / m : 0.0);
+          const T iw = static_cast<T>(invstd * w);
           for (std::int64_t o = 0; o < v.outer; ++o) {
             const std::int64_t off = (o * v.n + c) * v.inner;
-            for (std::int64_t i = 0; i < v.inner; ++i) {
-              const double d = (og[off + i] - grad_mean - (px[off + i] - mean) * k) * iw;
-              Assign(gx + off + i, req[0], static_cast<T>(d));
-            }
+            internal::AssignEach(gx + off, v.inner, req[0], [&](std::int64_t i) {
+              return (og[off + i] - grad_mean - (px[off + i] - mean_t) * k) * iw;
+            });
           }
         }
         if (ggamma != nullptr) Assign(ggamma + c, req[1], static_cast<T>(p_.fix_gamma ? 0.0 : dotp * invstd));
