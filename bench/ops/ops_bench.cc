@@ -7,11 +7,19 @@
 
 #include <cblas.h>
 #include <unistd.h>
+#if TROUPE_HAVE_DNNL
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -51,6 +59,7 @@ constexpr int kSpotChecks = 16;
 // The targets of the acceptance text.
 constexpr double kFcTargetRatio = 0.9;
 constexpr double kConvTargetRatio = 0.7;
+constexpr double kConvTargetDnnlRatio = 0.95;
 constexpr int kMaxResNetBatch = 256;
 
 // ---------------------------------------------------------------------------------------------------
@@ -63,6 +72,69 @@ std::vector<float> RandomFloats(std::size_t n, std::uint32_t seed) {
   for (float& x : v) x = u(rng);
   return v;
 }
+
+// Whether the operators use oneDNN in this process (TROUPE_DNNL, as tensor/detail/kernels.h reads it).
+bool DnnlInUse() {
+#if TROUPE_HAVE_DNNL
+  const char* v = std::getenv("TROUPE_DNNL");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+#else
+  return false;
+#endif
+}
+
+// The anchors' row-major sgemm: the library the operators' products use (CpuGemm): oneDNN's dnnl_sgemm where
+// DnnlInUse(), else OpenBLAS. Timing one library's products against operators built on another would also
+// leave OpenBLAS's idle threads spinning beside the operators' OpenMP threads.
+void Sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+           float* c, int ldc) {
+#if TROUPE_HAVE_DNNL
+  if (DnnlInUse()) {
+    if (omp_get_max_threads() != openblas_get_num_threads()) omp_set_num_threads(openblas_get_num_threads());
+    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) != dnnl_success) {
+      throw Error("dnnl_sgemm failed");
+    }
+    return;
+  }
+#endif
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b,
+              ldb, beta, c, ldc);
+}
+
+const char* SgemmLibrary() { return DnnlInUse() ? "oneDNN dnnl_sgemm" : "OpenBLAS cblas_sgemm"; }
+
+// An anchor's body whose calls each run as one engine function on `ctx`'s worker, waited for as the operators'
+// calls are (one push and one WaitForVar per call, which the operator pays too): the anchor's kernels then run
+// on the same thread and OpenMP team as the operator's. A second thread calling oneDNN would bring a second
+// team: its idle threads spin beside the first's on the same cores, and with more OpenMP threads than cores
+// libgomp's idle threads sleep after a short spin, so that every small parallel region waits for futex
+// wake-ups (the LeNet layer's sgemm bound fell from 68 to 10 GFLOP/s). `var` orders the calls; the caller
+// owns it.
+Body OnWorker(Context ctx, VarHandle var, std::function<void()> call) {
+  return [ctx, var, call = std::move(call)](std::int64_t calls, Clock::time_point deadline) {
+    Engine* engine = Engine::Get();
+    return TimedLoop(calls, deadline, [&] {
+      engine->PushSync([&call](RunContext) { call(); }, ctx, {}, {var});
+      engine->WaitForVar(var);
+    });
+  };
+}
+
+// A variable for OnWorker, deleted (after every function that uses it) when the scope ends.
+class AnchorVar {
+ public:
+  AnchorVar() : var_(Engine::Get()->NewVariable()) {}
+  ~AnchorVar() {
+    Engine::Get()->DeleteVariable([](RunContext) {}, Context::CPU(0), var_);
+    Engine::Get()->WaitForAll();
+  }
+  AnchorVar(const AnchorVar&) = delete;
+  AnchorVar& operator=(const AnchorVar&) = delete;
+  VarHandle get() const { return var_; }
+
+ private:
+  VarHandle var_;
+};
 
 // /proc/loadavg's first three fields ("0.12 0.30 0.41": 1, 5, 15 minutes), or "unknown". Recorded at the start
 // and the end of a run: on a shared 2-core machine another process's load is the first suspect of an odd
@@ -211,10 +283,10 @@ struct FcBuffers {
   std::vector<float> x, w, b, dy, y, dx, dw;
 
   void Products() {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f, y.data(), n);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, k, n, 1.0f, dy.data(), n, w.data(), k, 0.0f, dx.data(),
+    Sgemm(false, true, m, n, k, x.data(), k, w.data(), k, 0.0f, y.data(), n);
+    Sgemm(false, false, m, k, n, dy.data(), n, w.data(), k, 0.0f, dx.data(),
                 k);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, k, m, 1.0f, dy.data(), n, x.data(), k, 0.0f, dw.data(), k);
+    Sgemm(true, false, n, k, m, dy.data(), n, x.data(), k, 0.0f, dw.data(), k);
     KeepAlive(y.data());
     KeepAlive(dx.data());
     KeepAlive(dw.data());
@@ -228,9 +300,10 @@ void RunFc(FcReport* r, Context ctx, int repeat, double min_time) {
                      "FullyConnected through OperatorRunner on " + ctx.ToString() +
                          ": Forward (is_train) + Backward (kWriteTo for data, weight and bias gradients), then "
                          "WaitToRead on the output and the gradients");
-  r->anchor = MakeSeries("cblas_sgemm",
-                         "the three cblas_sgemm calls (Y = X W^T; dX = dY W; dW = dY^T X; row-major) on "
-                         "std::vector<float>, called on the benchmark's thread");
+  r->anchor = MakeSeries("sgemm",
+                         std::string("the three sgemm calls (Y = X W^T; dX = dY W; dW = dY^T X; row-major; ") +
+                             SgemmLibrary() + ", the library of the operator's products) on std::vector<float>, "
+                             "called on the benchmark's thread");
 
   FcBuffers h;
   h.m = m, h.k = k, h.n = n;
@@ -260,9 +333,8 @@ void RunFc(FcReport* r, Context ctx, int repeat, double min_time) {
       db.WaitToRead();
     });
   };
-  const Body anchor = [&](std::int64_t calls, Clock::time_point deadline) {
-    return TimedLoop(calls, deadline, [&] { h.Products(); });
-  };
+  const AnchorVar anchor_var;
+  const Body anchor = OnWorker(ctx, anchor_var.get(), [&] { h.Products(); });
 
   r->blas_threads = openblas_get_num_threads();
   if (r->has_anchor) {
@@ -371,6 +443,11 @@ struct ConvReport {
   bool batch_reduced = false;  // the ResNet-sized layer runs with a smaller batch than the default
   int blas_threads = 0;
   Series op, anchor;
+  // The raw oneDNN primitives (CPU, in a build with oneDNN and TROUPE_DNNL not 0): on the NCHW buffers with
+  // the reorders their layouts need, and on blocked buffers alone.
+  bool has_dnnl = false;
+  std::string dnnl_impl;
+  Series dnnl, dnnl_blocked;
   double error_out = -1, error_dx = -1, error_dw = -1, error_db = -1;
   std::vector<std::string> errors;
 
@@ -387,7 +464,136 @@ struct ConvReport {
     if (!op.measured() || !anchor.measured() || !ok()) return std::nullopt;
     return anchor.Best() / op.Best();
   }
+  // Operator speed / the raw primitives' speed (medians).
+  std::optional<double> RatioDnnl(const Series& raw) const {
+    if (!has_dnnl || !op.measured() || !raw.measured() || !ok()) return std::nullopt;
+    return raw.Median() / op.Median();
+  }
 };
+
+#if TROUPE_HAVE_DNNL
+// oneDNN's convolution primitives for one layer, as Convolution's CPU operator sets them up (the same
+// algorithm rule: Winograd where oneDNN has it for a 3x3 layer unless TROUPE_DNNL_WINOGRAD=0, else direct;
+// the layouts oneDNN picks), called directly: no engine, no operator, no temp-space resource.
+class DnnlConvAnchor {
+ public:
+  DnnlConvAnchor(const ConvShape& s, const float* x, const float* w, const float* b, const float* dy, float* y,
+                 float* dx, float* dw, float* db)
+      : eng_(dnnl::engine::kind::cpu, 0), st_(eng_) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::dims xd{s.batch, s.channels, s.height, s.width}, wd{s.filters, s.channels, s.kernel, s.kernel},
+        bd{s.filters}, yd{s.batch, s.filters, s.OutH(), s.OutW()}, st{1, 1}, pad{s.pad, s.pad};
+    const auto any = [](const dnnl::memory::dims& d) { return dnnl::memory::desc(d, dt::f32, tag::any); };
+    const dnnl::memory::desc b_md(bd, dt::f32, tag::a);
+    const char* wino = std::getenv("TROUPE_DNNL_WINOGRAD");
+    std::vector<dnnl::algorithm> algos = {dnnl::algorithm::convolution_direct};
+    if (s.kernel == 3 && (wino == nullptr || std::strcmp(wino, "0") != 0)) {
+      algos.insert(algos.begin(), dnnl::algorithm::convolution_winograd);
+    }
+    // Scratchpads of its own (as the operator's, in temp space): oneDNN 2.6's Winograd primitives with the
+    // library's scratchpad crash when run on a thread other than the one that created them.
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    for (dnnl::algorithm a : algos) {
+      try {
+        fwd_pd_ = dnnl::convolution_forward::primitive_desc(
+            {dnnl::prop_kind::forward_training, a, any(xd), any(wd), b_md, any(yd), st, pad, pad}, attr, eng_);
+        bd_pd_ = dnnl::convolution_backward_data::primitive_desc({a, any(xd), any(wd), any(yd), st, pad, pad}, attr,
+                                                                 eng_, fwd_pd_);
+        bw_pd_ = dnnl::convolution_backward_weights::primitive_desc(
+            {a, any(xd), any(wd), b_md, any(yd), st, pad, pad}, attr, eng_, fwd_pd_);
+        break;
+      } catch (const dnnl::error&) {
+        if (a == dnnl::algorithm::convolution_direct) throw;
+      }
+    }
+    fwd_scratch_ = dnnl::memory(fwd_pd_.scratchpad_desc(), eng_);
+    bd_scratch_ = dnnl::memory(bd_pd_.scratchpad_desc(), eng_);
+    bw_scratch_ = dnnl::memory(bw_pd_.scratchpad_desc(), eng_);
+    impl_ = std::string(fwd_pd_.impl_info_str()) + " / " + bd_pd_.impl_info_str() + " / " + bw_pd_.impl_info_str();
+    fwd_ = dnnl::convolution_forward(fwd_pd_);
+    bwd_data_ = dnnl::convolution_backward_data(bd_pd_);
+    bwd_weights_ = dnnl::convolution_backward_weights(bw_pd_);
+    const auto user = [&](const dnnl::memory::dims& d, tag t, const float* p) {
+      return dnnl::memory({d, dt::f32, t}, eng_, const_cast<float*>(p));
+    };
+    ux_ = user(xd, tag::nchw, x), uw_ = user(wd, tag::oihw, w), ub_ = user(bd, tag::a, b);
+    udy_ = user(yd, tag::nchw, dy), uy_ = user(yd, tag::nchw, y), udx_ = user(xd, tag::nchw, dx);
+    udw_ = user(wd, tag::oihw, dw), udb_ = user(bd, tag::a, db);
+    // Blocked buffers, filled once from the user's (the blocked run uses them as they are).
+    x_ = In(ux_, fwd_pd_.src_desc()), w_ = In(uw_, fwd_pd_.weights_desc()), y_ = Out(uy_, fwd_pd_.dst_desc());
+    bdy_ = In(udy_, bd_pd_.diff_dst_desc()), bw_ = In(uw_, bd_pd_.weights_desc()), bdx_ = Out(udx_, bd_pd_.diff_src_desc());
+    wdy_ = In(udy_, bw_pd_.diff_dst_desc()), wx_ = In(ux_, bw_pd_.src_desc()), wdw_ = Out(udw_, bw_pd_.diff_weights_desc());
+    st_.wait();
+  }
+
+  const std::string& impl() const { return impl_; }
+
+  // One call: forward, backward data, backward weights and bias. with_reorders: from and to the NCHW
+  // buffers, every reorder the layouts need (what the operator must do); otherwise the primitives alone.
+  void Call(bool with_reorders) {
+    // The engine workers' kernel-thread budget (the operator's oneDNN calls use the same).
+    if (omp_get_max_threads() != openblas_get_num_threads()) omp_set_num_threads(openblas_get_num_threads());
+    if (with_reorders) {
+      for (Pair* p : {&x_, &w_, &bdy_, &bw_, &wdy_, &wx_}) Reorder(p->user, p->mem, p->differs);
+    }
+    fwd_.execute(st_, {{DNNL_ARG_SRC, x_.mem},
+                       {DNNL_ARG_WEIGHTS, w_.mem},
+                       {DNNL_ARG_BIAS, ub_},
+                       {DNNL_ARG_DST, y_.mem},
+                       {DNNL_ARG_SCRATCHPAD, fwd_scratch_}});
+    bwd_data_.execute(st_, {{DNNL_ARG_DIFF_DST, bdy_.mem},
+                            {DNNL_ARG_WEIGHTS, bw_.mem},
+                            {DNNL_ARG_DIFF_SRC, bdx_.mem},
+                            {DNNL_ARG_SCRATCHPAD, bd_scratch_}});
+    bwd_weights_.execute(st_, {{DNNL_ARG_DIFF_DST, wdy_.mem},
+                               {DNNL_ARG_SRC, wx_.mem},
+                               {DNNL_ARG_DIFF_WEIGHTS, wdw_.mem},
+                               {DNNL_ARG_DIFF_BIAS, udb_},
+                               {DNNL_ARG_SCRATCHPAD, bw_scratch_}});
+    if (with_reorders) {
+      for (Pair* p : {&y_, &bdx_, &wdw_}) Reorder(p->mem, p->user, p->differs);
+    }
+    st_.wait();
+  }
+
+ private:
+  // A user buffer and the primitive's view of it (the same memory when the layouts agree).
+  struct Pair {
+    dnnl::memory user, mem;
+    bool differs = false;
+  };
+  Pair In(const dnnl::memory& user, const dnnl::memory::desc& want) {
+    Pair p{user, user, user.get_desc() != want};
+    if (p.differs) {
+      p.mem = dnnl::memory(want, eng_);
+      Reorder(p.user, p.mem, true);
+    }
+    return p;
+  }
+  Pair Out(const dnnl::memory& user, const dnnl::memory::desc& want) {
+    Pair p{user, user, user.get_desc() != want};
+    if (p.differs) p.mem = dnnl::memory(want, eng_);
+    return p;
+  }
+  void Reorder(dnnl::memory& from, dnnl::memory& to, bool differs) {
+    if (differs) dnnl::reorder(from, to).execute(st_, from, to);
+  }
+
+  dnnl::engine eng_;
+  dnnl::stream st_;
+  dnnl::convolution_forward::primitive_desc fwd_pd_;
+  dnnl::convolution_backward_data::primitive_desc bd_pd_;
+  dnnl::convolution_backward_weights::primitive_desc bw_pd_;
+  dnnl::convolution_forward fwd_;
+  dnnl::convolution_backward_data bwd_data_;
+  dnnl::convolution_backward_weights bwd_weights_;
+  dnnl::memory ux_, uw_, ub_, udy_, uy_, udx_, udw_, udb_, fwd_scratch_, bd_scratch_, bw_scratch_;
+  Pair x_, w_, y_, bdy_, bw_, bdx_, wdy_, wx_, wdw_;
+  std::string impl_;
+};
+#endif  // TROUPE_HAVE_DNNL
 
 // The direct convolution in double at one entry of each result (stride 1, no dilation, one group).
 class ConvReference {
@@ -467,9 +673,10 @@ void RunConv(ConvReport* r, Context ctx, int repeat, double min_time) {
                          "WaitToRead on the output and the gradients");
   r->anchor = MakeSeries(
       "sgemm_bound",
-      "the cblas_sgemm calls of the im2col shapes alone, per image: forward (F x CKK)(CKK x HW), backward-data "
-      "(CKK x F)(F x HW), backward-weight (F x HW)(HW x CKK) accumulated over the batch; row-major, "
-      "std::vector<float>, the benchmark's thread; no im2col, col2im, bias or engine");
+      std::string("the sgemm calls (") + SgemmLibrary() +
+          ") of the im2col shapes alone, per image: forward (F x CKK)(CKK x HW), backward-data "
+          "(CKK x F)(F x HW), backward-weight (F x HW)(HW x CKK) accumulated over the batch; row-major, "
+          "std::vector<float>, the benchmark's thread; no im2col, col2im, bias or engine");
 
   const int f = s.filters, ckk = static_cast<int>(s.Ckk()), hw = static_cast<int>(s.Hw());
   const TShape x_shape({s.batch, s.channels, s.height, s.width});
@@ -514,31 +721,50 @@ void RunConv(ConvReport* r, Context ctx, int repeat, double min_time) {
     ay.assign(hdy.size(), 0.0f);
     adw.assign(hw_.size(), 0.0f);
   }
-  const Body anchor = [&](std::int64_t calls, Clock::time_point deadline) {
-    return TimedLoop(calls, deadline, [&] {
-      const std::size_t y_stride = static_cast<std::size_t>(f) * static_cast<std::size_t>(hw);
-      for (int n = 0; n < s.batch; ++n) {
-        float* yn = ay.data() + n * y_stride;
-        const float* dyn = hdy.data() + n * y_stride;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, f, hw, ckk, 1.0f, hw_.data(), ckk, col.data(), hw, 0.0f,
-                    yn, hw);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, hw, f, 1.0f, hw_.data(), ckk, dyn, hw, 0.0f,
-                    dcol.data(), hw);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, f, ckk, hw, 1.0f, dyn, hw, col.data(), hw,
-                    n == 0 ? 0.0f : 1.0f, adw.data(), ckk);
-      }
-      KeepAlive(ay.data());
-      KeepAlive(dcol.data());
-      KeepAlive(adw.data());
-    });
-  };
+  const AnchorVar anchor_var;
+  const Body anchor = OnWorker(ctx, anchor_var.get(), [&] {
+    const std::size_t y_stride = static_cast<std::size_t>(f) * static_cast<std::size_t>(hw);
+    for (int n = 0; n < s.batch; ++n) {
+      float* yn = ay.data() + n * y_stride;
+      const float* dyn = hdy.data() + n * y_stride;
+      Sgemm(false, false, f, hw, ckk, hw_.data(), ckk, col.data(), hw, 0.0f, yn, hw);
+      Sgemm(true, false, ckk, hw, f, hw_.data(), ckk, dyn, hw, 0.0f, dcol.data(), hw);
+      Sgemm(false, true, f, ckk, hw, dyn, hw, col.data(), hw, n == 0 ? 0.0f : 1.0f, adw.data(), ckk);
+    }
+    KeepAlive(ay.data());
+    KeepAlive(dcol.data());
+    KeepAlive(adw.data());
+  });
 
   r->blas_threads = openblas_get_num_threads();
-  if (r->has_anchor) {
-    MeasureInterleaved({{&r->op, op}, {&r->anchor, anchor}}, repeat, min_time);
-  } else {
-    MeasureInterleaved({{&r->op, op}}, repeat, min_time);
+  std::vector<Measured> items = {{&r->op, op}};
+  if (r->has_anchor) items.push_back({&r->anchor, anchor});
+#if TROUPE_HAVE_DNNL
+  // Its own outputs, so that the checks below see only the operator's.
+  std::vector<float> ry(hdy.size()), rdx(hx.size()), rdw(hw_.size()), rdb(hb.size());
+  std::unique_ptr<DnnlConvAnchor> raw;
+  if (r->has_anchor && DnnlInUse()) {
+    // Built on the worker too (its constructor reorders): a thread of this process other than the worker that
+    // calls oneDNN starts a second OpenMP team, and with more OpenMP threads than cores libgomp's idle threads
+    // sleep after a short spin, so every parallel region of the worker's team then waits for futex wake-ups.
+    OnWorker(ctx, anchor_var.get(), [&] {
+      raw = std::make_unique<DnnlConvAnchor>(s, hx.data(), hw_.data(), hb.data(), hdy.data(), ry.data(), rdx.data(),
+                                             rdw.data(), rdb.data());
+    })(1, Clock::now() + std::chrono::hours(1));
+    r->has_dnnl = true;
+    r->dnnl_impl = raw->impl();
+    r->dnnl = MakeSeries("dnnl_raw",
+                         "oneDNN's convolution primitives (forward, backward data, backward weights + bias) as the "
+                         "operator sets them up, called directly on the NCHW buffers with every reorder their "
+                         "layouts need, in one engine function (PushSync + WaitForVar per call) on the CPU worker, "
+                         "OpenMP threads = the engine's kernel threads");
+    r->dnnl_blocked = MakeSeries("dnnl_blocked",
+                                 "the same three primitives on buffers already in their layouts: no reorders");
+    items.push_back({&r->dnnl, OnWorker(ctx, anchor_var.get(), [&] { raw->Call(true); })});
+    items.push_back({&r->dnnl_blocked, OnWorker(ctx, anchor_var.get(), [&] { raw->Call(false); })});
   }
+#endif
+  MeasureInterleaved(items, repeat, min_time);
   if (openblas_get_num_threads() != r->blas_threads) {
     r->errors.push_back("the OpenBLAS thread count changed while measuring (" + std::to_string(r->blas_threads) +
                         " -> " + std::to_string(openblas_get_num_threads()) + "): the comparison is not fair");
@@ -620,6 +846,19 @@ Json ConvJson(const ConvReport& r) {
   } else {
     j["anchor"] = nullptr;
   }
+  if (r.has_dnnl) {
+    j["dnnl_impl"] = r.dnnl_impl;
+    j["dnnl_raw"] = SeriesJson(r.dnnl, "gflops", gflops);
+    j["dnnl_blocked"] = SeriesJson(r.dnnl_blocked, "gflops", gflops);
+    j["ratio_dnnl_raw"] = OptNum(r.RatioDnnl(r.dnnl));
+    j["ratio_dnnl_blocked"] = OptNum(r.RatioDnnl(r.dnnl_blocked));
+    j["ratio_dnnl_meaning"] =
+        "raw primitives' time / operator time (medians): dnnl_raw with the reorders from and to NCHW that the "
+        "operator's arrays need, dnnl_blocked without them (the most oneDNN gives when a whole network stays "
+        "blocked)";
+  } else {
+    j["dnnl_raw"] = nullptr;
+  }
   j["check"] = {{"output_error", r.error_out},
                 {"data_grad_error", r.error_dx},
                 {"weight_grad_error", r.error_dw},
@@ -690,7 +929,12 @@ std::vector<ConvShape> OpsBench::ConvShapes() const {
   if (opt_.quick) {
     return {{"lenet", 2, 1, 12, 12, 4, 5, 0}, {"resnet", rb, 8, 10, 10, 8, 3, 1}};
   }
-  return {{"lenet", 64, 1, 28, 28, 20, 5, 0}, {"resnet", rb, 64, 56, 56, 64, 3, 1}};
+  // ResNet-18's 3x3 stride-1 layers, one per stage (ImageNet input).
+  return {{"lenet", 64, 1, 28, 28, 20, 5, 0},
+          {"resnet", rb, 64, 56, 56, 64, 3, 1},
+          {"resnet128", rb, 128, 28, 28, 128, 3, 1},
+          {"resnet256", rb, 256, 14, 14, 256, 3, 1},
+          {"resnet512", rb, 512, 7, 7, 512, 3, 1}};
 }
 
 void OpsBench::CollectFailures() {
@@ -733,6 +977,15 @@ Json OpsBench::Targets() const {
                        {"threshold", kConvTargetRatio},
                        {"ratio", OptNum(ratio)},
                        {"met", ratio.has_value() && *ratio >= kConvTargetRatio}});
+    if (!r.has_dnnl) continue;
+    const auto raw = r.RatioDnnl(r.dnnl);
+    targets.push_back({{"name", "conv " + r.shape.name + " vs oneDNN >= 0.95"},
+                       {"description",
+                        "Convolution forward + backward >= 0.95 x the speed of its raw oneDNN primitives on the same "
+                        "NCHW buffers, reorders included (medians)"},
+                       {"threshold", kConvTargetDnnlRatio},
+                       {"ratio", OptNum(raw)},
+                       {"met", raw.has_value() && *raw >= kConvTargetDnnlRatio}});
   }
   return targets;
 }
@@ -782,8 +1035,10 @@ Json OpsBench::BuildJson() const {
       {"value", "median of the timed runs (seconds per call, and the derived figure of each run); best = fastest run"},
       {"fairness",
        "the engine is started before anything is timed, so OpenBLAS already runs with the thread count the runtime "
-       "set (RuntimeConfig::blas_threads); the anchors call cblas_sgemm on the benchmark's thread with that same "
-       "count, while the operators run on an engine worker"}};
+       "set (RuntimeConfig::blas_threads); the sgemm anchors call the library of the operators' products "
+       "(sgemm_library) on the benchmark's thread with that same thread count, while the operators run on an "
+       "engine worker; the raw oneDNN anchors run in engine functions on that worker"}};
+  root["config"]["sgemm_library"] = SgemmLibrary();
   Json fcs = Json::array();
   for (const FcReport& r : fcs_) fcs.push_back(FcJson(r));
   Json convs = Json::array();
@@ -794,7 +1049,7 @@ Json OpsBench::BuildJson() const {
   notes.push_back(
       "fc: the operator's time includes two pushes (Forward, Backward), the hand-off to an engine worker, the "
       "bias add and the bias gradient (a pass over Y and one over dY), and the wake-up of the waiting thread; "
-      "the products are the same cblas_sgemm calls.");
+      "the products are the same sgemm calls.");
   notes.push_back(
       "conv: the sgemm bound leaves out everything but the products: im2col in the forward pass and again in the "
       "backward pass (the weight gradient needs the columns), col2im and the zeroing of the data gradient, the "
@@ -835,9 +1090,10 @@ void OpsBench::PrintTable() const {
   }
   if (!convs_.empty()) {
     std::printf("\nconv  Convolution forward + backward [GFLOP/s, higher is better%s]\n",
-                gpu() ? "" : "; ratio = operator / sgemm bound");
-    std::printf("  %-8s %-28s %10s %10s %8s %8s %10s  %s\n", "layer", "N,C->F,HxW,k,pad", "operator",
-                gpu() ? "-" : "bound", "ratio", "best", "max_error", "check");
+                gpu() ? "" : "; ratio = operator / sgemm bound, then operator / raw oneDNN primitives with reorders; "
+                             "blocked: the primitives without reorders");
+    std::printf("  %-9s %-26s %10s %10s %8s %8s %10s %8s %10s  %s\n", "layer", "N,C->F,HxW,k,pad", "operator",
+                gpu() ? "-" : "bound", "ratio", "best", "oneDNN", "ratio", "blocked", "check");
     for (const ConvReport& r : convs_) {
       const auto g = [&r](const Series& s) {
         return s.measured() ? std::optional<double>(r.Flops() / s.Median() / 1e9) : std::nullopt;
@@ -846,10 +1102,11 @@ void OpsBench::PrintTable() const {
       const std::string geo = std::to_string(s.batch) + "," + std::to_string(s.channels) + "->" +
                               std::to_string(s.filters) + "," + std::to_string(s.height) + "x" +
                               std::to_string(s.width) + ",k" + std::to_string(s.kernel) + ",p" + std::to_string(s.pad);
-      const double err = std::max({r.error_out, r.error_dx, r.error_dw, r.error_db});
-      std::printf("  %-8s %-28s %10s %10s %8s %8s %10s  %s\n", s.name.c_str(), geo.c_str(),
+      std::printf("  %-9s %-26s %10s %10s %8s %8s %10s %8s %10s  %s\n", s.name.c_str(), geo.c_str(),
                   cell(g(r.op), "%.2f").c_str(), cell(g(r.anchor), "%.2f").c_str(), cell(r.Ratio(), "%.3f").c_str(),
-                  cell(r.RatioBest(), "%.3f").c_str(), Fmt("%.2g", err).c_str(), ok(r.ok()));
+                  cell(r.RatioBest(), "%.3f").c_str(), cell(r.has_dnnl ? g(r.dnnl) : std::nullopt, "%.2f").c_str(),
+                  cell(r.RatioDnnl(r.dnnl), "%.3f").c_str(),
+                  cell(r.has_dnnl ? g(r.dnnl_blocked) : std::nullopt, "%.2f").c_str(), ok(r.ok()));
     }
   }
   const Json targets = Targets();
@@ -959,7 +1216,7 @@ int OpsBench::Run() {
     for (const ConvShape& shape : ConvShapes()) {
       ConvReport& r = convs_.emplace_back();
       r.shape = shape;
-      r.batch_reduced = !opt_.quick && shape.name == "resnet" && shape.batch < kOpsDefaultResNetBatch;
+      r.batch_reduced = !opt_.quick && shape.name.starts_with("resnet") && shape.batch < kOpsDefaultResNetBatch;
       guarded("conv " + shape.name, [&] { RunConv(&r, ctx(), opt_.repeat, opt_.min_time_s); });
       Log("conv " + shape.name + ": operator " + gflops(r.Flops(), r.op) + " GFLOP/s" +
           (gpu() ? std::string()
@@ -1000,15 +1257,18 @@ constexpr const char* kOpsBenchmarkDescription =
     "untimed (warm-up, which also sizes a run to --min-time seconds or at least 3 calls) and then --repeat "
     "times; the median and the best run are reported. (a) fc: FullyConnected forward + backward (data, weight "
     "and bias gradients) on float32 CPU arrays, batch x in x out = 64x784x128, 128x1024x1024 and "
-    "256x4096x1024, against its three raw cblas_sgemm calls (Y = X W^T, dX = dY W, dW = dY^T X) on plain "
-    "buffers with the engine's OpenBLAS thread count, in GFLOP/s (6 x batch x in x out per call); check: the "
+    "256x4096x1024, against its three raw sgemm calls (Y = X W^T, dX = dY W, dW = dY^T X; oneDNN's dnnl_sgemm, "
+    "or OpenBLAS with TROUPE_DNNL=0: the library of the operator's products) on plain buffers with the "
+    "engine's kernel-thread count, in GFLOP/s (6 x batch x in x out per call); check: the "
     "output and the gradients equal the anchor's (relative error < 1e-4). (b) conv: Convolution forward + "
-    "backward for a LeNet-sized layer (batch 64, 1 -> 20 channels, 28x28, kernel 5) and a ResNet-sized one "
-    "(batch 32, 64 -> 64 channels, 56x56, kernel 3, pad 1) against its sgemm bound: the cblas_sgemm calls of "
-    "its im2col shapes alone (per image: forward, backward-data, backward-weight; no im2col), in GFLOP/s; "
+    "backward for a LeNet-sized layer (batch 64, 1 -> 20 channels, 28x28, kernel 5) and ResNet-18's 3x3 "
+    "layers (batch 32; 64 channels at 56x56, 128 at 28x28, 256 at 14x14, 512 at 7x7; pad 1) against its sgemm "
+    "bound: the sgemm calls of its im2col shapes alone (per image: forward, backward-data, backward-weight; no "
+    "im2col), and, in a build with oneDNN, against the raw oneDNN primitives the operator uses (with the "
+    "reorders from and to NCHW, and without: 'blocked'), in GFLOP/s; "
     "check: sampled entries of the output and the gradients against a direct convolution in double. The "
     "ratio is anchor time / operator time; the JSON holds every figure, the anchors, the ratios and the "
-    "targets (fc >= 0.9, conv >= 0.7). With --ctx gpu the same layers run on GPU 0 and only their GFLOP/s is "
+    "targets (fc >= 0.9, conv >= 0.7, conv >= 0.95 x raw oneDNN). With --ctx gpu the same layers run on GPU 0 and only their GFLOP/s is "
     "reported. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed (targets are "
     "reported, not enforced), 1 when one failed (the JSON says which, with \"ok\": false), 2 on bad usage "
     "(and for --ctx gpu without a CUDA device).";
@@ -1063,7 +1323,7 @@ void DeclareOpsBenchmarkOptions(OpsBenchOptions* o, BenchOptionList* options) {
 
 Benchmark OpsBenchmark() {
   return MakeBenchmark<OpsBenchOptions>(
-      "ops", "FullyConnected and Convolution forward + backward against their cblas_sgemm products",
+      "ops", "FullyConnected and Convolution forward + backward against their sgemm products and oneDNN's primitives",
       std::string(kOpsBenchmarkDescription) + "\n\n" + kOpsBenchmarkExamples + "\n", &DeclareOpsBenchmarkOptions,
       &RunOpsBench);
 }

@@ -5,9 +5,9 @@
 // the same run, on the same shapes, interleaved with the operator figure it is compared with:
 //   fc    FullyConnected forward + backward on float32 CPU arrays: per call, Forward (is_train) then Backward
 //         with kWriteTo for the data, weight and bias gradients, then WaitToRead on the output and the three
-//         gradients. Anchor: the three cblas_sgemm calls of the same shapes (Y = X W^T; dX = dY W;
-//         dW = dY^T X; row-major) on std::vector buffers, called on the benchmark's thread with the OpenBLAS
-//         thread count the engine's workers use. Shapes (batch, in, out): (64, 784, 128), (128, 1024, 1024),
+//         gradients. Anchor: the three sgemm calls of the same shapes (Y = X W^T; dX = dY W; dW = dY^T X;
+//         row-major) on std::vector buffers, in the library the operator's products use (oneDNN's dnnl_sgemm,
+//         or OpenBLAS with TROUPE_DNNL=0). Shapes (batch, in, out): (64, 784, 128), (128, 1024, 1024),
 //         (256, 4096, 1024). Derived: GFLOP/s (6 x batch x in x out per forward + backward) and
 //         ratio = anchor time / operator time (1 = the operator adds nothing; the bias add and the bias
 //         gradient are in the operator's time only). Check: the output (anchor + bias) and the gradients
@@ -15,19 +15,27 @@
 //         < 1e-4.
 //   conv  Convolution (2-D, NCHW, stride 1) forward + backward (data, weight and bias gradients, kWriteTo)
 //         on float32 CPU arrays, per call as for fc, for a LeNet-sized layer (batch 64, 1 -> 20 channels,
-//         28 x 28, kernel 5) and a ResNet-sized one (batch 32, 64 -> 64 channels, 56 x 56, kernel 3, pad 1).
-//         Anchor, the "sgemm bound": the cblas_sgemm calls of its im2col shapes alone, per image and group
-//         forward (F x CKK)(CKK x HW), backward-data (CKK x F)(F x HW) and backward-weight
-//         (F x HW)(HW x CKK), on std::vector buffers (no im2col, col2im, bias or engine). Derived: GFLOP/s
-//         (6 x batch x F x CKK x HW per call, both figures) and ratio = bound time / operator time. Checks:
-//         sampled entries of the output, the data gradient and the weight gradient against a direct
+//         28 x 28, kernel 5) and ResNet-18's 3x3 layers (batch 32; 64 channels at 56 x 56, 128 at 28 x 28,
+//         256 at 14 x 14, 512 at 7 x 7; pad 1). Anchors: (1) the "sgemm bound": the sgemm calls (as for fc)
+//         of its im2col shapes alone, per image and group forward (F x CKK)(CKK x HW), backward-data
+//         (CKK x F)(F x HW) and backward-weight (F x HW)(HW x CKK), on std::vector buffers (no im2col,
+//         col2im, bias or engine); (2) in a build with oneDNN (and TROUPE_DNNL not 0), the raw oneDNN
+//         primitives the operator uses (same algorithm, layouts oneDNN picks), on the NCHW buffers with the
+//         reorders their layouts need ("dnnl_raw", the target's anchor: >= 0.95), and on buffers already in
+//         their layouts ("dnnl_blocked": what a network that stays blocked could reach). Derived: GFLOP/s
+//         (6 x batch x F x CKK x HW per call, every figure) and ratios = anchor time / operator time.
+//         Checks: sampled entries of the output, the data gradient and the weight gradient against a direct
 //         convolution in double (relative to the sum of the terms' magnitudes, < 1e-4), and the bias
 //         gradient against the sums of dY.
+// Every anchor runs one engine function per call on the operator's worker (as the operator: one push and one
+// WaitForVar per call), so that both use the same OpenMP team: a second thread's team would make libgomp's
+// idle threads sleep after a short spin, and every small parallel region would then wait for wake-ups.
 // With --ctx gpu the same layers run on Context::GPU(0) (cuBLAS / cuDNN inside the operators) and only their
 // GFLOP/s is reported (no anchor, no ratio); the checks are the same, on the results copied back.
 // Every measurement runs untimed first (warm-up, which also sizes the runs to last --min-time seconds or at
 // least 3 calls), then --repeat timed runs; the median and the best run are reported (bench/common/measure.h).
-// Targets, reported and never asserted: fc ratio >= 0.9 and conv ratio >= 0.7 for every shape.
+// Targets, reported and never asserted: fc ratio >= 0.9, conv ratio >= 0.7 and conv >= 0.95 x dnnl_raw for
+// every shape.
 //
 // The result goes to one pretty-printed JSON file and a table on stdout; progress goes to stderr. The JSON
 // also records how busy the machine was (load average at start and end, and the CPU seconds other processes

@@ -284,6 +284,9 @@ class DnnlConv {
     bwd_ready_ = true;
   }
 
+  // Scratchpads in temp space. Also a must: oneDNN 2.6's Winograd primitives with the library's scratchpad
+  // crash when run on a thread other than the one that created them, and an operator object may be entered by
+  // any worker of its device's lane.
   static dnnl::primitive_attr UserScratchpad() {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
