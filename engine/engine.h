@@ -40,11 +40,17 @@ class Var {
  public:
   // Number of writes completed on this variable so far (reads leave it unchanged).
   std::uint64_t version() const noexcept { return version_.load(std::memory_order_acquire); }
+  // Unique among every variable this process has had: an engine recycles deleted variables' memory, never
+  // their ids. (id, version) names one state of one variable; operators key caches with it.
+  std::uint64_t id() const noexcept { return id_; }
 
  protected:
-  Var() = default;
+  Var() : id_(NextId()) {}
   ~Var() = default;
+  // A fresh id, for an engine that hands out a recycled variable.
+  static std::uint64_t NextId() noexcept;
   std::atomic<std::uint64_t> version_{0};
+  std::uint64_t id_;
 };
 using VarHandle = Var*;
 

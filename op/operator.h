@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -38,6 +39,15 @@ struct OpContext {
   bool is_train = false;             // training: Dropout drops, BatchNorm uses batch statistics
   RunContext run_ctx;                // the device; on GPU run_ctx.stream is the cudaStream_t* to use
   std::vector<Resource> requested;   // what ForwardResource/BackwardResource asked for, in that order
+  // Forward: each input's state, its engine variable's id and write count (Var::id, Var::version) when the
+  // call runs; the same state means the same contents, so an operator may keep something derived from an
+  // input (a weight in another layout) across calls. Empty when the caller does not know: then nothing may be
+  // kept.
+  struct InputState {
+    std::uint64_t var = 0, version = 0;
+    bool operator==(const InputState&) const = default;
+  };
+  std::vector<InputState> in_states;
 };
 
 // Applies a request to one element: out = v (kWriteTo/kWriteInplace), out += v (kAddTo), nothing (kNullOp).

@@ -9,12 +9,10 @@
 #include <unistd.h>
 #if TROUPE_HAVE_DNNL
 #include <omp.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +33,7 @@
 #include "base/context.h"
 #include "actors/runtime.h"
 #include "bench/common/bench_util.h"
+#include "bench/common/cpu_kernels.h"
 #include "bench/common/measure.h"
 #include "engine/engine.h"
 #include "op/imperative.h"
@@ -72,69 +71,6 @@ std::vector<float> RandomFloats(std::size_t n, std::uint32_t seed) {
   for (float& x : v) x = u(rng);
   return v;
 }
-
-// Whether the operators use oneDNN in this process (TROUPE_DNNL, as tensor/detail/kernels.h reads it).
-bool DnnlInUse() {
-#if TROUPE_HAVE_DNNL
-  const char* v = std::getenv("TROUPE_DNNL");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-#else
-  return false;
-#endif
-}
-
-// The anchors' row-major sgemm: the library the operators' products use (CpuGemm): oneDNN's dnnl_sgemm where
-// DnnlInUse(), else OpenBLAS. Timing one library's products against operators built on another would also
-// leave OpenBLAS's idle threads spinning beside the operators' OpenMP threads.
-void Sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
-           float* c, int ldc) {
-#if TROUPE_HAVE_DNNL
-  if (DnnlInUse()) {
-    if (omp_get_max_threads() != openblas_get_num_threads()) omp_set_num_threads(openblas_get_num_threads());
-    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc) != dnnl_success) {
-      throw Error("dnnl_sgemm failed");
-    }
-    return;
-  }
-#endif
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b,
-              ldb, beta, c, ldc);
-}
-
-const char* SgemmLibrary() { return DnnlInUse() ? "oneDNN dnnl_sgemm" : "OpenBLAS cblas_sgemm"; }
-
-// An anchor's body whose calls each run as one engine function on `ctx`'s worker, waited for as the operators'
-// calls are (one push and one WaitForVar per call, which the operator pays too): the anchor's kernels then run
-// on the same thread and OpenMP team as the operator's. A second thread calling oneDNN would bring a second
-// team: its idle threads spin beside the first's on the same cores, and with more OpenMP threads than cores
-// libgomp's idle threads sleep after a short spin, so that every small parallel region waits for futex
-// wake-ups (the LeNet layer's sgemm bound fell from 68 to 10 GFLOP/s). `var` orders the calls; the caller
-// owns it.
-Body OnWorker(Context ctx, VarHandle var, std::function<void()> call) {
-  return [ctx, var, call = std::move(call)](std::int64_t calls, Clock::time_point deadline) {
-    Engine* engine = Engine::Get();
-    return TimedLoop(calls, deadline, [&] {
-      engine->PushSync([&call](RunContext) { call(); }, ctx, {}, {var});
-      engine->WaitForVar(var);
-    });
-  };
-}
-
-// A variable for OnWorker, deleted (after every function that uses it) when the scope ends.
-class AnchorVar {
- public:
-  AnchorVar() : var_(Engine::Get()->NewVariable()) {}
-  ~AnchorVar() {
-    Engine::Get()->DeleteVariable([](RunContext) {}, Context::CPU(0), var_);
-    Engine::Get()->WaitForAll();
-  }
-  AnchorVar(const AnchorVar&) = delete;
-  AnchorVar& operator=(const AnchorVar&) = delete;
-  VarHandle get() const { return var_; }
-
- private:
-  VarHandle var_;
-};
 
 // /proc/loadavg's first three fields ("0.12 0.30 0.41": 1, 5, 15 minutes), or "unknown". Recorded at the start
 // and the end of a run: on a shared 2-core machine another process's load is the first suspect of an odd
@@ -744,13 +680,11 @@ void RunConv(ConvReport* r, Context ctx, int repeat, double min_time) {
   std::vector<float> ry(hdy.size()), rdx(hx.size()), rdw(hw_.size()), rdb(hb.size());
   std::unique_ptr<DnnlConvAnchor> raw;
   if (r->has_anchor && DnnlInUse()) {
-    // Built on the worker too (its constructor reorders): a thread of this process other than the worker that
-    // calls oneDNN starts a second OpenMP team, and with more OpenMP threads than cores libgomp's idle threads
-    // sleep after a short spin, so every parallel region of the worker's team then waits for futex wake-ups.
-    OnWorker(ctx, anchor_var.get(), [&] {
+    // Built on the worker too: its constructor reorders (bench/common/cpu_kernels.h says why).
+    RunOnWorker(ctx, anchor_var.get(), [&] {
       raw = std::make_unique<DnnlConvAnchor>(s, hx.data(), hw_.data(), hb.data(), hdy.data(), ry.data(), rdx.data(),
                                              rdw.data(), rdb.data());
-    })(1, Clock::now() + std::chrono::hours(1));
+    });
     r->has_dnnl = true;
     r->dnnl_impl = raw->impl();
     r->dnnl = MakeSeries("dnnl_raw",

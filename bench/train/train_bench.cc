@@ -4,8 +4,6 @@
 // symbol's shapes), one workload (Module step vs anchor, checks), and the report (JSON, table on stdout).
 #include "bench/train/train_bench.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +20,7 @@
 
 #include "base/error.h"
 #include "bench/common/bench_util.h"
+#include "bench/common/cpu_kernels.h"
 #include "bench/common/measure.h"
 #include "bench/common/training.h"
 #include "engine/engine.h"
@@ -49,12 +48,13 @@ constexpr double kTargetRatio = 0.8;
 constexpr int kBatches = 16;  // preloaded batches the steps cycle through
 constexpr int kQuickBatches = 2;
 constexpr double kChance = 0.5;  // training accuracy over the preloaded batches must beat this
+constexpr const char* kInference = "resnet18-infer";
 
 // ---------------------------------------------------------------------------------------------------
 // The anchor: the GEMMs of the network's FullyConnected and Convolution layers for one step.
 
 struct Gemm {
-  CBLAS_TRANSPOSE ta, tb;
+  bool ta, tb;  // transposed
   int m, n, k;
   int repeat;  // per step (per image for convolutions)
 };
@@ -67,7 +67,8 @@ struct GemmPlan {
 
 // Walks the symbol's weights in ListArguments order (the layer order): 2-d weights are FullyConnected
 // layers (num_hidden x input), 4-d ones Convolutions (F x C x KH x KW, output shape from the internals).
-GemmPlan PlanGemms(const Symbol& net, const TShape& data_shape) {
+// training false: the forward products only.
+GemmPlan PlanGemms(const Symbol& net, const TShape& data_shape, bool training) {
   const Symbol internals = net.GetInternals();
   std::vector<TShape> arg_shapes, out_shapes, aux_shapes;
   std::string why;
@@ -91,10 +92,10 @@ GemmPlan PlanGemms(const Symbol& net, const TShape& data_shape) {
     const TShape& w = arg_shapes[i];
     if (w.ndim() == 2) {
       const int n = static_cast<int>(w[0]), k = static_cast<int>(w[1]);
-      plan.gemms.push_back({CblasNoTrans, CblasTrans, batch, n, k, 1});                // Y = X W^T
-      plan.gemms.push_back({CblasTrans, CblasNoTrans, n, k, batch, 1});                // dW = dY^T X
-      if (!first) plan.gemms.push_back({CblasNoTrans, CblasNoTrans, batch, k, n, 1});  // dX = dY W
-      plan.flops += 2.0 * batch * n * k * (first ? 2 : 3);
+      plan.gemms.push_back({false, true, batch, n, k, 1});                           // Y = X W^T
+      if (training) plan.gemms.push_back({true, false, n, k, batch, 1});             // dW = dY^T X
+      if (training && !first) plan.gemms.push_back({false, false, batch, k, n, 1});  // dX = dY W
+      plan.flops += 2.0 * batch * n * k * (!training ? 1 : first ? 2 : 3);
       plan.layers.push_back(layer + ": FullyConnected " + std::to_string(batch) + "x" + std::to_string(k) + " -> " +
                             std::to_string(n));
     } else if (w.ndim() == 4) {
@@ -103,10 +104,10 @@ GemmPlan PlanGemms(const Symbol& net, const TShape& data_shape) {
       const int f = static_cast<int>(w[0]);
       const int ckk = static_cast<int>(w[1] * w[2] * w[3]);
       const int hw = static_cast<int>(found->second[2] * found->second[3]);
-      plan.gemms.push_back({CblasNoTrans, CblasNoTrans, f, hw, ckk, batch});            // Y = W col
-      plan.gemms.push_back({CblasNoTrans, CblasTrans, f, ckk, hw, batch});              // dW += dY col^T
-      if (!first) plan.gemms.push_back({CblasTrans, CblasNoTrans, ckk, hw, f, batch});  // dcol = W^T dY
-      plan.flops += 2.0 * batch * f * hw * ckk * (first ? 2 : 3);
+      plan.gemms.push_back({false, false, f, hw, ckk, batch});                           // Y = W col
+      if (training) plan.gemms.push_back({false, true, f, ckk, hw, batch});              // dW += dY col^T
+      if (training && !first) plan.gemms.push_back({true, false, ckk, hw, f, batch});    // dcol = W^T dY
+      plan.flops += 2.0 * batch * f * hw * ckk * (!training ? 1 : first ? 2 : 3);
       plan.layers.push_back(layer + ": Convolution " + std::to_string(f) + " filters, CKK " + std::to_string(ckk) +
                             ", output " + std::to_string(hw) + " positions, per image");
     } else {
@@ -138,11 +139,10 @@ class GemmRunner {
     for (std::size_t i = 0; i < plan_.gemms.size(); ++i) {
       const Gemm& g = plan_.gemms[i];
       Buffers& b = buffers_[i];
-      const int lda = g.ta == CblasNoTrans ? g.k : g.m;
-      const int ldb = g.tb == CblasNoTrans ? g.n : g.k;
+      const int lda = g.ta ? g.m : g.k;
+      const int ldb = g.tb ? g.k : g.n;
       for (int r = 0; r < g.repeat; ++r) {
-        cblas_sgemm(CblasRowMajor, g.ta, g.tb, g.m, g.n, g.k, 1.0f, b.a.data(), lda, b.b.data(), ldb, 0.0f, b.c.data(),
-                    g.n);
+        Sgemm(g.ta, g.tb, g.m, g.n, g.k, b.a.data(), lda, b.b.data(), ldb, 0.0f, b.c.data(), g.n);
       }
       KeepAlive(b.c.data());
     }
@@ -159,12 +159,20 @@ class GemmRunner {
 // ---------------------------------------------------------------------------------------------------
 // One workload
 
+// The network of a workload: what `troupe train --model` trains (ResNet-18: the CIFAR stem, as Gluon's
+// thumbnail variant, on 28 x 28 images).
+Symbol Network(const std::string& model) {
+  if (model == "mlp") return models::MLP();
+  if (model == "lenet") return models::LeNet();
+  return models::ResNet(18, 10, true);
+}
+
 void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOptions& o,
                  const std::vector<DataBatch>& batches) {
   const int batch = o.batch_size;
-  const Symbol net = model == "mlp" ? models::MLP() : models::LeNet();
+  const Symbol net = Network(model);
   const TShape data_shape({batch, 1, 28, 28});
-  const GemmPlan plan = PlanGemms(net, data_shape);
+  const GemmPlan plan = PlanGemms(net, data_shape, true);
   r->items = batch;
   r->details = {{"model", model},
                 {"batch_size", batch},
@@ -172,6 +180,7 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
                 {"optimizer", "sgd, learning_rate 0.05, momentum 0.9, rescale_grad 1/batch"},
                 {"gemm_gflop_per_step", plan.flops / 1e9},
                 {"gemm_layers", plan.layers},
+                {"gemm_library", SgemmLibrary()},
                 {"blas_threads", openblas_get_num_threads()}};
 
   ResourceManager::Get()->SeedRandom(1);
@@ -183,7 +192,8 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
   auto gemm = std::make_shared<GemmRunner>(plan);
 
   r->figure = MakeSeries("Module step", "copy a batch in, Forward(true), Backward, SGD update, then wait");
-  r->anchor = MakeSeries("cblas_sgemm", "the network's FullyConnected / Convolution GEMMs for one step, alone");
+  r->anchor = MakeSeries("sgemm", "the network's FullyConnected / Convolution GEMMs for one step, alone (" +
+                                      SgemmLibrary() + ", one engine function per step on the CPU worker)");
   auto next = std::make_shared<std::size_t>(0);
   // Seconds per step spent inside the BLAS products (CpuGemm, summed over threads), one entry per run of
   // the body; the last `repeat` entries belong to the timed runs (MeasureInterleaved runs them last).
@@ -204,10 +214,9 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
     gemm_per_step->push_back(run.calls > 0 ? gemm_s / static_cast<double>(run.calls) : 0.0);
     return run;
   };
-  Body anchor = [=](std::int64_t calls, Clock::time_point deadline) {
-    return TimedLoop(calls, deadline, [&] { gemm->Step(); });
-  };
-  MeasureInterleaved({{&r->figure, step}, {&r->anchor, anchor}}, o.repeat, kMinTime);
+  const AnchorVar anchor_var;
+  MeasureInterleaved({{&r->figure, step}, {&r->anchor, OnWorker(Context::CPU(0), anchor_var.get(), [gemm] { gemm->Step(); })}},
+                     o.repeat, kMinTime);
   // The in-run bound: per timed run, the step's own BLAS time against the step's time.
   const std::size_t runs = r->figure.seconds.size();
   if (runs > 0 && gemm_per_step->size() >= runs) {
@@ -229,6 +238,53 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
     r->errors.push_back("training accuracy over the preloaded batches is " + Fmt("%.3f", accuracy) +
                         " after the timed steps; training does not work");
   }
+}
+
+// ResNet-18 inference (the ImageNet variant, 1000 classes) on one 3 x 224 x 224 image at a time, the way
+// MXNet's users ran it with a Module: Forward(is_train false), then wait for the output. Random pixels
+// (the latency does not depend on them) and Xavier weights. Anchor: the forward GEMMs in im2col shapes.
+void RunInference(WorkloadReport* r, const TrainBenchOptions& o) {
+  const Symbol net = models::ResNet(18, 1000, false);
+  const TShape data_shape({1, 3, 224, 224});
+  const GemmPlan plan = PlanGemms(net, data_shape, false);
+  r->items = 1;
+  r->details = {{"model", "resnet18 (ImageNet variant, 1000 classes)"},
+                {"batch_size", 1},
+                {"data", "one random 3 x 224 x 224 image"},
+                {"gemm_gflop_per_step", plan.flops / 1e9},
+                {"gemm_library", SgemmLibrary()},
+                {"blas_threads", openblas_get_num_threads()}};
+  ResourceManager::Get()->SeedRandom(1);
+  auto module = std::make_shared<Module>(net);
+  module->Bind({data_shape}, {TShape({1})}, false);
+  module->InitParams(*Initializer::Create("xavier"));
+  DataBatch b;
+  std::vector<float> pixels(static_cast<std::size_t>(data_shape.Size()));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (float& v : pixels) v = u(rng);
+  b.data.push_back(NDArray::FromVector(pixels, data_shape, Context::CPU(0)));
+  b.label.push_back(NDArray::Full(TShape({1}), 0.0, Context::CPU(0)));
+  auto gemm = std::make_shared<GemmRunner>(plan);
+  r->figure = MakeSeries("Module forward", "Forward(false) on one image, then wait for the output");
+  r->anchor = MakeSeries("sgemm", "the network's forward GEMMs for one image, alone (" + SgemmLibrary() +
+                                      ", one engine function per image on the CPU worker)");
+  Body step = [=](std::int64_t calls, Clock::time_point deadline) {
+    return TimedLoop(calls, deadline, [&] {
+      module->Forward(b, false);
+      module->GetOutputs().at(0).WaitToRead();
+    });
+  };
+  const AnchorVar anchor_var;
+  MeasureInterleaved({{&r->figure, step}, {&r->anchor, OnWorker(Context::CPU(0), anchor_var.get(), [gemm] { gemm->Step(); })}},
+                     o.repeat, kMinTime);
+  if (r->figure.measured()) {
+    r->details["latency_ms_median"] = r->figure.Median() * 1e3;
+    r->details["latency_ms_best"] = r->figure.Best() * 1e3;
+  }
+  std::vector<std::string> problems;
+  BatchesAccuracy(module.get(), {b}, &problems);  // the checks only: its output is a probability row
+  for (const std::string& p : problems) r->errors.push_back(p);
 }
 
 // The in-run ratio (the step's own BLAS time / the step's time, median over the timed runs), when the
@@ -307,10 +363,13 @@ Json TrainBench::BuildJson() const {
       "timed in the library, summed over threads) / the step's seconds, median over the timed runs; "
       "inrun_gemm_bound_images_per_s = batch / those BLAS seconds: images/s if only kernel time counted.");
   notes.push_back(
-      "gemm_bound (gemm_alone_ratio): the cblas_sgemm calls of the FullyConnected and Convolution layers for one step "
-      "(im2col "
-      "shapes per image for convolutions; no data gradient for the first layer), alone on the benchmark's "
-      "thread with the engine's BLAS thread count, on cache-warm buffers. gemm_alone_ratio = their time / step time.");
+      "gemm_bound (gemm_alone_ratio): the sgemm calls of the FullyConnected and Convolution layers for one step "
+      "(im2col shapes per image for convolutions; no data gradient for the first layer), alone, in the library of "
+      "the operators' products (gemm_library) on the CPU worker with its kernel-thread count, on cache-warm "
+      "buffers. gemm_alone_ratio = their time / step time.");
+  notes.push_back(
+      "resnet18-infer: one call is Forward(false) of the ImageNet ResNet-18 on one 3 x 224 x 224 image and the wait "
+      "for its output; images/s = 1 / latency (latency_ms_median in its config); its anchor is the forward GEMMs.");
   if (opt_.quick) notes.push_back("quick: few batches, one run; the figures say nothing about speed.");
   root["notes"] = notes;
   root["targets"] = targets;
@@ -323,13 +382,13 @@ void TrainBench::PrintTable() const {
   const auto cell = [](std::optional<double> v, const char* format) { return v ? Fmt(format, *v) : std::string("-"); };
   std::printf("troupe bench train: batch %d, %d timed runs per figure (medians), machine: %d cores\n", opt_.batch_size,
               opt_.repeat, AvailableCores());
-  std::printf("\n  %-8s %10s %16s %9s %16s %9s  %s\n", "model", "images/s", "in-run bound/s", "in-run", "GEMMs alone/s",
+  std::printf("\n  %-14s %10s %16s %9s %16s %9s  %s\n", "model", "images/s", "in-run bound/s", "in-run", "GEMMs alone/s",
               "alone", "check");
   for (const std::string& w : opt_.workloads) {
     const auto found = reports_.find(w);
     if (found == reports_.end()) continue;
     const WorkloadReport& r = found->second;
-    std::printf("  %-8s %10s %16s %9s %16s %9s  %s\n", w.c_str(), cell(r.ItemsPerSecond(r.figure), "%.0f").c_str(),
+    std::printf("  %-14s %10s %16s %9s %16s %9s  %s\n", w.c_str(), cell(r.ItemsPerSecond(r.figure), "%.0f").c_str(),
                 cell(InRunBound(r), "%.0f").c_str(), cell(InRunRatio(r), "%.3f").c_str(),
                 cell(r.ItemsPerSecond(r.anchor), "%.0f").c_str(), cell(r.Ratio(), "%.3f").c_str(),
                 r.ok() ? "ok" : "FAILED");
@@ -346,11 +405,11 @@ int TrainBench::Run() {
   if (opt_.json_path.empty()) return bad("--json FILE is required");
   if (opt_.repeat < 0 || opt_.repeat > 1000) return bad("--repeat must be in 1..1000");
   if (opt_.batch_size < 1 || opt_.batch_size > 4096) return bad("--batch-size must be in 1..4096");
-  if (opt_.workloads.empty()) return bad("--workloads needs one or more of mlp, lenet");
+  if (opt_.workloads.empty()) return bad("--workloads needs one or more of mlp, lenet, resnet18, resnet18-infer");
   for (const std::string& w : opt_.workloads) {
     const auto& known = TrainBenchWorkloads();
     if (std::find(known.begin(), known.end(), w) == known.end()) {
-      return bad("unknown workload '" + w + "' (known: mlp, lenet)");
+      return bad("unknown workload '" + w + "' (known: mlp, lenet, resnet18, resnet18-infer)");
     }
   }
   if (opt_.repeat == 0) opt_.repeat = opt_.quick ? 1 : kTrainDefaultRepeat;
@@ -375,7 +434,11 @@ int TrainBench::Run() {
     WorkloadReport& r = reports_[w];
     r.selected = true;
     try {
-      RunWorkload(&r, w, opt_, batches);
+      if (w == kInference) {
+        RunInference(&r, opt_);
+      } else {
+        RunWorkload(&r, w, opt_, batches);
+      }
     } catch (const std::exception& e) {
       r.errors.push_back(std::string("threw: ") + e.what());
       Log(w + ": FAILED: " + e.what());
@@ -400,7 +463,7 @@ int TrainBench::Run() {
 }  // namespace
 
 const std::vector<std::string>& TrainBenchWorkloads() {
-  static const std::vector<std::string> kWorkloads = {"mlp", "lenet"};
+  static const std::vector<std::string> kWorkloads = {"mlp", "lenet", "resnet18", kInference};
   return kWorkloads;
 }
 
@@ -417,9 +480,14 @@ constexpr const char* kTrainBenchmarkDescription =
     "matrix products they cannot avoid, each figure alternated with its anchor in the same run. A call is one "
     "training step on a batch of Fashion-MNIST preloaded from the t10k files in --mnist-dir (copy the batch "
     "in, Forward(true), Backward, SGD with momentum per parameter); a timed run ends by waiting for the engine. "
-    "The anchor is the network's cblas_sgemm calls for one step (FullyConnected forward, weight and data "
+    "The anchor is the network's sgemm calls for one step (FullyConnected forward, weight and data "
     "gradients; Convolution the same in im2col shapes per image; no data gradient for the first layer), "
-    "alone on this thread with the engine's OpenBLAS thread count: images/s if only the GEMMs counted. The "
+    "alone, in the operators' library (oneDNN's dnnl_sgemm, or OpenBLAS with TROUPE_DNNL=0) in engine "
+    "functions on the CPU worker with its kernel-thread count: images/s if only the GEMMs counted (ResNet-18 "
+    "uses Winograd convolutions, which need fewer operations than the GEMMs). The workloads mlp, lenet and "
+    "resnet18 (the CIFAR stem on 28 x 28 images) train; resnet18-infer times one-image inference of the "
+    "ImageNet ResNet-18 (3 x 224 x 224, Forward(false) then wait; --batch-size does not apply), against its "
+    "forward GEMMs, and reports the latency in ms. The "
     "ratio is anchor time / step time; the target is >= 0.8 for the MLP at batch 128 (reported, not enforced). "
     "Checks: the outputs are probabilities (finite, rows sum to 1) and, except with --quick, the training "
     "accuracy over the preloaded batches after the timed steps is above 0.5. Progress goes to stderr, a table "
@@ -432,6 +500,10 @@ constexpr const char* kTrainBenchmarkExamples =
     "      MLP and LeNet at batch 128\n"
     "  troupe bench train --quick --json /tmp/smoke.json\n"
     "      two batches, one run: checks that the harness and the in-run checks pass\n"
+    "  troupe bench train --workloads resnet18 --batch-size 64 --repeat 3 --json resnet.json\n"
+    "      ResNet-18 training steps at batch 64 (about a second each on 2 cores)\n"
+    "  troupe bench train --workloads resnet18-infer --json infer.json\n"
+    "      ResNet-18 inference latency, one 224 x 224 image"
     "  troupe bench train --workloads mlp --batch-size 256 --json mlp256.json\n"
     "      only the MLP, at batch 256";
 
@@ -444,7 +516,8 @@ void DeclareTrainBenchmarkOptions(TrainBenchOptions* o, BenchOptionList* options
                 std::to_string(kTrainDefaultRepeat) + ", 1 with --quick)")
       .Range(1, 1000)
       .TypeName("R");
-  options->Add("--workloads", &o->workloads, "Which models: any of mlp, lenet")
+  options->Add("--workloads", &o->workloads,
+               "Which models: any of mlp, lenet, resnet18 (training steps) and resnet18-infer (one-image inference)")
       .Delimiter(',')
       .Choices(TrainBenchWorkloads())
       .TypeName("LIST")
@@ -459,7 +532,7 @@ void DeclareTrainBenchmarkOptions(TrainBenchOptions* o, BenchOptionList* options
 
 Benchmark TrainBenchmark() {
   return MakeBenchmark<TrainBenchOptions>(
-      "train", "MLP and LeNet training steps against their GEMMs alone",
+      "train", "Training steps (MLP, LeNet, ResNet-18) and ResNet-18 inference against their GEMMs alone",
       std::string(kTrainBenchmarkDescription) + "\n\n" + kTrainBenchmarkExamples + "\n", &DeclareTrainBenchmarkOptions,
       &RunTrainBench);
 }

@@ -1,14 +1,19 @@
 // `troupe bench train`: training speed of the model definitions (graph/models.h) through the Module,
 // against the matrix products they cannot avoid.
 //
-// What is measured, per workload (mlp, lenet): a call is one training step of a Module on one batch of
+// What is measured, per workload (mlp, lenet, resnet18: the networks of `troupe train --model`, ResNet-18 with
+// the CIFAR stem on 28 x 28 images): a call is one training step of a Module on one batch of
 // Fashion-MNIST (batch --batch-size, preloaded into memory from the t10k files so that reading is not
 // timed): copy the batch in, Forward(true), Backward, one SGD update (momentum 0.9) per parameter, then
 // the timed run waits for the engine to finish. Images/s = batch / seconds per step.
 //
-// The anchor (the in-run bound): the cblas_sgemm calls of the network's FullyConnected and Convolution
-// layers for one step, alone, on the benchmark's thread with the BLAS thread count the engine's workers
-// use: FullyConnected forward Y = X W^T, backward dW = dY^T X and dX = dY W (none for the first layer,
+// resnet18-infer: one call is Forward(false) of the ImageNet ResNet-18 (1000 classes) on one random
+// 3 x 224 x 224 image, then the wait for its output: the latency MXNet's users measured with a Module.
+//
+// The anchor (the in-run bound): the sgemm calls of the network's FullyConnected and Convolution layers for
+// one step (forward only for resnet18-infer), alone, in the library of the operators' products (oneDNN's
+// dnnl_sgemm, or OpenBLAS with TROUPE_DNNL=0), in engine functions on the CPU worker with its kernel-thread
+// count (bench/common/cpu_kernels.h says why): FullyConnected forward Y = X W^T, backward dW = dY^T X and dX = dY W (none for the first layer,
 // whose input needs no gradient); Convolution per image in im2col shapes: forward (F x CKK)(CKK x HW),
 // backward-weight (F x HW)(HW x CKK), backward-data (CKK x F)(F x HW) (none for the first layer).
 // "Images/s if only kernel time counted" = batch / anchor seconds. The ratio is anchor time / step time;
@@ -31,7 +36,7 @@ struct TrainBenchOptions {
   std::string json_path;  // required
   bool quick = false;     // few batches, one repetition: a smoke run for CTest
   int repeat = 0;         // timed runs per figure; 0: kTrainDefaultRepeat (1 with quick)
-  std::vector<std::string> workloads = {"mlp", "lenet"};
+  std::vector<std::string> workloads = {"mlp", "lenet"};  // also resnet18, resnet18-infer
   int batch_size = 128;
   std::string mnist_dir = "/usr/share/datasets/fashion-mnist";
 };

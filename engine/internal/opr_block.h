@@ -41,6 +41,7 @@ class ActorVar final : public Var {
   void BumpVersion() { version_.fetch_add(1, std::memory_order_acq_rel); }
   void Reset() {
     version_.store(0, std::memory_order_relaxed);
+    id_ = NextId();
     error = nullptr;
     queue.Reset();
   }

@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +8,11 @@
 #include "engine/profiler.h"
 
 namespace troupe {
+
+std::uint64_t Var::NextId() noexcept {
+  static std::atomic<std::uint64_t> next{0};
+  return next.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 namespace internal {
 void LogCallbackMisuse(const char* name) {

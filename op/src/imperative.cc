@@ -184,9 +184,12 @@ OperatorRunner::Call OperatorRunner::PrepareForward(bool is_train, const std::ve
   for (const auto& r : m.forward_res) mutable_vars.push_back(r.var());
 
   auto fn = [op = m.op, res = m.forward_res, is_train, in, out, aux, req](RunContext rctx) {
-    OpContext oc{is_train, rctx, res};
+    OpContext oc{is_train, rctx, res, {}};
     std::vector<TBlob> ib, ob, ab;
-    for (const auto& a : in) ib.push_back(BlobOf(a));
+    for (const auto& a : in) {
+      ib.push_back(BlobOf(a));
+      oc.in_states.push_back({a.var()->id(), a.var()->version()});
+    }
     for (const auto& a : out) ob.push_back(BlobOf(a));
     for (const auto& a : aux) ab.push_back(BlobOf(a));
     op->Forward(oc, ib, req, ob, ab);
@@ -242,7 +245,7 @@ OperatorRunner::Call OperatorRunner::PrepareBackward(const std::vector<NDArray>&
   for (const auto& r : m.backward_res) mutable_vars.push_back(r.var());
 
   auto fn = [op = m.op, res = m.backward_res, og, id, od, aux, in_grad, req](RunContext rctx) {
-    OpContext oc{true, rctx, res};
+    OpContext oc{true, rctx, res, {}};
     std::vector<TBlob> ogb, idb, odb, ab, igb;
     for (const auto& a : og) ogb.push_back(BlobOf(a));
     for (const auto& a : id) idb.push_back(BlobOf(a));

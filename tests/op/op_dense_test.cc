@@ -269,6 +269,44 @@ TEST(Convolution, Float32AgreesWithTheFloat64ReferenceKernel) {
   }
 }
 
+// oneDNN's convolution keeps its weights reordered (for Winograd: transformed) while the weight array's state
+// (variable id, write count) is unchanged. One operator object, inference forward passes: a changed weight
+// array, a different weight array, and a new array in a deleted array's memory and variable must each give
+// the result of a fresh operator, never the kept weights' result.
+TEST(Convolution, KeptWeightsFollowTheWeightArray) {
+  OpCase c{"Convolution", {{"kernel", "(3,3)"}, {"num_filter", "32"}, {"pad", "(1,1)"}},
+           {TShape{2, 32, 6, 6}, TShape{32, 32, 3, 3}, TShape{32}}};
+  c.dtype = DType::kFloat32;
+  c.is_train = false;
+  std::mt19937_64 rng(41);
+  const HostTensor x = test::RandomTensor(c.in_shapes[0], &rng), b = test::RandomTensor(c.in_shapes[2], &rng);
+  auto runner = test::MakeRunner(c);
+  const auto forward = [&](const NDArray& w) {
+    NDArray y = NDArray::Zeros(runner->out_shapes()[0], Context::CPU(), c.dtype);
+    runner->Forward(false, {test::ToArray(x, c.in_shapes[0], c.dtype, c.ctx), w,
+                            test::ToArray(b, c.in_shapes[2], c.dtype, c.ctx)}, {y}, {});
+    return test::ToHost(y);
+  };
+  const auto fresh = [&](const HostTensor& w) { return RunForward(c, {x, w, b})[0]; };
+  const HostTensor w1 = test::RandomTensor(c.in_shapes[1], &rng);
+  NDArray w = test::ToArray(w1, c.in_shapes[1], c.dtype, c.ctx);
+  EXPECT_TRUE(Near(forward(w), fresh(w1), 1e-6, 1e-6, "first call"));
+  EXPECT_TRUE(Near(forward(w), fresh(w1), 1e-6, 1e-6, "same weights again"));
+  w *= 2.0;  // written through the engine: a new state of the same array
+  HostTensor w2 = w1;
+  for (double& v : w2) v *= 2.0;
+  EXPECT_TRUE(Near(forward(w), fresh(w2), 1e-6, 1e-6, "after the weights changed"));
+  const HostTensor w3 = test::RandomTensor(c.in_shapes[1], &rng);
+  EXPECT_TRUE(Near(forward(test::ToArray(w3, c.in_shapes[1], c.dtype, c.ctx)), fresh(w3), 1e-6, 1e-6,
+                   "another weight array"));
+  for (int i = 0; i < 3; ++i) {
+    // Each array is dropped after its call: the next may get its memory and its (recycled) variable.
+    const HostTensor wi = test::RandomTensor(c.in_shapes[1], &rng);
+    EXPECT_TRUE(Near(forward(test::ToArray(wi, c.in_shapes[1], c.dtype, c.ctx)), fresh(wi), 1e-6, 1e-6,
+                     "a new array " + std::to_string(i)));
+  }
+}
+
 TEST(Convolution, ShapeInference) {
   struct Row {
     Kwargs kw;

@@ -129,14 +129,14 @@ class DnnlConv {
            (in[1] / p.num_group > 1 || !data_gradient);
   }
 
-  void Forward(const std::vector<TBlob>& in_data, const TBlob& out, OpReqType req, const Resource& temp) {
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const TBlob& out, OpReqType req) {
     try {
-      Prepare(in_data[0].shape, in_data[1].shape, out.shape);
+      Prepare(in_data[0].shape, in_data[1].shape, out.shape, ctx.is_train);
       dnnl::stream& st = internal::DnnlStream();
-      fwd_space_.Bind(temp.get_space(std::max<std::size_t>(fwd_space_.bytes(), 1)));
+      fwd_space_.Bind(ctx.requested.at(0).get_space(std::max<std::size_t>(fwd_space_.bytes(), 1)));
       std::unordered_map<int, dnnl::memory> args{
           {DNNL_ARG_SRC, src_.In(in_data[0].dptr, fwd_space_, st)},
-          {DNNL_ARG_WEIGHTS, wei_.In(in_data[1].dptr, fwd_space_, st)},
+          {DNNL_ARG_WEIGHTS, Weights(ctx, in_data[1].dptr, st)},
           {DNNL_ARG_SCRATCHPAD, Scratch(fwd_pd_.scratchpad_desc(), fwd_space_, fwd_scratch_)}};
       if (!param_.no_bias) args[DNNL_ARG_BIAS] = bias_.In(in_data[2].dptr, fwd_space_, st);
       const dnnl::memory dst = dst_.Out(out.dptr, fwd_space_, req);
@@ -153,7 +153,7 @@ class DnnlConv {
   void Backward(const TBlob& dy, const TBlob& x, const TBlob& w, const std::vector<TBlob>& in_grad,
                 const std::vector<OpReqType>& req, const Resource& temp) {
     try {
-      Prepare(x.shape, w.shape, dy.shape);
+      Prepare(x.shape, w.shape, dy.shape, true);
       PrepareBackward();
       dnnl::stream& st = internal::DnnlStream();
       bwd_space_.Bind(temp.get_space(std::max<std::size_t>(bwd_space_.bytes(), 1)));
@@ -197,11 +197,32 @@ class DnnlConv {
     return dnnl::memory::desc(d, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
   }
 
-  // The forward primitive for (x, w, y) shapes, rebuilt when the input shape changes.
-  void Prepare(const TShape& x, const TShape& w, const TShape& y) {
-    if (x == shape_) return;
+  // The weights in the forward primitive's layout. Where the layouts differ, the reordered weights are kept
+  // (outside temp space) with the weight array's state: while the state is the same (inference, or the
+  // forward passes of a step), the reorder (for Winograd, the weight transform) is skipped.
+  dnnl::memory Weights(const OpContext& ctx, const void* w, dnnl::stream& st) {
+    const auto& eng = internal::DnnlEngine();
+    if (!wei_.reordered) return dnnl::memory(wei_.user, eng, const_cast<void*>(w));
+    const bool known = ctx.in_states.size() > 1;
+    if (!known || !w_cached_ || ctx.in_states[1] != w_state_ || w != w_ptr_) {
+      if (!w_cache_) w_cache_ = dnnl::memory(wei_.want, eng);
+      dnnl::memory u(wei_.user, eng, const_cast<void*>(w));
+      wei_.to_want.execute(st, u, w_cache_);
+      w_cached_ = known;
+      if (known) w_state_ = ctx.in_states[1];
+      w_ptr_ = w;
+    }
+    return w_cache_;
+  }
+
+  // The forward primitive for (x, w, y) shapes, for training or inference (oneDNN's inference Winograd takes
+  // its weights transformed, which the weight cache then keeps), rebuilt when either changes.
+  void Prepare(const TShape& x, const TShape& w, const TShape& y, bool training) {
+    if (x == shape_ && training == training_) return;
     shape_ = TShape();
     bwd_ready_ = false;
+    w_cache_ = {};
+    w_cached_ = false;
     const int g = param_.num_group;
     x_md_ = Any(internal::Dims(x)), y_md_ = Any(internal::Dims(y));
     w_md_ = g == 1 ? Any(internal::Dims(w)) : Any({g, w[0] / g, w[1], w[2], w[3]});
@@ -217,8 +238,9 @@ class DnnlConv {
     // channels): 1.6-1.8x the direct convolution's speed on ResNet's layers, with errors still at float32's
     // rounding level (the tests hold it to 1e-4 of the float64 reference); otherwise the direct convolution.
     const auto forward_desc = [&](dnnl::algorithm a) {
-      return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, a, x_md_, w_md_, b_md_, y_md_,
-                                             strides_, dilates_, pad_l_, pad_r_);
+      return dnnl::convolution_forward::desc(
+          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, a, x_md_, w_md_, b_md_,
+          y_md_, strides_, dilates_, pad_l_, pad_r_);
     };
     algo_ = dnnl::algorithm::convolution_direct;
     if (internal::DnnlWinograd() && geo_.kh == 3 && geo_.kw == 3 && geo_.sh == 1 && geo_.sw == 1 && geo_.dh == 1 &&
@@ -243,6 +265,7 @@ class DnnlConv {
     dst_.Plan(y_plain_, fwd_pd_.dst_desc(), true, &fwd_space_);
     fwd_scratch_ = fwd_space_.Reserve(fwd_pd_.scratchpad_desc().get_size());
     shape_ = x;
+    training_ = training;
   }
 
   void PrepareBackward() {
@@ -296,6 +319,7 @@ class DnnlConv {
   ConvolutionParam param_;
   ConvGeometry geo_;
   TShape shape_;  // the input shape the primitives are for; empty: none yet
+  bool training_ = true;  // whether the forward primitive is forward_training
   dnnl::memory::desc x_md_, w_md_, b_md_, y_md_, x_plain_, w_plain_, y_plain_;
   dnnl::memory::dims strides_, dilates_, pad_l_, pad_r_;
   dnnl::algorithm algo_ = dnnl::algorithm::convolution_direct;
@@ -304,6 +328,10 @@ class DnnlConv {
   internal::DnnlSpace fwd_space_;
   internal::DnnlArg src_, wei_, bias_, dst_;
   std::size_t fwd_scratch_ = 0;
+  dnnl::memory w_cache_;  // the weights in wei_.want, when w_cached_ for state w_state_ of the array at w_ptr_
+  bool w_cached_ = false;
+  OpContext::InputState w_state_;
+  const void* w_ptr_ = nullptr;
   bool bwd_ready_ = false;
   dnnl::convolution_backward_data::primitive_desc bd_pd_;
   dnnl::convolution_backward_weights::primitive_desc bw_pd_;
@@ -324,7 +352,7 @@ class ConvolutionCpuOp : public Operator {
     if (req[0] == kNullOp) return;
 #if TROUPE_HAVE_DNNL
     if (DnnlConv::Wanted(param_, in_data[0].dtype, in_data[0].shape, false)) {
-      dnnl_.Forward(in_data, out_data[0], req[0], ctx.requested.at(0));
+      dnnl_.Forward(ctx, in_data, out_data[0], req[0]);
       return;
     }
 #endif
