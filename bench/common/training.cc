@@ -33,10 +33,11 @@ std::vector<DataBatch> LoadMnistBatches(const std::string& dir, int batch, int c
   return out;
 }
 
-double BatchesAccuracy(Module* module, const std::vector<DataBatch>& batches, std::vector<std::string>* problems) {
+double BatchesAccuracy(Module* module, const std::vector<DataBatch>& batches, std::vector<std::string>* problems,
+                       bool is_train) {
   std::int64_t right = 0, rows_seen = 0;
   for (const DataBatch& b : batches) {
-    module->Forward(b, false);
+    module->Forward(b, is_train);
     const NDArray& out = module->GetOutputs().at(0);
     const std::vector<float> p = out.ToVector<float>();
     const std::vector<float> labels = b.label.at(0).ToVector<float>();

@@ -15,8 +15,10 @@ namespace troupe::bench {
 // ("<who>: ...") when the files hold fewer batches.
 std::vector<DataBatch> LoadMnistBatches(const std::string& dir, int batch, int count, const std::string& who);
 
-// The module's accuracy over the batches (Forward(false) on each). Adds to *problems (at most a few) when an
-// output is not a probability row (non-finite, or not summing to 1) or has the wrong number of rows.
-double BatchesAccuracy(Module* module, const std::vector<DataBatch>& batches, std::vector<std::string>* problems);
+// The module's accuracy over the batches (Forward(is_train) on each: false uses BatchNorm's moving statistics,
+// true each batch's own). Adds to *problems (at most a few) when an output is not a probability row
+// (non-finite, or not summing to 1) or has the wrong number of rows.
+double BatchesAccuracy(Module* module, const std::vector<DataBatch>& batches, std::vector<std::string>* problems,
+                       bool is_train = false);
 
 }  // namespace troupe::bench

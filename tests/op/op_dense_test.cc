@@ -469,6 +469,37 @@ TEST(Pooling, MaxTwoByTwoMatchesTheGeneralLoops) {
   EXPECT_TRUE(Near(dx_fast[0], dx_general[0], 0, 0, "2x2 max gradient"));
 }
 
+// float32's forward pass is oneDNN's where oneDNN computes MXNet's windows, float64's troupe's loops: on
+// max and avg (with and without the padding in the count), the global pool, both conventions and odd sizes,
+// the outputs and (troupe's, from oneDNN's outputs) gradients agree to float32 rounding.
+TEST(Pooling, Float32AgreesWithTheFloat64Loops) {
+  const std::vector<Kwargs> cases = {
+      {{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}},
+      {{"kernel", "(3,3)"}, {"stride", "(2,2)"}},
+      {{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pooling_convention", "full"}},
+      {{"kernel", "(3,3)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}},
+      {{"kernel", "(3,3)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}, {"count_include_pad", "False"}},
+      {{"kernel", "(3,2)"}, {"stride", "(2,2)"}, {"pool_type", "avg"}, {"pooling_convention", "full"}},
+      {{"global_pool", "True"}, {"pool_type", "avg"}},
+      {{"global_pool", "True"}, {"kernel", "(1,1)"}},
+      {{"kernel", "(2,2)"}, {"stride", "(1,1)"}, {"pool_type", "sum"}},
+  };
+  const TShape shape{2, 17, 9, 7};
+  std::mt19937_64 rng(29);
+  for (const Kwargs& kw : cases) {
+    OpCase c = Pool(kw, shape);
+    const HostTensor x = test::RandomTensor(shape, &rng);
+    const TShape y = InferOutShapes(c)[0];
+    const HostTensor head = test::RandomTensor(y, &rng);
+    const test::FwdBwd ref = test::RunForwardBackward(c, {x}, {head});
+    c.dtype = DType::kFloat32;
+    const test::FwdBwd got = test::RunForwardBackward(c, {x}, {head});
+    const std::string what = "Pooling case " + std::to_string(&kw - cases.data());
+    EXPECT_TRUE(Near(got.out[0], ref.out[0], 1e-6, 1e-6, what + " output"));
+    EXPECT_TRUE(Near(got.grad[0], ref.grad[0], 1e-6, 1e-6, what + " gradient"));
+  }
+}
+
 TEST(Pooling, GradientMatchesCentralDifferences) {
   const TShape s{2, 2, 5, 5};
   for (const char* type : {"max", "avg", "sum"}) {

