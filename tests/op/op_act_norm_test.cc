@@ -221,26 +221,42 @@ TEST(BatchNormTest, GradientsMatchCentralDifferences) {
 
 // float32 sums each row of a channel in float vector lanes (the rows in double): on images of a ResNet
 // layer's proportions, with an offset mean, it agrees with float64 to float32 rounding, forward (output,
-// mean, inverse std, moving statistics) and backward.
+// mean, inverse std, moving statistics) and backward, with batch and with moving statistics, with and
+// without fix_gamma.
 TEST(BatchNormTest, Float32AgreesWithFloat64) {
+  struct Case {
+    Kwargs kw;
+    bool train;
+  };
+  const std::vector<Case> cases = {
+      {{{"fix_gamma", "False"}}, true},
+      {{{"fix_gamma", "False"}}, false},
+      {{}, false},
+      {{{"fix_gamma", "False"}, {"use_global_stats", "True"}, {"eps", "0.01"}}, true},
+  };
   std::mt19937_64 rng(5);
-  OpCase c{"BatchNorm", {{"fix_gamma", "False"}}, {TShape{6, 5, 15, 13}, TShape{5}, TShape{5}}};
-  HostTensor x = test::RandomTensor(c.in_shapes[0], &rng, 2.0, 4.0);
-  const std::vector<HostTensor> in = {x, test::RandomTensor(TShape{5}, &rng, 0.5, 1.5),
-                                      test::RandomTensor(TShape{5}, &rng)};
-  const HostTensor head = test::RandomTensor(c.in_shapes[0], &rng);
-  const std::vector<HostTensor> aux = {HostTensor(5, 0.2), HostTensor(5, 1.5)};
-  const FwdBwd ref = RunForwardBackward(c, in, {head}, {}, {}, aux);
-  c.dtype = DType::kFloat32;
-  const FwdBwd got = RunForwardBackward(c, in, {head}, {}, {}, aux);
-  for (std::size_t i = 0; i < ref.out.size(); ++i) {
-    EXPECT_TRUE(Near(got.out[i], ref.out[i], 1e-5, 1e-5, "output " + std::to_string(i)));
-  }
-  for (std::size_t i = 0; i < ref.aux.size(); ++i) {
-    EXPECT_TRUE(Near(got.aux[i], ref.aux[i], 1e-5, 1e-5, "moving statistic " + std::to_string(i)));
-  }
-  for (std::size_t i = 0; i < ref.grad.size(); ++i) {
-    EXPECT_TRUE(Near(got.grad[i], ref.grad[i], 1e-4, 1e-4, "gradient " + std::to_string(i)));
+  for (const Case& k : cases) {
+    OpCase c{"BatchNorm", k.kw, {TShape{6, 5, 15, 13}, TShape{5}, TShape{5}}};
+    c.is_train = k.train;
+    HostTensor x = test::RandomTensor(c.in_shapes[0], &rng, 2.0, 4.0);
+    const std::vector<HostTensor> in = {x, test::RandomTensor(TShape{5}, &rng, 0.5, 1.5),
+                                        test::RandomTensor(TShape{5}, &rng)};
+    const HostTensor head = test::RandomTensor(c.in_shapes[0], &rng);
+    const std::vector<HostTensor> aux = {test::RandomTensor(TShape{5}, &rng, 2.5, 3.5),
+                                         test::RandomTensor(TShape{5}, &rng, 0.5, 1.5)};
+    const FwdBwd ref = RunForwardBackward(c, in, {head}, {}, {}, aux);
+    c.dtype = DType::kFloat32;
+    const FwdBwd got = RunForwardBackward(c, in, {head}, {}, {}, aux);
+    const std::string what = "case " + std::to_string(&k - cases.data()) + " ";
+    for (std::size_t i = 0; i < ref.out.size(); ++i) {
+      EXPECT_TRUE(Near(got.out[i], ref.out[i], 1e-5, 1e-5, what + "output " + std::to_string(i)));
+    }
+    for (std::size_t i = 0; i < ref.aux.size(); ++i) {
+      EXPECT_TRUE(Near(got.aux[i], ref.aux[i], 1e-5, 1e-5, what + "moving statistic " + std::to_string(i)));
+    }
+    for (std::size_t i = 0; i < ref.grad.size(); ++i) {
+      EXPECT_TRUE(Near(got.grad[i], ref.grad[i], 1e-4, 1e-4, what + "gradient " + std::to_string(i)));
+    }
   }
 }
 
