@@ -13,9 +13,10 @@
 // The anchor (the in-run bound): the sgemm calls of the network's FullyConnected and Convolution layers for
 // one step (forward only for resnet18-infer), alone, in the library of the operators' products (oneDNN's
 // dnnl_sgemm, or OpenBLAS with TROUPE_DNNL=0), in engine functions on the CPU worker with its kernel-thread
-// count (bench/common/cpu_kernels.h says why): FullyConnected forward Y = X W^T, backward dW = dY^T X and dX = dY W (none for the first layer,
-// whose input needs no gradient); Convolution per image in im2col shapes: forward (F x CKK)(CKK x HW),
-// backward-weight (F x HW)(HW x CKK), backward-data (CKK x F)(F x HW) (none for the first layer).
+// count (bench/common/cpu_kernels.h says why): FullyConnected forward Y = X W^T, backward dW = dY^T X and
+// dX = dY W (none for the first layer, whose input needs no gradient); Convolution per image in im2col shapes:
+// forward (F x CKK)(CKK x HW), backward-weight (F x HW)(HW x CKK), backward-data (CKK x F)(F x HW) (none for
+// the first layer).
 // "Images/s if only kernel time counted" = batch / anchor seconds. The ratio is anchor time / step time;
 // the target is >= 0.8 for the MLP at batch 128 (LeNet is reported, im2col/col2im and the activations
 // being outside the bound).

@@ -1,13 +1,15 @@
 // oneDNN (Debian's libdnnl, OpenMP runtime) for the CPU operators: the process's CPU engine, the calling
 // worker's stream with its OpenMP team sized to the kernel-thread budget, memory descriptors of troupe's plain
 // NCHW arrays, and a carver that lays a primitive's blocked buffers and scratchpad out in the operator's
-// temp-space resource (so an operator owns no memory of its own between calls).
+// temp-space resource (an operator keeps memory between calls only on purpose: Convolution's reordered
+// weights).
 //
 // Operators use oneDNN for float32 only, where it is enabled (TROUPE_DNNL, default 1) and where it wins for the
 // shape (each operator says which); their own kernels stay the reference and the fallback. oneDNN's types stay
 // in op/'s .cc files: this header is internal and never included by a public one.
 //
-// Thread-safety: DnnlEnabled and DnnlEngine are thread-safe; DnnlStream returns the calling thread's stream.
+// Thread-safety: DnnlWinograd, DnnlEngine and DnnlEnabled (tensor/detail/kernels.h) are thread-safe;
+// DnnlStream returns the calling thread's stream.
 // oneDNN primitives are immutable and may run on several threads at once; an operator's cached primitives
 // are entered by one engine worker at a time (the engine's contract for Operator objects).
 #pragma once

@@ -1,12 +1,12 @@
 // Convolution (2-D, NCHW) on the CPU, two ways:
-// - oneDNN (float32, when enabled): its direct convolution in the blocked layouts it prefers, reordered from
-//   and to the NCHW arrays at the operator's edges (bench/ops/results/README.md says what that costs),
-//   primitives cached for the last input shape, buffers in the temp-space resource;
+// - oneDNN (float32, when enabled): Winograd F(4x4, 3x3) where oneDNN has it for the shape, else its direct
+//   convolution, in the blocked layouts it prefers, reordered from and to the NCHW arrays at the operator's
+//   edges (bench/ops/results/README.md says what that costs); primitives cached for the last input shape and
+//   mode, buffers in the temp-space resource, reordered weights kept while the weight array is unchanged;
 // - troupe's own kernel (float64, the data gradient of one input channel per group, TROUPE_DNNL=0): im2col
-//   into the temp-space resource, then one OpenBLAS product per image and group; backward recomputes the columns for the weight
-//   gradient and turns the column gradient back into an image gradient with col2im. A 1x1 kernel with stride 1
-//   and no padding needs no columns at all (the image already is the column matrix). On one-channel layers
-//   (LeNet's first) it beats oneDNN, whose backward there is slow.
+//   into the temp-space resource, then one product per image and group (CpuGemm); backward recomputes the
+//   columns for the weight gradient and turns the column gradient back into an image gradient with col2im. A
+//   1x1 kernel with stride 1 and no padding needs no columns at all (the image already is the column matrix).
 //
 // im2col/col2im dominate the time beside the products (the benchmark holds the whole layer to 0.7x of the
 // bare products), so their inner loops are contiguous copies/adds over the valid range of one output row,
@@ -121,9 +121,10 @@ class DnnlConv {
   DnnlConv(const ConvolutionParam& p, const ConvGeometry& g) : param_(p), geo_(g) {}
 
   // Whether oneDNN runs a call on this input (else troupe's kernel does). On one input channel per group
-  // oneDNN's data gradient is 2x slower than troupe's kernel (a LeNet-sized layer, fwd + bwd: 15.6 against
-  // 29.6 GFLOP/s), while its forward pass and weight gradient win (LeNet training 3810 -> 4100 images/s,
-  // where the first layer's data gradient is not wanted).
+  // oneDNN's data gradient is slow (LeNet's first layer at batch 64: 4.4 ms, against 0.43 for its forward pass
+  // and 0.33 for its weight gradient): troupe's kernel computes it there (the layer, forward + backward, 17.6
+  // GFLOP/s all oneDNN, 43-49 mixed), while oneDNN's forward pass and weight gradient win (LeNet training
+  // 3810 -> 4180 images/s, where the first layer's data gradient is not wanted).
   static bool Wanted(const ConvolutionParam& p, DType dtype, const TShape& in, bool data_gradient) {
     return internal::DnnlEnabled() && dtype == DType::kFloat32 && in[0] > 0 &&
            (in[1] / p.num_group > 1 || !data_gradient);
