@@ -416,6 +416,8 @@ class DnnlConvAnchor {
   DnnlConvAnchor(const ConvShape& s, const float* x, const float* w, const float* b, const float* dy, float* y,
                  float* dx, float* dw, float* db)
       : eng_(dnnl::engine::kind::cpu, 0), st_(eng_) {
+    // The engine workers' kernel-thread budget, before the primitives are created (as the operator does).
+    omp_set_num_threads(openblas_get_num_threads());
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     const dnnl::memory::dims xd{s.batch, s.channels, s.height, s.width}, wd{s.filters, s.channels, s.kernel, s.kernel},

@@ -34,6 +34,8 @@ const dnnl::engine& DnnlEngine();
 
 // The calling thread's stream. Sets the thread's OpenMP team size to the kernel-thread budget of one engine
 // worker (TROUPE_BLAS_THREADS: the same budget OpenBLAS uses), so that workers x kernel threads <= cores.
+// Call it before creating primitives too: oneDNN splits a primitive's work for the team size it sees at
+// creation, and results computed with another split differ in the last bits.
 dnnl::stream& DnnlStream();
 
 // A plain (row-major) float32 descriptor of `shape`: nchw for 4 dimensions, nc for 2, x for 1. With `groups`

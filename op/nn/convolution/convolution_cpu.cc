@@ -132,8 +132,10 @@ class DnnlConv {
 
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const TBlob& out, OpReqType req) {
     try {
-      Prepare(in_data[0].shape, in_data[1].shape, out.shape, ctx.is_train);
+      // The stream first: it sizes this thread's OpenMP team, and oneDNN splits a primitive's work for the
+      // team size it sees when the primitive is created (a different split rounds differently).
       dnnl::stream& st = internal::DnnlStream();
+      Prepare(in_data[0].shape, in_data[1].shape, out.shape, ctx.is_train);
       fwd_space_.Bind(ctx.requested.at(0).get_space(std::max<std::size_t>(fwd_space_.bytes(), 1)));
       std::unordered_map<int, dnnl::memory> args{
           {DNNL_ARG_SRC, src_.In(in_data[0].dptr, fwd_space_, st)},
@@ -154,9 +156,9 @@ class DnnlConv {
   void Backward(const TBlob& dy, const TBlob& x, const TBlob& w, const std::vector<TBlob>& in_grad,
                 const std::vector<OpReqType>& req, const Resource& temp) {
     try {
+      dnnl::stream& st = internal::DnnlStream();  // before the primitives (see Forward)
       Prepare(x.shape, w.shape, dy.shape, true);
       PrepareBackward();
-      dnnl::stream& st = internal::DnnlStream();
       bwd_space_.Bind(temp.get_space(std::max<std::size_t>(bwd_space_.bytes(), 1)));
       if (req[0] != kNullOp) {
         const dnnl::memory dx = bd_dx_.Out(in_grad[0].dptr, bwd_space_, req[0]);

@@ -122,10 +122,10 @@ class DnnlPool {
   bool Forward(const TBlob& x, const TBlob& y, OpReqType req) {
     if (!internal::DnnlEnabled() || x.dtype != DType::kFloat32 || req == kAddTo || x.shape[0] == 0) return false;
     try {
+      dnnl::stream& st = internal::DnnlStream();  // before the primitive: it sizes the OpenMP team
       if (x.shape != shape_) Prepare(x.shape);
       if (!usable_) return false;
       const auto& eng = internal::DnnlEngine();
-      dnnl::stream& st = internal::DnnlStream();
       fwd_.execute(st, {{DNNL_ARG_SRC, dnnl::memory(src_, eng, x.dptr)}, {DNNL_ARG_DST, dnnl::memory(dst_, eng, y.dptr)}});
       st.wait();
       return true;
