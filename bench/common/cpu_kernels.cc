@@ -7,24 +7,17 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "base/error.h"
+#include "tensor/kernel_stats.h"
 
 extern "C" int openblas_get_num_threads(void);
 
 namespace troupe::bench {
 
-bool DnnlInUse() {
-#if TROUPE_HAVE_DNNL
-  const char* v = std::getenv("TROUPE_DNNL");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-#else
-  return false;
-#endif
-}
+bool DnnlInUse() { return std::strcmp(CpuSgemmLibrary(), "oneDNN") == 0; }
 
 std::string SgemmLibrary() { return DnnlInUse() ? "oneDNN dnnl_sgemm" : "OpenBLAS cblas_sgemm"; }
 
@@ -48,11 +41,7 @@ void Sgemm(bool transpose_a, bool transpose_b, int m, int n, int k, const float*
 
 Body OnWorker(Context ctx, VarHandle var, std::function<void()> call) {
   return [ctx, var, call = std::move(call)](std::int64_t calls, Clock::time_point deadline) {
-    Engine* engine = Engine::Get();
-    return TimedLoop(calls, deadline, [&] {
-      engine->PushSync([&call](RunContext) { call(); }, ctx, {}, {var});
-      engine->WaitForVar(var);
-    });
+    return TimedLoop(calls, deadline, [&] { RunOnWorker(ctx, var, call); });
   };
 }
 

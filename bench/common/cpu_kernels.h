@@ -20,8 +20,7 @@
 
 namespace troupe::bench {
 
-// Whether the operators' products and kernels use oneDNN in this process (TROUPE_DNNL as the tensor module
-// reads it, and a build with oneDNN).
+// Whether the operators' products and kernels use oneDNN in this process (CpuSgemmLibrary, tensor/kernel_stats.h).
 bool DnnlInUse();
 
 // "oneDNN dnnl_sgemm" or "OpenBLAS cblas_sgemm": what Sgemm calls.

@@ -894,34 +894,29 @@ void OpsBench::CollectFailures() {
 Json OpsBench::Targets() const {
   Json targets = Json::array();
   if (gpu()) return targets;  // no anchor, no ratio
-  for (const FcReport& r : fcs_) {
-    const auto ratio = r.Ratio();
-    targets.push_back({{"name", "fc " + r.shape.Name() + " ratio >= 0.9"},
-                       {"description",
-                        "FullyConnected forward + backward >= 0.9 x the speed of its three raw cblas_sgemm calls "
-                        "(medians)"},
-                       {"threshold", kFcTargetRatio},
+  const auto add = [&targets](const std::string& name, const std::string& description, double threshold,
+                               std::optional<double> ratio) {
+    targets.push_back({{"name", name},
+                       {"description", description},
+                       {"threshold", threshold},
                        {"ratio", OptNum(ratio)},
-                       {"met", ratio.has_value() && *ratio >= kFcTargetRatio}});
+                       {"met", ratio.has_value() && *ratio >= threshold}});
+  };
+  for (const FcReport& r : fcs_) {
+    add("fc " + r.shape.Name() + " ratio >= 0.9",
+        "FullyConnected forward + backward >= 0.9 x the speed of its three raw sgemm calls (medians)", kFcTargetRatio,
+        r.Ratio());
   }
   for (const ConvReport& r : convs_) {
-    const auto ratio = r.Ratio();
-    targets.push_back({{"name", "conv " + r.shape.name + " ratio >= 0.7"},
-                       {"description",
-                        "Convolution forward + backward >= 0.7 x the speed of the sgemm calls of its im2col shapes "
-                        "(medians)"},
-                       {"threshold", kConvTargetRatio},
-                       {"ratio", OptNum(ratio)},
-                       {"met", ratio.has_value() && *ratio >= kConvTargetRatio}});
-    if (!r.has_dnnl) continue;
-    const auto raw = r.RatioDnnl(r.dnnl);
-    targets.push_back({{"name", "conv " + r.shape.name + " vs oneDNN >= 0.95"},
-                       {"description",
-                        "Convolution forward + backward >= 0.95 x the speed of its raw oneDNN primitives on the same "
-                        "NCHW buffers, reorders included (medians)"},
-                       {"threshold", kConvTargetDnnlRatio},
-                       {"ratio", OptNum(raw)},
-                       {"met", raw.has_value() && *raw >= kConvTargetDnnlRatio}});
+    add("conv " + r.shape.name + " ratio >= 0.7",
+        "Convolution forward + backward >= 0.7 x the speed of the sgemm calls of its im2col shapes (medians)",
+        kConvTargetRatio, r.Ratio());
+    if (r.has_dnnl) {
+      add("conv " + r.shape.name + " vs oneDNN >= 0.95",
+          "Convolution forward + backward >= 0.95 x the speed of its raw oneDNN primitives on the same NCHW "
+          "buffers, reorders included (medians)",
+          kConvTargetDnnlRatio, r.RatioDnnl(r.dnnl));
+    }
   }
   return targets;
 }

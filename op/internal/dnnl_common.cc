@@ -22,6 +22,7 @@ bool DnnlWinograd() {
 
 const dnnl::engine& DnnlEngine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  UseCpuKernelThreads();
   return engine;
 }
 
@@ -77,7 +78,7 @@ void DnnlArg::Plan(const dnnl::memory::desc& user_desc, const dnnl::memory::desc
     attr.set_post_ops(sum);
     add_to_user = dnnl::reorder(dnnl::reorder::primitive_desc(eng, want, eng, user, attr));
   } else if (reordered) {
-    offset = space->Reserve(want.get_size());
+    if (space != nullptr) offset = space->Reserve(want.get_size());
     to_want = dnnl::reorder(dnnl::reorder::primitive_desc(eng, user, eng, want));
   }
 }

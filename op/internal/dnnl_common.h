@@ -29,22 +29,31 @@ namespace troupe::internal {
 // False when TROUPE_DNNL_WINOGRAD=0 (read once): convolutions then use oneDNN's direct algorithm only.
 bool DnnlWinograd();
 
-// The CPU engine (created on first use).
+// The CPU engine (created on first use). Every call also sizes the calling thread's OpenMP team to the
+// kernel-thread budget of one engine worker (UseCpuKernelThreads: TROUPE_BLAS_THREADS, the budget OpenBLAS
+// uses too), so that workers x kernel threads <= cores. Primitives are created with the engine, so they see
+// that team size: oneDNN splits a primitive's work for the team size at creation, and another split rounds
+// differently (a primitive made before the team was sized gave gradients that differed in the last bits).
 const dnnl::engine& DnnlEngine();
 
-// The calling thread's stream. Sets the thread's OpenMP team size to the kernel-thread budget of one engine
-// worker (TROUPE_BLAS_THREADS: the same budget OpenBLAS uses), so that workers x kernel threads <= cores.
-// Call it before creating primitives too: oneDNN splits a primitive's work for the team size it sees at
-// creation, and results computed with another split differ in the last bits.
+// The calling thread's stream (its team sized as by DnnlEngine).
 dnnl::stream& DnnlStream();
+
+// The right padding that makes a window of `extent` with stride `stride` and left padding `pad` give exactly
+// `out` outputs over `size` inputs (MXNet's floor or ceil rule); negative when no window reaches the last
+// inputs.
+inline std::int64_t DnnlRightPad(std::int64_t out, std::int64_t stride, std::int64_t extent, std::int64_t size,
+                                 std::int64_t pad) {
+  return (out - 1) * stride + extent - size - pad;
+}
 
 // A plain (row-major) float32 descriptor of `shape`: nchw for 4 dimensions, nc for 2, x for 1. With `groups`
 // > 1 a 4-D weight shape (F, C/g, kh, kw) becomes the grouped goihw (g, F/g, C/g, kh, kw).
 dnnl::memory::desc PlainDesc(const TShape& shape, int groups = 1);
 dnnl::memory::dims Dims(const TShape& shape);
 
-// Lays buffers out in one block of temp space: Reserve every buffer's size first, then Bind the block and take
-// each buffer in the same order with Take. Buffers are 64-byte aligned.
+// Lays buffers out in one block of temp space: Reserve every buffer's size first (each returns its offset),
+// then Bind the block and reach each buffer with At(offset). Buffers are 64-byte aligned.
 class DnnlSpace {
  public:
   std::size_t Reserve(std::size_t bytes);  // returns the buffer's offset
@@ -68,6 +77,8 @@ struct DnnlArg {
   bool reordered = false;   // the layouts differ
   dnnl::reorder to_want, to_user, add_to_user;
 
+  // space null: an input whose reordered copy the caller keeps itself (its reorder is made, no buffer
+  // reserved; In is not used).
   void Plan(const dnnl::memory::desc& user_desc, const dnnl::memory::desc& primitive_desc, bool is_output,
             DnnlSpace* space);
   dnnl::memory In(const void* user_ptr, const DnnlSpace& space, dnnl::stream& stream) const;

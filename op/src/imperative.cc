@@ -186,6 +186,7 @@ OperatorRunner::Call OperatorRunner::PrepareForward(bool is_train, const std::ve
   auto fn = [op = m.op, res = m.forward_res, is_train, in, out, aux, req](RunContext rctx) {
     OpContext oc{is_train, rctx, res, {}};
     std::vector<TBlob> ib, ob, ab;
+    oc.in_states.reserve(in.size());
     for (const auto& a : in) {
       ib.push_back(BlobOf(a));
       oc.in_states.push_back({a.var()->id(), a.var()->version()});

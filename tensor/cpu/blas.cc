@@ -104,4 +104,6 @@ namespace troupe {
 
 std::int64_t CpuGemmNanoseconds() { return internal::gemm_ns.load(std::memory_order_relaxed); }
 
+const char* CpuSgemmLibrary() { return internal::DnnlEnabled() ? "oneDNN" : "OpenBLAS"; }
+
 }  // namespace troupe

@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -132,10 +133,8 @@ class DnnlConv {
 
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const TBlob& out, OpReqType req) {
     try {
-      // The stream first: it sizes this thread's OpenMP team, and oneDNN splits a primitive's work for the
-      // team size it sees when the primitive is created (a different split rounds differently).
-      dnnl::stream& st = internal::DnnlStream();
       Prepare(in_data[0].shape, in_data[1].shape, out.shape, ctx.is_train);
+      dnnl::stream& st = internal::DnnlStream();
       fwd_space_.Bind(ctx.requested.at(0).get_space(std::max<std::size_t>(fwd_space_.bytes(), 1)));
       std::unordered_map<int, dnnl::memory> args{
           {DNNL_ARG_SRC, src_.In(in_data[0].dptr, fwd_space_, st)},
@@ -156,9 +155,9 @@ class DnnlConv {
   void Backward(const TBlob& dy, const TBlob& x, const TBlob& w, const std::vector<TBlob>& in_grad,
                 const std::vector<OpReqType>& req, const Resource& temp) {
     try {
-      dnnl::stream& st = internal::DnnlStream();  // before the primitives (see Forward)
       Prepare(x.shape, w.shape, dy.shape, true);
       PrepareBackward();
+      dnnl::stream& st = internal::DnnlStream();
       bwd_space_.Bind(temp.get_space(std::max<std::size_t>(bwd_space_.bytes(), 1)));
       if (req[0] != kNullOp) {
         const dnnl::memory dx = bd_dx_.Out(in_grad[0].dptr, bwd_space_, req[0]);
@@ -206,16 +205,29 @@ class DnnlConv {
   dnnl::memory Weights(const OpContext& ctx, const void* w, dnnl::stream& st) {
     const auto& eng = internal::DnnlEngine();
     if (!wei_.reordered) return dnnl::memory(wei_.user, eng, const_cast<void*>(w));
-    const bool known = ctx.in_states.size() > 1;
-    if (!known || !w_cached_ || ctx.in_states[1] != w_state_ || w != w_ptr_) {
+    const std::optional<OpContext::InputState> state =
+        ctx.in_states.size() > 1 ? std::optional(ctx.in_states[1]) : std::nullopt;
+    if (!state || state != w_state_ || w != w_ptr_) {
       if (!w_cache_) w_cache_ = dnnl::memory(wei_.want, eng);
       dnnl::memory u(wei_.user, eng, const_cast<void*>(w));
       wei_.to_want.execute(st, u, w_cache_);
-      w_cached_ = known;
-      if (known) w_state_ = ctx.in_states[1];
+      w_state_ = state;
       w_ptr_ = w;
     }
     return w_cache_;
+  }
+
+  // make(algorithm) for `preferred`, else for the direct algorithm: oneDNN throws for an algorithm it has no
+  // kernel for with this shape on this CPU.
+  template <typename Make>
+  static auto Preferring(dnnl::algorithm preferred, Make&& make) {
+    if (preferred != dnnl::algorithm::convolution_direct) {
+      try {
+        return make(preferred);
+      } catch (const dnnl::error&) {
+      }
+    }
+    return make(dnnl::algorithm::convolution_direct);
   }
 
   // The forward primitive for (x, w, y) shapes, for training or inference (oneDNN's inference Winograd takes
@@ -225,7 +237,7 @@ class DnnlConv {
     shape_ = TShape();
     bwd_ready_ = false;
     w_cache_ = {};
-    w_cached_ = false;
+    w_state_.reset();
     const int g = param_.num_group;
     x_md_ = Any(internal::Dims(x)), y_md_ = Any(internal::Dims(y));
     w_md_ = g == 1 ? Any(internal::Dims(w)) : Any({g, w[0] / g, w[1], w[2], w[3]});
@@ -235,35 +247,27 @@ class DnnlConv {
     pad_l_ = {geo_.ph, geo_.pw};
     // MXNet's output size floors; oneDNN wants the right padding that gives exactly that size (negative when
     // no window reaches the last input rows).
-    pad_r_ = {(y[2] - 1) * geo_.sh + geo_.dh * (geo_.kh - 1) + 1 - x[2] - geo_.ph,
-              (y[3] - 1) * geo_.sw + geo_.dw * (geo_.kw - 1) + 1 - x[3] - geo_.pw};
+    pad_r_ = {internal::DnnlRightPad(y[2], geo_.sh, geo_.dh * (geo_.kh - 1) + 1, x[2], geo_.ph),
+              internal::DnnlRightPad(y[3], geo_.sw, geo_.dw * (geo_.kw - 1) + 1, x[3], geo_.pw)};
     // Winograd (F(4x4, 3x3)) where oneDNN has it for the shape (3x3, stride 1, no dilation or groups, enough
     // channels): 1.6-1.8x the direct convolution's speed on ResNet's layers, with errors still at float32's
     // rounding level (the tests hold it to 1e-4 of the float64 reference); otherwise the direct convolution.
-    const auto forward_desc = [&](dnnl::algorithm a) {
-      return dnnl::convolution_forward::desc(
-          training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference, a, x_md_, w_md_, b_md_,
-          y_md_, strides_, dilates_, pad_l_, pad_r_);
-    };
-    algo_ = dnnl::algorithm::convolution_direct;
-    if (internal::DnnlWinograd() && geo_.kh == 3 && geo_.kw == 3 && geo_.sh == 1 && geo_.sw == 1 && geo_.dh == 1 &&
-        geo_.dw == 1 && g == 1) {
-      try {
-        fwd_pd_ = dnnl::convolution_forward::primitive_desc(forward_desc(dnnl::algorithm::convolution_winograd),
-                                                            UserScratchpad(), internal::DnnlEngine());
-        algo_ = dnnl::algorithm::convolution_winograd;
-      } catch (const dnnl::error&) {
-        // oneDNN has no Winograd kernel for this shape on this CPU.
-      }
-    }
-    if (algo_ == dnnl::algorithm::convolution_direct) {
-      fwd_pd_ = dnnl::convolution_forward::primitive_desc(forward_desc(algo_), UserScratchpad(), internal::DnnlEngine());
-    }
+    const bool winograd_shape = internal::DnnlWinograd() && geo_.kh == 3 && geo_.kw == 3 && geo_.sh == 1 &&
+                                geo_.sw == 1 && geo_.dh == 1 && geo_.dw == 1 && g == 1;
+    fwd_pd_ = Preferring(winograd_shape ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct,
+                         [&](dnnl::algorithm a) {
+                           dnnl::convolution_forward::primitive_desc pd(
+                               {training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+                                a, x_md_, w_md_, b_md_, y_md_, strides_, dilates_, pad_l_, pad_r_},
+                               UserScratchpad(), internal::DnnlEngine());
+                           algo_ = a;
+                           return pd;
+                         });
     fwd_ = dnnl::convolution_forward(fwd_pd_);
     x_plain_ = internal::PlainDesc(x), y_plain_ = internal::PlainDesc(y), w_plain_ = internal::PlainDesc(w, g);
     fwd_space_ = {};
     src_.Plan(x_plain_, fwd_pd_.src_desc(), false, &fwd_space_);
-    wei_.Plan(w_plain_, fwd_pd_.weights_desc(), false, &fwd_space_);
+    wei_.Plan(w_plain_, fwd_pd_.weights_desc(), false, nullptr);  // kept in w_cache_ (Weights)
     if (!param_.no_bias) bias_.Plan(b_md_, fwd_pd_.bias_desc(), false, &fwd_space_);
     dst_.Plan(y_plain_, fwd_pd_.dst_desc(), true, &fwd_space_);
     fwd_scratch_ = fwd_space_.Reserve(fwd_pd_.scratchpad_desc().get_size());
@@ -275,26 +279,14 @@ class DnnlConv {
     if (bwd_ready_) return;
     const auto& eng = internal::DnnlEngine();
     // The forward pass's algorithm where oneDNN has it for the backward pass too, else the direct one.
-    for (dnnl::algorithm a : {algo_, dnnl::algorithm::convolution_direct}) {
-      try {
-        bd_pd_ = dnnl::convolution_backward_data::primitive_desc(
-            dnnl::convolution_backward_data::desc(a, x_md_, w_md_, y_md_, strides_, dilates_, pad_l_, pad_r_),
-            UserScratchpad(), eng, fwd_pd_);
-        break;
-      } catch (const dnnl::error&) {
-        if (a == dnnl::algorithm::convolution_direct) throw;
-      }
-    }
-    for (dnnl::algorithm a : {algo_, dnnl::algorithm::convolution_direct}) {
-      try {
-        bw_pd_ = dnnl::convolution_backward_weights::primitive_desc(
-            dnnl::convolution_backward_weights::desc(a, x_md_, w_md_, b_md_, y_md_, strides_, dilates_, pad_l_, pad_r_),
-            UserScratchpad(), eng, fwd_pd_);
-        break;
-      } catch (const dnnl::error&) {
-        if (a == dnnl::algorithm::convolution_direct) throw;
-      }
-    }
+    bd_pd_ = Preferring(algo_, [&](dnnl::algorithm a) {
+      return dnnl::convolution_backward_data::primitive_desc(
+          {a, x_md_, w_md_, y_md_, strides_, dilates_, pad_l_, pad_r_}, UserScratchpad(), eng, fwd_pd_);
+    });
+    bw_pd_ = Preferring(algo_, [&](dnnl::algorithm a) {
+      return dnnl::convolution_backward_weights::primitive_desc(
+          {a, x_md_, w_md_, b_md_, y_md_, strides_, dilates_, pad_l_, pad_r_}, UserScratchpad(), eng, fwd_pd_);
+    });
     bwd_data_ = dnnl::convolution_backward_data(bd_pd_);
     bwd_weights_ = dnnl::convolution_backward_weights(bw_pd_);
     bwd_space_ = {};
@@ -331,9 +323,8 @@ class DnnlConv {
   internal::DnnlSpace fwd_space_;
   internal::DnnlArg src_, wei_, bias_, dst_;
   std::size_t fwd_scratch_ = 0;
-  dnnl::memory w_cache_;  // the weights in wei_.want, when w_cached_ for state w_state_ of the array at w_ptr_
-  bool w_cached_ = false;
-  OpContext::InputState w_state_;
+  dnnl::memory w_cache_;  // the weights in wei_.want, for state w_state_ (none: unknown) of the array at w_ptr_
+  std::optional<OpContext::InputState> w_state_;
   const void* w_ptr_ = nullptr;
   bool bwd_ready_ = false;
   dnnl::convolution_backward_data::primitive_desc bd_pd_;

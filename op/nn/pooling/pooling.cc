@@ -122,10 +122,10 @@ class DnnlPool {
   bool Forward(const TBlob& x, const TBlob& y, OpReqType req) {
     if (!internal::DnnlEnabled() || x.dtype != DType::kFloat32 || req == kAddTo || x.shape[0] == 0) return false;
     try {
-      dnnl::stream& st = internal::DnnlStream();  // before the primitive: it sizes the OpenMP team
       if (x.shape != shape_) Prepare(x.shape);
       if (!usable_) return false;
       const auto& eng = internal::DnnlEngine();
+      dnnl::stream& st = internal::DnnlStream();
       fwd_.execute(st, {{DNNL_ARG_SRC, dnnl::memory(src_, eng, x.dptr)}, {DNNL_ARG_DST, dnnl::memory(dst_, eng, y.dptr)}});
       st.wait();
       return true;
@@ -141,8 +141,8 @@ class DnnlPool {
     const PoolGeometry g = MakePoolGeometry(param_, x);
     if (!g.max && !g.avg) return;
     // The right padding that gives MXNet's output size; negative (rows no window reaches) is not oneDNN's.
-    const std::int64_t pr_h = (g.out_h - 1) * g.sh + g.kh - g.height - g.ph;
-    const std::int64_t pr_w = (g.out_w - 1) * g.sw + g.kw - g.width - g.pw;
+    const std::int64_t pr_h = internal::DnnlRightPad(g.out_h, g.sh, g.kh, g.height, g.ph);
+    const std::int64_t pr_w = internal::DnnlRightPad(g.out_w, g.sw, g.kw, g.width, g.pw);
     if (pr_h < 0 || pr_w < 0) return;
     // An average divides by kh x kw (with the padding) or by the part inside the image; MXNet's rule agrees
     // when no window reaches past the padded input (troupe's 'full' windows may: they are clipped there).
