@@ -1,5 +1,5 @@
 // Elementwise SimpleOps on the CPU: elemwise_add/sub/mul/div (equal shapes), their scalar forms
-// (_plus_scalar ... _rdiv_scalar), the broadcast forms (broadcast_add/sub/mul/div) and smooth_l1, the seed's
+// (_plus_scalar ... _rdiv_scalar, the comparisons, _maximum/_minimum/_power/_rpower_scalar), the broadcast forms (broadcast_add/sub/mul/div) and smooth_l1, the seed's
 // own SimpleOp example. Each is registered once here with the chained SimpleOp API; the CUDA functions are
 // attached to the same entries by elemwise.cu.
 #include <algorithm>
@@ -329,11 +329,23 @@ struct BinaryDef {
       {"_mul_scalar", ScalarOp::kMul, "_MulScalar", "Multiplies every element by a scalar: x * scalar."},
       {"_div_scalar", ScalarOp::kDiv, "_DivScalar", "Divides every element by a scalar: x / scalar."},
       {"_rdiv_scalar", ScalarOp::kRDiv, "_RDivScalar", "Divides a scalar by every element: scalar / x."},
+      {"_greater_scalar", ScalarOp::kGreater, "_GreaterScalar", "1 where x > scalar, else 0 (no gradient)."},
+      {"_greater_equal_scalar", ScalarOp::kGreaterEqual, "_GreaterEqualScalar",
+       "1 where x >= scalar, else 0 (no gradient)."},
+      {"_lesser_scalar", ScalarOp::kLesser, "_LesserScalar", "1 where x < scalar, else 0 (no gradient)."},
+      {"_lesser_equal_scalar", ScalarOp::kLesserEqual, "_LesserEqualScalar",
+       "1 where x <= scalar, else 0 (no gradient)."},
+      {"_equal_scalar", ScalarOp::kEqual, "_EqualScalar", "1 where x == scalar, else 0 (no gradient)."},
+      {"_not_equal_scalar", ScalarOp::kNotEqual, "_NotEqualScalar", "1 where x != scalar, else 0 (no gradient)."},
+      {"_maximum_scalar", ScalarOp::kMaximum, "_MaximumScalar", "The larger of x and scalar, element-wise."},
+      {"_minimum_scalar", ScalarOp::kMinimum, "_MinimumScalar", "The smaller of x and scalar, element-wise."},
+      {"_power_scalar", ScalarOp::kPower, "_PowerScalar", "x raised to the power scalar."},
+      {"_rpower_scalar", ScalarOp::kRPower, "_RPowerScalar", "scalar raised to the power x."},
   };
   for (const auto& d : scalar) {
     SimpleOpEntry& e = SimpleOpRegister(d.name);
     e.set_function(DeviceType::kCPU, ScalarForwardCpu(d.op, d.name), kInplaceInOut);
-    if (d.op == ScalarOp::kRDiv) {
+    if (tensor_ops::ScalarGradNeedsInput(d.op)) {
       e.set_gradient(DeviceType::kCPU, ScalarGradWithInput(d.op, d.name), kInplaceOutIn);
     } else {
       e.set_gradient(DeviceType::kCPU, ScalarGradOutOnly(d.op, d.name), kInplaceOutIn);

@@ -285,12 +285,17 @@ void SmoothL1BackwardUseInGpu(const OutputGrad& out_grad, const Input0& in_data0
 
   const std::pair<const char*, ScalarOp> scalar[] = {
       {"_plus_scalar", ScalarOp::kPlus}, {"_minus_scalar", ScalarOp::kMinus}, {"_rminus_scalar", ScalarOp::kRMinus},
-      {"_mul_scalar", ScalarOp::kMul},   {"_div_scalar", ScalarOp::kDiv},     {"_rdiv_scalar", ScalarOp::kRDiv}};
+      {"_mul_scalar", ScalarOp::kMul},   {"_div_scalar", ScalarOp::kDiv},     {"_rdiv_scalar", ScalarOp::kRDiv},
+      {"_greater_scalar", ScalarOp::kGreater}, {"_greater_equal_scalar", ScalarOp::kGreaterEqual},
+      {"_lesser_scalar", ScalarOp::kLesser}, {"_lesser_equal_scalar", ScalarOp::kLesserEqual},
+      {"_equal_scalar", ScalarOp::kEqual}, {"_not_equal_scalar", ScalarOp::kNotEqual},
+      {"_maximum_scalar", ScalarOp::kMaximum}, {"_minimum_scalar", ScalarOp::kMinimum},
+      {"_power_scalar", ScalarOp::kPower}, {"_rpower_scalar", ScalarOp::kRPower}};
   for (const auto& [name_c, op] : scalar) {
     const std::string name = name_c;
     SimpleOpEntry& e = SimpleOpRegister(name);
     e.set_function(DeviceType::kGPU, ScalarForwardGpu(op, name), kInplaceInOut);
-    if (op == ScalarOp::kRDiv) {
+    if (tensor_ops::ScalarGradNeedsInput(op)) {
       e.set_gradient(DeviceType::kGPU,
                      UnaryGradT2([op = op, name](const OutputGrad& og, const Input0& in, const EnvArguments& env,
                                                  TBlob* ig, OpReqType req, RunContext rctx) {

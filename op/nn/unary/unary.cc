@@ -1,0 +1,279 @@
+// The element-wise unary operators on the CPU (the formulas are in unary.h): the table of MXNet 1.9's names
+// and aliases, registered as SimpleOps, and the two that take parameters, clip and Cast.
+#include "op/nn/unary/unary.h"
+
+#include <cstdint>
+#include <string>
+
+#include "op/internal/op_util.h"
+#include "op/simple_op.h"
+#include "tensor/detail/elementwise.h"
+
+namespace troupe {
+
+namespace {
+
+using unary::UnaryOp;
+
+// Runs fn with a value of the element type: floats and the integer types MXNet's unary operators accept.
+template <typename Fn>
+void AnyNumberSwitch(DType dtype, const std::string& op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn(float{});
+    case DType::kFloat64: return fn(double{});
+    case DType::kUint8: return fn(std::uint8_t{});
+    case DType::kInt8: return fn(std::int8_t{});
+    case DType::kInt32: return fn(std::int32_t{});
+    case DType::kInt64: return fn(std::int64_t{});
+    default:
+      throw Error(op + ": element type " + DTypeName(dtype) +
+                  " is not supported; use float32, float64, uint8, int8, int32 or int64");
+  }
+}
+
+void CheckSizes(const std::string& op, const TBlob& a, const TBlob& b) {
+  if (a.Size() != b.Size()) {
+    throw Error(op + ": the output has shape " + b.shape.ToString() + " but the input " + a.shape.ToString());
+  }
+}
+
+UnaryFunction ForwardFn(UnaryOp op, std::string name) {
+  return [op, name](const TBlob& src, const EnvArguments&, TBlob* ret, OpReqType req, RunContext) {
+    if (req == kNullOp) return;
+    CheckSizes(name, src, *ret);
+    auto run = [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = static_cast<const T*>(src.dptr);
+      internal::AssignEach(static_cast<T*>(ret->dptr), ret->Size(), req,
+                           [&](std::int64_t i) { return unary::Forward(op, x[i]); });
+    };
+    if (unary::AnyType(op)) {
+      AnyNumberSwitch(ret->dtype, name, run);
+    } else {
+      internal::FloatSwitch(ret->dtype, name, run);
+    }
+  };
+}
+
+UnaryGradT2 GradientFn(UnaryOp op, std::string name) {
+  return [op, name](const OutputGrad& out_grad, const Input0& in, const EnvArguments&, TBlob* in_grad,
+                    OpReqType req, RunContext) {
+    if (req == kNullOp) return;
+    internal::FloatSwitch(in_grad->dtype, name, [&](auto tag) {
+      using T = decltype(tag);
+      const T* og = static_cast<const T*>(out_grad.data.dptr);
+      const T* x = static_cast<const T*>(in.data.dptr);
+      internal::AssignEach(static_cast<T*>(in_grad->dptr), in_grad->Size(), req,
+                           [&](std::int64_t i) { return unary::Gradient(op, og[i], x[i]); });
+    });
+  };
+}
+
+struct UnaryDef {
+  const char* name;
+  UnaryOp op;
+  const char* aliases[2];
+  const char* text;
+};
+
+[[maybe_unused]] const bool kUnaryRegistered = [] {
+  const UnaryDef defs[] = {
+      {"relu", UnaryOp::kRelu, {}, "Rectified linear unit: max(x, 0)."},
+      {"abs", UnaryOp::kAbs, {}, "Absolute value."},
+      {"negative", UnaryOp::kNegative, {}, "Numerical negative: -x."},
+      {"square", UnaryOp::kSquare, {}, "x * x."},
+      {"sign", UnaryOp::kSign, {}, "The sign of x: -1, 0 or 1 (no gradient)."},
+      {"floor", UnaryOp::kFloor, {}, "The largest integer not above x (no gradient)."},
+      {"ceil", UnaryOp::kCeil, {}, "The smallest integer not below x (no gradient)."},
+      {"round", UnaryOp::kRound, {}, "The nearest integer, halves away from zero (no gradient)."},
+      {"rint", UnaryOp::kRint, {}, "The nearest integer, halves to even (no gradient)."},
+      {"fix", UnaryOp::kFix, {}, "The nearest integer towards zero (no gradient)."},
+      {"trunc", UnaryOp::kTrunc, {}, "The integer part, towards zero (no gradient)."},
+      {"_copy", UnaryOp::kIdentity, {"identity"}, "A copy of the input."},
+      {"BlockGrad", UnaryOp::kBlockGrad, {"stop_gradient"}, "The input unchanged; no gradient flows back."},
+      {"zeros_like", UnaryOp::kZerosLike, {}, "Zeros of the input's shape and type."},
+      {"ones_like", UnaryOp::kOnesLike, {}, "Ones of the input's shape and type."},
+      {"sigmoid", UnaryOp::kSigmoid, {}, "1 / (1 + exp(-x))."},
+      {"exp", UnaryOp::kExp, {}, "e^x."},
+      {"expm1", UnaryOp::kExpm1, {}, "e^x - 1, accurate near 0."},
+      {"log", UnaryOp::kLog, {}, "Natural logarithm."},
+      {"log2", UnaryOp::kLog2, {}, "Base-2 logarithm."},
+      {"log10", UnaryOp::kLog10, {}, "Base-10 logarithm."},
+      {"log1p", UnaryOp::kLog1p, {}, "log(1 + x), accurate near 0."},
+      {"sqrt", UnaryOp::kSqrt, {}, "Square root."},
+      {"rsqrt", UnaryOp::kRsqrt, {}, "1 / sqrt(x)."},
+      {"cbrt", UnaryOp::kCbrt, {}, "Cube root."},
+      {"rcbrt", UnaryOp::kRcbrt, {}, "1 / cbrt(x)."},
+      {"reciprocal", UnaryOp::kReciprocal, {}, "1 / x."},
+      {"tanh", UnaryOp::kTanh, {}, "Hyperbolic tangent."},
+      {"sin", UnaryOp::kSin, {}, "Sine."},
+      {"cos", UnaryOp::kCos, {}, "Cosine."},
+      {"tan", UnaryOp::kTan, {}, "Tangent."},
+      {"arcsin", UnaryOp::kArcsin, {}, "Inverse sine."},
+      {"arccos", UnaryOp::kArccos, {}, "Inverse cosine."},
+      {"arctan", UnaryOp::kArctan, {}, "Inverse tangent."},
+      {"sinh", UnaryOp::kSinh, {}, "Hyperbolic sine."},
+      {"cosh", UnaryOp::kCosh, {}, "Hyperbolic cosine."},
+      {"arcsinh", UnaryOp::kArcsinh, {}, "Inverse hyperbolic sine."},
+      {"arccosh", UnaryOp::kArccosh, {}, "Inverse hyperbolic cosine."},
+      {"arctanh", UnaryOp::kArctanh, {}, "Inverse hyperbolic tangent."},
+      {"softsign", UnaryOp::kSoftsign, {}, "x / (1 + |x|)."},
+      {"erf", UnaryOp::kErf, {}, "The Gauss error function."},
+      {"degrees", UnaryOp::kDegrees, {}, "Radians to degrees."},
+      {"radians", UnaryOp::kRadians, {}, "Degrees to radians."},
+  };
+  for (const UnaryDef& d : defs) {
+    SimpleOpEntry& e = SimpleOpRegister(d.name);
+    // Not in place: the gradient reads the input.
+    e.set_function(DeviceType::kCPU, ForwardFn(d.op, d.name));
+    e.set_gradient(DeviceType::kCPU, GradientFn(d.op, d.name));
+    e.describe(d.text);
+    for (const char* a : d.aliases) {
+      if (a != nullptr) e.add_alias(a);
+    }
+  }
+  return true;
+}();
+
+// ---- clip ----
+
+class ClipOp final : public Operator {
+ public:
+  explicit ClipOp(ClipParam p) : p_(p) {}
+  void Forward(const OpContext&, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
+    AnyNumberSwitch(out[0].dtype, "clip", [&](auto tag) {
+      using T = decltype(tag);
+      const T lo = static_cast<T>(p_.a_min), hi = static_cast<T>(p_.a_max);
+      const T* x = static_cast<const T*>(in[0].dptr);
+      internal::AssignEach(static_cast<T*>(out[0].dptr), out[0].Size(), req[0], [&](std::int64_t i) {
+        const T v = x[i] < lo ? lo : x[i];
+        return v > hi ? hi : v;
+      });
+    });
+  }
+  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
+                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                const std::vector<TBlob>&) override {
+    internal::FloatSwitch(in_grad[0].dtype, "clip", [&](auto tag) {
+      using T = decltype(tag);
+      const T lo = static_cast<T>(p_.a_min), hi = static_cast<T>(p_.a_max);
+      const T* og = static_cast<const T*>(out_grad[0].dptr);
+      const T* x = static_cast<const T*>(in[0].dptr);
+      internal::AssignEach(static_cast<T*>(in_grad[0].dptr), in_grad[0].Size(), req[0], [&](std::int64_t i) {
+        return x[i] > hi || x[i] < lo ? T(0) : og[i];
+      });
+    });
+  }
+
+ private:
+  ClipParam p_;
+};
+
+class ClipProp final : public OperatorProperty {
+ public:
+  void Init(const Kwargs& kwargs) override { p_.Init(kwargs, "clip"); }
+  Kwargs GetParams() const override { return p_.GetParams(); }
+  bool InferShape(std::vector<TShape>* in, std::vector<TShape>* out, std::vector<TShape>* aux) const override {
+    aux->clear();
+    out->resize(1);
+    AssignShape(out, 0, (*in)[0], "clip", "output");
+    AssignShape(in, 0, (*out)[0], "clip", "data");
+    return (*out)[0].known();
+  }
+  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<ClipProp>(*this); }
+  std::string TypeString() const override { return "clip"; }
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& in_data,
+                                             const std::vector<int>&) const override {
+    return {out_grad[0], in_data[0]};
+  }
+  std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) internal::ThrowNoImplementation("clip", ctx);
+    return std::make_unique<ClipOp>(p_);
+  }
+
+ private:
+  ClipParam p_;
+};
+
+// ---- Cast ----
+
+class CastOp final : public Operator {
+ public:
+  void Forward(const OpContext&, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
+    Convert(in[0], out[0], req[0]);
+  }
+  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
+                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                const std::vector<TBlob>&) override {
+    Convert(out_grad[0], in_grad[0], req[0]);
+  }
+
+ private:
+  static void Convert(const TBlob& from, const TBlob& to, OpReqType req) {
+    if (req == kNullOp) return;
+    DTypeSwitch(to.dtype, [&](auto out_tag) {
+      using O = decltype(out_tag);
+      DTypeSwitch(from.dtype, [&](auto in_tag) {
+        using I = decltype(in_tag);
+        const I* x = static_cast<const I*>(from.dptr);
+        O* o = static_cast<O*>(to.dptr);
+        const std::int64_t n = to.Size();
+        if (req == kAddTo) {
+          for (std::int64_t i = 0; i < n; ++i) o[i] = internal::ConvertTo<O>(internal::ConvertTo<double>(o[i]) +
+                                                                            internal::ConvertTo<double>(x[i]));
+        } else {
+          for (std::int64_t i = 0; i < n; ++i) o[i] = internal::ConvertTo<O>(x[i]);
+        }
+      });
+    });
+  }
+};
+
+class CastProp final : public OperatorProperty {
+ public:
+  void Init(const Kwargs& kwargs) override { p_.Init(kwargs, "Cast"); }
+  Kwargs GetParams() const override { return p_.GetParams(); }
+  bool InferShape(std::vector<TShape>* in, std::vector<TShape>* out, std::vector<TShape>* aux) const override {
+    aux->clear();
+    out->resize(1);
+    AssignShape(out, 0, (*in)[0], "Cast", "output");
+    AssignShape(in, 0, (*out)[0], "Cast", "data");
+    return (*out)[0].known();
+  }
+  bool InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux) const override {
+    aux->clear();
+    out_type->assign(1, static_cast<int>(DTypeFromName(p_.dtype)));
+    return in_type->size() == 1 && (*in_type)[0] != kTypeUnknown;
+  }
+  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<CastProp>(*this); }
+  std::string TypeString() const override { return "Cast"; }
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>&,
+                                             const std::vector<int>&) const override {
+    return {out_grad[0]};
+  }
+  std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) internal::ThrowNoImplementation("Cast", ctx);
+    return std::make_unique<CastOp>();
+  }
+
+ private:
+  CastParam p_;
+};
+
+}  // namespace
+
+TROUPE_REGISTER_OP_PROPERTY(clip, ClipProp)
+    .describe("Clips (limits) the values: min(max(x, a_min), a_max); the gradient passes where a_min <= x <= "
+              "a_max.")
+    .add_argument("data", "NDArray-or-Symbol", "Input array.")
+    .add_arguments(ClipParam::Docs());
+
+TROUPE_REGISTER_OP_PROPERTY(Cast, CastProp)
+    .add_alias("cast")
+    .describe("Casts every element to a new type; the gradient is cast back.")
+    .add_argument("data", "NDArray-or-Symbol", "The input.")
+    .add_arguments(CastParam::Docs());
+
+}  // namespace troupe
