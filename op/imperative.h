@@ -24,9 +24,11 @@ namespace troupe {
 class OperatorRunner {
  public:
   // prop must be initialised. in_shapes/in_types: one per argument; types may be kTypeUnknown when
-  // inferable. Throws troupe::Error when shapes/types cannot be inferred or the device is not supported.
+  // inferable. out_shapes: what is known of the outputs' shapes from elsewhere (a graph's consumers), or
+  // empty. Throws troupe::Error when shapes/types cannot be inferred or the device is not supported.
   OperatorRunner(std::shared_ptr<const OperatorProperty> prop, Context ctx, const std::vector<TShape>& in_shapes,
-                 const std::vector<int>& in_types, Engine* engine = nullptr);
+                 const std::vector<int>& in_types, Engine* engine = nullptr,
+                 const std::vector<TShape>& out_shapes = {});
   ~OperatorRunner();
   OperatorRunner(const OperatorRunner&) = delete;
   OperatorRunner& operator=(const OperatorRunner&) = delete;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -162,6 +164,11 @@ struct Executor::Impl {
 
   void Build();
   void BuildRunners();
+  // The visible outputs' shapes of node n as inference over the whole graph finds them, from the bound
+  // arguments and auxiliary states (consumers fill in what a producer leaves open); empty when it knows
+  // none. The inference runs once, on first need.
+  std::vector<TShape> OutputShapesFromGraph(std::uint32_t n);
+  std::optional<std::map<std::pair<const graph::Node*, std::uint32_t>, TShape>> graph_shapes;
   void BuildBackward(std::vector<graph::PlanEntry>* pe, std::vector<graph::PlanStep>* steps);
 };
 
@@ -202,7 +209,15 @@ void Executor::Impl::BuildRunners() {
       in_types.push_back(dtype[e]);
     }
     try {
-      runners[n] = std::make_unique<OperatorRunner>(node->op, ctx, in_shapes, in_types, engine);
+      try {
+        runners[n] = std::make_unique<OperatorRunner>(node->op, ctx, in_shapes, in_types, engine);
+      } catch (const Error&) {
+        // An output shape only the consumers tell (MXNet 1.x's 0 dimensions: an RNN's begin state made by
+        // _zeros(shape=(2, 0, 100))): try again with what whole-graph inference knows of the outputs.
+        std::vector<TShape> hint = OutputShapesFromGraph(n);
+        if (hint.empty()) throw;
+        runners[n] = std::make_unique<OperatorRunner>(node->op, ctx, in_shapes, in_types, engine, hint);
+      }
     } catch (const Error& err) {
       // Name the bound argument whose shape the operator rejects, when one can be pinned down: leave it out
       // and see what the operator infers for it from the others.
@@ -248,6 +263,37 @@ void Executor::Impl::BuildRunners() {
       }
     }
   }
+}
+
+std::vector<TShape> Executor::Impl::OutputShapesFromGraph(std::uint32_t n) {
+  if (!graph_shapes.has_value()) {
+    graph_shapes.emplace();
+    std::map<std::string, TShape> known;
+    for (std::uint32_t i = 0; i < g.nodes.size(); ++i) {
+      if (g.nodes[i]->is_variable() && shape[g.entry_id(i, 0)].known()) known[g.nodes[i]->name] = shape[g.entry_id(i, 0)];
+    }
+    const Symbol internals = symbol.GetInternals();
+    std::vector<TShape> arg_shapes, out_shapes, aux_shapes;
+    std::string why;
+    try {
+      internals.InferShape(known, &arg_shapes, &out_shapes, &aux_shapes, &why);
+    } catch (const Error&) {
+      return {};  // the node's own error is the one to report
+    }
+    const auto& outs = internals.outputs();
+    for (std::size_t k = 0; k < outs.size() && k < out_shapes.size(); ++k) {
+      (*graph_shapes)[{outs[k].node.get(), outs[k].index}] = out_shapes[k];
+    }
+  }
+  const graph::Node* node = g.nodes[n];
+  std::vector<TShape> hint;
+  bool any = false;
+  for (std::uint32_t k = 0; k < node->num_visible_outputs(); ++k) {
+    auto it = graph_shapes->find({node, k});
+    hint.push_back(it != graph_shapes->end() ? it->second : TShape());
+    any = any || (it != graph_shapes->end() && it->second.ndim() >= 0);
+  }
+  return any ? hint : std::vector<TShape>{};
 }
 
 void Executor::Impl::Build() {

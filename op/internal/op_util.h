@@ -1,5 +1,5 @@
-// Small helpers every operator of the library (op/nn) shares on both devices: the float-only dtype
-// dispatch and axis normalisation, with one error text each so that every operator reports the same
+// Small helpers every operator of the library (op/nn) shares on both devices: the float-only and the
+// number dtype dispatch and axis normalisation, with one error text each so that every operator reports the same
 // problem the same way.
 //
 // Compiles under nvcc (-std=c++20): the .cu operators include it through their op/nn/*.h headers. The
@@ -29,6 +29,24 @@ decltype(auto) FloatSwitch(DType dtype, std::string_view op, Fn&& fn) {
   if (dtype == DType::kFloat32) return fn(float{});
   if (dtype == DType::kFloat64) return fn(double{});
   ThrowNotFloat(op, dtype);
+}
+
+// Runs fn with a value of the element type for the types MXNet's element-wise and data-movement operators
+// accept on integers as well as floats: float32, float64, uint8, int8, int32, int64; any other is a
+// troupe::Error naming `op` and the type.
+template <typename Fn>
+decltype(auto) NumberSwitch(DType dtype, std::string_view op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn(float{});
+    case DType::kFloat64: return fn(double{});
+    case DType::kUint8: return fn(std::uint8_t{});
+    case DType::kInt8: return fn(std::int8_t{});
+    case DType::kInt32: return fn(std::int32_t{});
+    case DType::kInt64: return fn(std::int64_t{});
+    default: break;
+  }
+  throw Error(std::string(op) + ": element type " + DTypeName(dtype) +
+              " is not supported; use float32, float64, uint8, int8, int32 or int64");
 }
 
 // "<op> has no implementation for <ctx>" (naming the missing CUDA support in a build without it): what

@@ -60,7 +60,7 @@ TBlob BlobOf(const NDArray& a) { return a.is_none() ? TBlob() : a.data(); }
 
 OperatorRunner::OperatorRunner(std::shared_ptr<const OperatorProperty> prop, Context ctx,
                                const std::vector<TShape>& in_shapes, const std::vector<int>& in_types,
-                               Engine* engine)
+                               Engine* engine, const std::vector<TShape>& out_shapes)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   if (prop == nullptr) throw Error("OperatorRunner: no operator property given");
@@ -76,6 +76,7 @@ OperatorRunner::OperatorRunner(std::shared_ptr<const OperatorProperty> prop, Con
   m.CheckCount(in_types.size(), m.args.size(), "input types (one per argument)");
 
   m.in_shapes = in_shapes;
+  m.out_shapes = out_shapes;
   if (!m.prop->InferShape(&m.in_shapes, &m.out_shapes, &m.aux_shapes)) {
     std::string unknown;
     for (std::size_t i = 0; i < m.args.size(); ++i) {

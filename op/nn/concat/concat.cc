@@ -136,7 +136,7 @@ class ConcatCpuOp : public Operator {
     if (req[0] == kNullOp) return;
     const TBlob& out = out_data[0];
     const auto slabs = Slabs(in_data, out.shape);
-    internal::FloatSwitch(out.dtype, "Concat", [&](auto tag) {
+    internal::NumberSwitch(out.dtype, "Concat", [&](auto tag) {
       using T = decltype(tag);
       T* o = static_cast<T*>(out.dptr);
       for (std::size_t i = 0; i < slabs.size(); ++i) {

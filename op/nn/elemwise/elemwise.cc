@@ -47,7 +47,7 @@ BinaryFunction ElemwiseForward(BinaryOp op, std::string name) {
     if (req == kNullOp) return;
     CheckSameSize(name, lhs, rhs, "lhs", "rhs");
     CheckSameSize(name, lhs, *ret, "lhs", "output");
-    FloatSwitch(ret->dtype, name, [&](auto tag) {
+    internal::NumberSwitch(ret->dtype, name, [&](auto tag) {
       using T = decltype(tag);
       const T* a = static_cast<const T*>(lhs.dptr);
       const T* b = static_cast<const T*>(rhs.dptr);
@@ -161,7 +161,7 @@ BinaryFunction BroadcastForward(BinaryOp op, std::string name) {
     if (req == kNullOp) return;
     const auto li = tensor_ops::MakeBroadcastIndexer(ret->shape, lhs.shape);
     const auto ri = tensor_ops::MakeBroadcastIndexer(ret->shape, rhs.shape);
-    FloatSwitch(ret->dtype, name, [&](auto tag) {
+    internal::NumberSwitch(ret->dtype, name, [&](auto tag) {
       using T = decltype(tag);
       const T* a = static_cast<const T*>(lhs.dptr);
       const T* b = static_cast<const T*>(rhs.dptr);

@@ -1,8 +1,11 @@
-// sum (alias sum_axis) and mean over axes on the CPU, with MXNet 1.x's axis / keepdims / exclude rules. The
+// The reductions over axes on the CPU (sum, mean, max, min, prod, nansum, nanprod), with MXNet 1.x's
+// axis / keepdims / exclude rules. The
 // output is laid out as the input with the reduced dimensions set to 1 (whether or not they are kept), so
 // one index map (tensor_ops::BroadcastIndexer) serves forward (reduce) and backward (broadcast back).
 #include <algorithm>
+#include <cmath>
 #include <sstream>
+#include <type_traits>
 
 #include "op/nn/reduce/reduce.h"
 
@@ -70,11 +73,30 @@ bool ReduceAxesProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShap
   return true;
 }
 
+const char* ReduceName(ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::kSum: return "sum";
+    case ReduceKind::kMean: return "mean";
+    case ReduceKind::kMax: return "max";
+    case ReduceKind::kMin: return "min";
+    case ReduceKind::kProd: return "prod";
+    case ReduceKind::kNanSum: return "nansum";
+    case ReduceKind::kNanProd: return "nanprod";
+  }
+  return "?";
+}
+
 namespace {
+
+// A NaN counts as 0 in nansum and as 1 in nanprod; other values as themselves.
+template <typename T>
+bool IsNan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(v); else return false;
+}
 
 class ReduceAxesCpuOp : public Operator {
  public:
-  ReduceAxesCpuOp(const ReduceAxesParam& p, bool mean) : param_(p), mean_(mean), name_(mean ? "mean" : "sum") {}
+  ReduceAxesCpuOp(const ReduceAxesParam& p, ReduceKind kind) : param_(p), kind_(kind), name_(ReduceName(kind)) {}
 
   void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
@@ -82,22 +104,41 @@ class ReduceAxesCpuOp : public Operator {
     const TBlob& in = in_data[0];
     const TBlob& out = out_data[0];
     const auto ix = tensor_ops::MakeBroadcastIndexer(in.shape, ReduceKeepdimsShape(param_, in.shape, name_));
-    internal::FloatSwitch(in.dtype, name_, [&](auto tag) {
+    auto run = [&](auto tag) {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(in.dptr);
       T* o = static_cast<T*>(out.dptr);
       for (std::int64_t i = 0; i < ix.small_size; ++i) {
-        double acc = 0;  // accumulate in double: float32 sums of many terms drift otherwise
-        for (std::int64_t r = 0; r < ix.reduce_size; ++r) acc += x[ix.BigOffset(i, r)];
-        if (mean_) acc /= static_cast<double>(ix.reduce_size);
-        Assign(o + i, req[0], static_cast<T>(acc));
+        // Sums and products accumulate in double: float32 sums of many terms drift otherwise.
+        double acc = kind_ == ReduceKind::kProd || kind_ == ReduceKind::kNanProd ? 1.0 : 0.0;
+        T best = ix.reduce_size > 0 ? x[ix.BigOffset(i, 0)] : T(0);
+        for (std::int64_t r = 0; r < ix.reduce_size; ++r) {
+          const T v = x[ix.BigOffset(i, r)];
+          switch (kind_) {
+            case ReduceKind::kSum:
+            case ReduceKind::kMean: acc += static_cast<double>(v); break;
+            case ReduceKind::kNanSum: acc += IsNan(v) ? 0.0 : static_cast<double>(v); break;
+            case ReduceKind::kProd: acc *= static_cast<double>(v); break;
+            case ReduceKind::kNanProd: acc *= IsNan(v) ? 1.0 : static_cast<double>(v); break;
+            case ReduceKind::kMax: best = v > best ? v : best; break;
+            case ReduceKind::kMin: best = v < best ? v : best; break;
+          }
+        }
+        if (kind_ == ReduceKind::kMean) acc /= static_cast<double>(ix.reduce_size);
+        const bool extreme = kind_ == ReduceKind::kMax || kind_ == ReduceKind::kMin;
+        Assign(o + i, req[0], extreme ? best : static_cast<T>(acc));
       }
-    });
+    };
+    if (kind_ == ReduceKind::kMean) {
+      internal::FloatSwitch(in.dtype, name_, run);
+    } else {
+      internal::NumberSwitch(in.dtype, name_, run);
+    }
   }
 
-  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
-                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
-                const std::vector<TBlob>&) override {
+  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
+                const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
+                const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
     const TBlob& og = out_grad[0];
     const TBlob& ig = in_grad[0];
@@ -105,42 +146,81 @@ class ReduceAxesCpuOp : public Operator {
     internal::FloatSwitch(ig.dtype, name_, [&](auto tag) {
       using T = decltype(tag);
       const T* g = static_cast<const T*>(og.dptr);
+      const T* x = in_data.size() > 0 ? static_cast<const T*>(in_data[0].dptr) : nullptr;
+      const T* y = out_data.size() > 0 ? static_cast<const T*>(out_data[0].dptr) : nullptr;
       T* o = static_cast<T*>(ig.dptr);
-      const T scale = mean_ ? static_cast<T>(1.0 / static_cast<double>(ix.reduce_size)) : T(1);
-      for (std::int64_t i = 0; i < ix.big_size; ++i) Assign(o + i, req[0], g[ix.SmallOffset(i)] * scale);
+      const T scale = kind_ == ReduceKind::kMean ? static_cast<T>(1.0 / static_cast<double>(ix.reduce_size)) : T(1);
+      internal::AssignEach(o, ix.big_size, req[0], [&](std::int64_t i) -> T {
+        const std::int64_t j = ix.SmallOffset(i);
+        switch (kind_) {
+          case ReduceKind::kSum:
+          case ReduceKind::kMean: return g[j] * scale;
+          // MXNet's rule: every element equal to the extreme gets the whole gradient.
+          case ReduceKind::kMax:
+          case ReduceKind::kMin: return x[i] == y[j] ? g[j] : T(0);
+          case ReduceKind::kNanSum: return IsNan(x[i]) ? T(0) : g[j];
+          case ReduceKind::kProd: return g[j] * y[j] / x[i];
+          case ReduceKind::kNanProd: return IsNan(x[i]) ? T(0) : g[j] * y[j] / x[i];
+        }
+        return T(0);
+      });
     });
   }
 
  private:
   ReduceAxesParam param_;
-  bool mean_;
+  ReduceKind kind_;
   std::string name_;
 };
 
-class SumProp : public ReduceAxesProp {
+template <ReduceKind kKind>
+class ReduceProp : public ReduceAxesProp {
  public:
-  SumProp() : ReduceAxesProp(false) {}
-};
-class MeanProp : public ReduceAxesProp {
- public:
-  MeanProp() : ReduceAxesProp(true) {}
+  ReduceProp() : ReduceAxesProp(kKind) {}
 };
 
 }  // namespace
 
 std::unique_ptr<Operator> ReduceAxesProp::CreateOperator(Context ctx) const {
   if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);
-  return std::make_unique<ReduceAxesCpuOp>(param_, mean_);
+  return std::make_unique<ReduceAxesCpuOp>(param_, kind_);
 }
 
-TROUPE_REGISTER_OP_PROPERTY(sum, SumProp)
+TROUPE_REGISTER_OP_PROPERTY(sum, ReduceProp<ReduceKind::kSum>)
     .describe("Computes the sum of array elements over given axes.")
     .add_argument("data", "NDArray-or-Symbol", "The input")
     .add_arguments(ReduceAxesParam::Docs())
     .add_alias("sum_axis");
 
-TROUPE_REGISTER_OP_PROPERTY(mean, MeanProp)
+TROUPE_REGISTER_OP_PROPERTY(mean, ReduceProp<ReduceKind::kMean>)
     .describe("Computes the mean of array elements over given axes.")
+    .add_argument("data", "NDArray-or-Symbol", "The input")
+    .add_arguments(ReduceAxesParam::Docs());
+
+TROUPE_REGISTER_OP_PROPERTY(max, ReduceProp<ReduceKind::kMax>)
+    .describe("Computes the max of array elements over given axes.")
+    .add_argument("data", "NDArray-or-Symbol", "The input")
+    .add_arguments(ReduceAxesParam::Docs())
+    .add_alias("max_axis");
+
+TROUPE_REGISTER_OP_PROPERTY(min, ReduceProp<ReduceKind::kMin>)
+    .describe("Computes the min of array elements over given axes.")
+    .add_argument("data", "NDArray-or-Symbol", "The input")
+    .add_arguments(ReduceAxesParam::Docs())
+    .add_alias("min_axis");
+
+TROUPE_REGISTER_OP_PROPERTY(prod, ReduceProp<ReduceKind::kProd>)
+    .describe("Computes the product of array elements over given axes.")
+    .add_argument("data", "NDArray-or-Symbol", "The input")
+    .add_arguments(ReduceAxesParam::Docs());
+
+TROUPE_REGISTER_OP_PROPERTY(nansum, ReduceProp<ReduceKind::kNanSum>)
+    .describe("Computes the sum of array elements over given axes, treating NaN as zero.")
+    .add_argument("data", "NDArray-or-Symbol", "The input")
+    .add_arguments(ReduceAxesParam::Docs());
+
+TROUPE_REGISTER_OP_PROPERTY(nanprod, ReduceProp<ReduceKind::kNanProd>)
+    .describe("Computes the product of array elements over given axes, treating NaN as one.")
     .add_argument("data", "NDArray-or-Symbol", "The input")
     .add_arguments(ReduceAxesParam::Docs());
 

@@ -1,6 +1,7 @@
-// sum (alias sum_axis) and mean over axes, with MXNet 1.x's axis / keepdims / exclude rules: the parameter
-// struct, the shape rules and the property, shared by the CPU operator (reduce.cc) and the CUDA one
-// (reduce.cu), which both use the index map of op/nn/common/broadcast.h.
+// The reductions over axes with MXNet 1.x's axis / keepdims / exclude rules: sum (alias sum_axis), mean,
+// max, min, prod, nansum and nanprod. The parameter struct, the shape rules and the property, shared by the
+// CPU operator (reduce.cc: every reduction) and the CUDA one (reduce.cu: sum and mean), which both use the
+// index map of op/nn/common/broadcast.h.
 //
 // Properties are immutable after Init (thread-safe to share); helpers are pure functions. Compiles under
 // nvcc (the .cu file includes it): no CAF or Cap'n Proto, and what runs in kernels is TROUPE_HOST_DEVICE.
@@ -47,26 +48,34 @@ TShape ReduceKeepdimsShape(const ReduceAxesParam& param, const TShape& in, const
 // The real output shape (MXNet 1.x's ReduceAxesShapeImpl: reducing everything without keepdims gives (1,)).
 TShape ReduceOutputShape(const ReduceAxesParam& param, const TShape& in, const std::string& op);
 
-// sum (alias sum_axis) and mean share everything but the name and the 1/count factor.
+enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kNanSum, kNanProd };
+const char* ReduceName(ReduceKind kind);
+
+// The reductions share everything but the name, the combining rule and what the gradient reads.
 class ReduceAxesProp : public OperatorProperty {
  public:
-  explicit ReduceAxesProp(bool mean) : mean_(mean) {}
+  explicit ReduceAxesProp(ReduceKind kind) : kind_(kind) {}
   void Init(const Kwargs& kwargs) override { param_.Init(kwargs, TypeString()); }
   Kwargs GetParams() const override { return param_.GetParams(); }
   bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                   std::vector<TShape>* aux_shape) const override;
   std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<ReduceAxesProp>(*this); }
-  std::string TypeString() const override { return mean_ ? "mean" : "sum"; }
-  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& /*in_data*/,
-                                             const std::vector<int>& /*out_data*/) const override {
-    return {out_grad[0]};
+  std::string TypeString() const override { return ReduceName(kind_); }
+  // sum and mean need only the output gradient; max and min compare the input with the output, the products
+  // divide the output by the input.
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& in_data,
+                                             const std::vector<int>& out_data) const override {
+    if (kind_ == ReduceKind::kSum || kind_ == ReduceKind::kMean) return {out_grad[0]};
+    if (kind_ == ReduceKind::kNanSum) return {out_grad[0], in_data[0]};
+    return {out_grad[0], in_data[0], out_data[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override;
   const ReduceAxesParam& param() const { return param_; }
-  bool mean() const { return mean_; }
+  ReduceKind kind() const { return kind_; }
+  bool mean() const { return kind_ == ReduceKind::kMean; }
 
  private:
-  bool mean_;
+  ReduceKind kind_;
   ReduceAxesParam param_;
 };
 

@@ -15,22 +15,6 @@ namespace {
 
 using unary::UnaryOp;
 
-// Runs fn with a value of the element type: floats and the integer types MXNet's unary operators accept.
-template <typename Fn>
-void AnyNumberSwitch(DType dtype, const std::string& op, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat32: return fn(float{});
-    case DType::kFloat64: return fn(double{});
-    case DType::kUint8: return fn(std::uint8_t{});
-    case DType::kInt8: return fn(std::int8_t{});
-    case DType::kInt32: return fn(std::int32_t{});
-    case DType::kInt64: return fn(std::int64_t{});
-    default:
-      throw Error(op + ": element type " + DTypeName(dtype) +
-                  " is not supported; use float32, float64, uint8, int8, int32 or int64");
-  }
-}
-
 void CheckSizes(const std::string& op, const TBlob& a, const TBlob& b) {
   if (a.Size() != b.Size()) {
     throw Error(op + ": the output has shape " + b.shape.ToString() + " but the input " + a.shape.ToString());
@@ -48,7 +32,7 @@ UnaryFunction ForwardFn(UnaryOp op, std::string name) {
                            [&](std::int64_t i) { return unary::Forward(op, x[i]); });
     };
     if (unary::AnyType(op)) {
-      AnyNumberSwitch(ret->dtype, name, run);
+      internal::NumberSwitch(ret->dtype, name, run);
     } else {
       internal::FloatSwitch(ret->dtype, name, run);
     }
@@ -142,7 +126,7 @@ class ClipOp final : public Operator {
   explicit ClipOp(ClipParam p) : p_(p) {}
   void Forward(const OpContext&, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
-    AnyNumberSwitch(out[0].dtype, "clip", [&](auto tag) {
+    internal::NumberSwitch(out[0].dtype, "clip", [&](auto tag) {
       using T = decltype(tag);
       const T lo = static_cast<T>(p_.a_min), hi = static_cast<T>(p_.a_max);
       const T* x = static_cast<const T*>(in[0].dptr);

@@ -1,0 +1,101 @@
+// The element-wise binary operators of MXNet 1.9 beyond + - * / (its elemwise_binary_op_extended/_logic and
+// elemwise_binary_broadcast_op_extended/_logic): maximum, minimum, power, mod, hypot, the comparisons and
+// the logical operators, each in an equal-shape form (_maximum, _equal, ...) and a broadcasting form
+// (broadcast_maximum, broadcast_equal, ...), from one table of element formulas (binary.cc registers them).
+//
+// Gradients are MXNet's: maximum passes the gradient to lhs where lhs >= rhs and to rhs elsewhere, minimum
+// to lhs where lhs <= rhs; mod's is 1 for lhs and -floor(lhs / rhs) for rhs; the comparisons and logical
+// operators pass none. Pure functions: thread-safe. Compiles under nvcc: kernels' code is TROUPE_HOST_DEVICE.
+#pragma once
+
+#include <cmath>
+#include <type_traits>
+
+#include "tensor/tensor.h"
+
+namespace troupe::binary {
+
+enum class BinaryMath : int {
+  kMaximum, kMinimum, kPower, kMod, kHypot,
+  kEqual, kNotEqual, kGreater, kGreaterEqual, kLesser, kLesserEqual, kLogicalAnd, kLogicalOr, kLogicalXor
+};
+
+// Whether gradients flow at all (the comparisons and logical operators give zero gradients).
+inline bool HasGradient(BinaryMath op) { return static_cast<int>(op) <= static_cast<int>(BinaryMath::kHypot); }
+
+// Python's modulo (the result takes the divisor's sign; 0 for a zero divisor), computed in double as MXNet's
+// mshadow_op::mod does.
+TROUPE_HOST_DEVICE inline double ModDouble(double a, double b) {
+  if (b == 0) return 0;
+  const double r = fmod(a, b);
+  return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+}
+
+template <typename T>
+TROUPE_HOST_DEVICE inline T Apply(BinaryMath op, T a, T b) {
+  switch (op) {
+    case BinaryMath::kMaximum: return a > b ? a : b;
+    case BinaryMath::kMinimum: return a < b ? a : b;
+    case BinaryMath::kPower:
+      if constexpr (std::is_floating_point_v<T>) {
+        if constexpr (sizeof(T) == 4) return powf(a, b); else return pow(a, b);
+      } else {
+        return static_cast<T>(pow(static_cast<double>(a), static_cast<double>(b)));
+      }
+    case BinaryMath::kMod: return static_cast<T>(ModDouble(static_cast<double>(a), static_cast<double>(b)));
+    case BinaryMath::kHypot:
+      if constexpr (sizeof(T) == 4 && std::is_floating_point_v<T>) {
+        return hypotf(a, b);
+      } else {
+        return static_cast<T>(hypot(static_cast<double>(a), static_cast<double>(b)));
+      }
+    case BinaryMath::kEqual: return a == b ? T(1) : T(0);
+    case BinaryMath::kNotEqual: return a != b ? T(1) : T(0);
+    case BinaryMath::kGreater: return a > b ? T(1) : T(0);
+    case BinaryMath::kGreaterEqual: return a >= b ? T(1) : T(0);
+    case BinaryMath::kLesser: return a < b ? T(1) : T(0);
+    case BinaryMath::kLesserEqual: return a <= b ? T(1) : T(0);
+    case BinaryMath::kLogicalAnd: return (a != T(0) && b != T(0)) ? T(1) : T(0);
+    case BinaryMath::kLogicalOr: return (a != T(0) || b != T(0)) ? T(1) : T(0);
+    case BinaryMath::kLogicalXor: return ((a != T(0)) != (b != T(0))) ? T(1) : T(0);
+  }
+  return T(0);
+}
+
+// og times d(a op b)/da and d(a op b)/db (floating-point types only).
+template <typename T>
+TROUPE_HOST_DEVICE inline void Gradients(BinaryMath op, T og, T a, T b, T* ga, T* gb) {
+  constexpr bool f = sizeof(T) == 4;
+  switch (op) {
+    case BinaryMath::kMaximum:
+      *ga = a >= b ? og : T(0);
+      *gb = a >= b ? T(0) : og;
+      return;
+    case BinaryMath::kMinimum:
+      *ga = a <= b ? og : T(0);
+      *gb = a <= b ? T(0) : og;
+      return;
+    case BinaryMath::kPower: {
+      const T y = f ? powf(a, b) : pow(a, b);
+      *ga = og * b * (f ? powf(a, b - T(1)) : pow(a, b - T(1)));
+      *gb = og * y * (f ? logf(a) : log(a));
+      return;
+    }
+    case BinaryMath::kMod:
+      *ga = og;
+      *gb = og * -(f ? floorf(a / b) : floor(a / b));
+      return;
+    case BinaryMath::kHypot: {
+      const T h = f ? hypotf(a, b) : hypot(a, b);
+      *ga = og * a / h;
+      *gb = og * b / h;
+      return;
+    }
+    default:
+      *ga = T(0);
+      *gb = T(0);
+      return;
+  }
+}
+
+}  // namespace troupe::binary
