@@ -1,0 +1,25 @@
+"""Deconvolution (and the convolutions it is built from)."""
+import mxnet as mx
+
+from make_op_cases import case
+
+def deconv(**kw):
+    return lambda x, w, *b: mx.sym.Deconvolution(x, w, *b, **kw)
+
+CASES = [
+    case('deconv_basic', deconv(kernel=(3, 3), num_filter=4), [('x', (2, 3, 5, 5), 'float32'), ('w', (3, 4, 3, 3), 'float32')]),
+    case('deconv_stride2_pad', deconv(kernel=(4, 4), stride=(2, 2), pad=(1, 1), num_filter=2),
+         [('x', (1, 3, 4, 4), 'float32'), ('w', (3, 2, 4, 4), 'float32')]),
+    case('deconv_adj', deconv(kernel=(3, 3), stride=(2, 2), pad=(1, 1), adj=(1, 1), num_filter=2),
+         [('x', (1, 2, 4, 3), 'float32'), ('w', (2, 2, 3, 3), 'float32')]),
+    case('deconv_bias', deconv(kernel=(2, 2), stride=(2, 2), num_filter=3, no_bias=False),
+         [('x', (2, 4, 3, 3), 'float32'), ('w', (4, 3, 2, 2), 'float32'), ('b', (3,), 'float32')]),
+    case('deconv_groups', deconv(kernel=(3, 3), num_filter=4, num_group=2, pad=(1, 1)),
+         [('x', (1, 4, 5, 5), 'float32'), ('w', (4, 2, 3, 3), 'float32')]),
+    case('deconv_dilate', deconv(kernel=(3, 3), dilate=(2, 2), num_filter=2),
+         [('x', (1, 2, 4, 4), 'float32'), ('w', (2, 2, 3, 3), 'float32')]),
+    case('deconv_target', deconv(kernel=(4, 4), stride=(2, 2), target_shape=(9, 9), num_filter=2),
+         [('x', (1, 3, 4, 4), 'float32'), ('w', (3, 2, 4, 4), 'float32')]),
+    case('deconv_f64', deconv(kernel=(3, 3), stride=(2, 2), num_filter=2, no_bias=False),
+         [('x', (2, 3, 3, 4), 'float64'), ('w', (3, 2, 3, 3), 'float64'), ('b', (2,), 'float64')]),
+]
