@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "op/nn/common/lift_1d.h"
 #include "op/nn/convolution/convolution.h"
 
 namespace troupe {
@@ -59,10 +60,20 @@ constexpr const char* kOp = "Convolution";
 }  // namespace
 
 void ConvolutionProp::Init(const Kwargs& kwargs) {
+  one_d_ = IsOneDimensionalKernel(kwargs);
+  if (!one_d_) return Init2d(kwargs);
+  param_1d_.Init(kwargs, kOp);
+  if (param_1d_.layout != "None" && param_1d_.layout != "NCW") {
+    throw Error("Convolution: parameter 'layout' is '" + param_1d_.layout + "'; 1-D convolution supports NCW only");
+  }
+  Init2d(LiftKwargsTo2d(kwargs));
+}
+
+void ConvolutionProp::Init2d(const Kwargs& kwargs) {
   param_.Init(kwargs, kOp);
   if (param_.kernel.ndim() != 2) {
     throw Error("Convolution: parameter 'kernel' is " + param_.kernel.ToString() +
-                "; only 2-D convolution is supported, give 2 values (h, w)");
+                "; 1-D and 2-D convolution are supported, give 1 value (w) or 2 values (h, w)");
   }
   CheckGeometryTuple(param_.kernel, kOp, "kernel", 1, false);
   CheckGeometryTuple(param_.stride, kOp, "stride", 1, true);
@@ -84,7 +95,21 @@ std::vector<std::string> ConvolutionProp::ListArguments() const {
 }
 
 bool ConvolutionProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
-                                 std::vector<TShape>*) const {
+                                 std::vector<TShape>* aux_shape) const {
+  aux_shape->clear();
+  if (!one_d_) return InferShape2d(in_shape, out_shape);
+  if ((*in_shape)[0].ndim() >= 0 && (*in_shape)[0].ndim() != 3) {
+    throw Error("Convolution: argument 'data' has shape " + (*in_shape)[0].ToString() +
+                "; 1-D convolution needs 3 dimensions (batch, channel, width)");
+  }
+  for (auto& s : *in_shape) s = LiftShapeTo2d(s);
+  const bool known = InferShape2d(in_shape, out_shape);
+  for (auto& s : *in_shape) s = DropLiftedAxis(s);
+  for (auto& s : *out_shape) s = DropLiftedAxis(s);
+  return known;
+}
+
+bool ConvolutionProp::InferShape2d(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const {
   const std::size_t nargs = param_.no_bias ? 2 : 3;
   if (in_shape->size() != nargs) {
     throw Error(std::string("Convolution: expected ") + std::to_string(nargs) + " inputs (data, weight" +
@@ -142,12 +167,12 @@ std::vector<int> ConvolutionProp::DeclareBackwardDependency(const std::vector<in
 }
 
 std::unique_ptr<Operator> ConvolutionProp::CreateOperator(Context ctx) const {
-  if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);
-  return CreateConvolutionCpuOp(param_);
+  std::unique_ptr<Operator> op = ctx.is_gpu() ? CreateGpuOperator(*this, ctx) : CreateConvolutionCpuOp(param_);
+  return one_d_ ? LiftOperatorTo2d(std::move(op)) : std::move(op);
 }
 
 TROUPE_REGISTER_OP_PROPERTY(Convolution, ConvolutionProp)
-    .describe("Computes 2-D convolution on 4-D input (NCHW).")
+    .describe("Computes 1-D convolution on 3-D input (NCW) or 2-D convolution on 4-D input (NCHW).")
     .add_argument("data", "NDArray-or-Symbol", "Input data to the ConvolutionOp.")
     .add_argument("weight", "NDArray-or-Symbol", "Weight matrix (num_filter, channels / num_group, kh, kw).")
     .add_argument("bias", "NDArray-or-Symbol", "Bias parameter (num_filter,).")

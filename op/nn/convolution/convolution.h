@@ -1,4 +1,5 @@
-// Convolution (2-D, NCHW; MXNet 1.9's name, parameters and defaults). The parameter struct, its geometry
+// Convolution (2-D, NCHW, and 1-D, NCW, run as 2-D on (N, C, 1, W) views: op/nn/common/lift_1d.h; MXNet
+// 1.9's name, parameters and defaults). The parameter struct, its geometry
 // with defaults applied and the property (shape inference, resources, backward dependencies), shared by the
 // registration (convolution.cc), the CPU operator (convolution_cpu.cc: im2col + OpenBLAS) and the CUDA one
 // (convolution.cu: cuDNN).
@@ -46,7 +47,7 @@ ConvGeometry MakeConvGeometry(const ConvolutionParam& p);
 class ConvolutionProp : public OperatorProperty {
  public:
   void Init(const Kwargs& kwargs) override;
-  Kwargs GetParams() const override { return param_.GetParams(); }
+  Kwargs GetParams() const override { return one_d_ ? param_1d_.GetParams() : param_.GetParams(); }
   std::vector<std::string> ListArguments() const override;
   bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                   std::vector<TShape>* aux_shape) const override;
@@ -57,10 +58,16 @@ class ConvolutionProp : public OperatorProperty {
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& in_data,
                                              const std::vector<int>& out_data) const override;
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override;
+  // The 2-D parameters the operators run with (a 1-D convolution's lifted ones).
   const ConvolutionParam& param() const { return param_; }
 
  private:
+  void Init2d(const Kwargs& kwargs);
+  bool InferShape2d(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const;
+
   ConvolutionParam param_;
+  bool one_d_ = false;
+  ConvolutionParam param_1d_;  // as given, for GetParams
 };
 
 // The CPU operator (convolution_cpu.cc) for a checked parameter set; ConvolutionProp::CreateOperator calls it

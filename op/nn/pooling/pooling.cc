@@ -14,6 +14,7 @@
 #include "op/internal/dnnl_common.h"
 #endif
 
+#include "op/nn/common/lift_1d.h"
 #include "op/nn/pooling/pooling.h"
 
 namespace troupe {
@@ -325,6 +326,16 @@ class PoolingCpuOp : public Operator {
 }  // namespace
 
 void PoolingProp::Init(const Kwargs& kwargs) {
+  one_d_ = IsOneDimensionalKernel(kwargs);
+  if (!one_d_) return Init2d(kwargs);
+  param_1d_.Init(kwargs, kOp);
+  if (param_1d_.layout != "None" && param_1d_.layout != "NCW") {
+    throw Error("Pooling: parameter 'layout' is '" + param_1d_.layout + "'; 1-D pooling supports NCW only");
+  }
+  Init2d(LiftKwargsTo2d(kwargs));
+}
+
+void PoolingProp::Init2d(const Kwargs& kwargs) {
   param_.Init(kwargs, kOp);
   if (param_.pool_type == "lp") {
     throw Error("Pooling: parameter 'pool_type' is 'lp', which is not supported; use 'max', 'avg' or 'sum'");
@@ -338,7 +349,7 @@ void PoolingProp::Init(const Kwargs& kwargs) {
   if (!param_.global_pool) {
     if (param_.kernel.ndim() != 2) {
       throw Error("Pooling: parameter 'kernel' is " + param_.kernel.ToString() +
-                  "; 2-D pooling needs 2 values (y, x) unless global_pool is True");
+                  "; give 1 value (x) for 1-D or 2 values (y, x) for 2-D pooling, unless global_pool is True");
     }
     CheckGeometryTuple(param_.kernel, kOp, "kernel", 1, true);
   }
@@ -347,7 +358,22 @@ void PoolingProp::Init(const Kwargs& kwargs) {
 }
 
 bool PoolingProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
-                             std::vector<TShape>*) const {
+                             std::vector<TShape>* aux_shape) const {
+  aux_shape->clear();
+  const bool three_d_data = !in_shape->empty() && (*in_shape)[0].ndim() == 3;
+  if (!one_d_ && !(param_.global_pool && three_d_data)) return InferShape2d(in_shape, out_shape);
+  if ((*in_shape)[0].ndim() >= 0 && !three_d_data) {
+    throw Error("Pooling: argument 'data' has shape " + (*in_shape)[0].ToString() +
+                "; 1-D pooling needs 3 dimensions (batch, channel, width)");
+  }
+  for (auto& s : *in_shape) s = LiftShapeTo2d(s);
+  const bool known = InferShape2d(in_shape, out_shape);
+  for (auto& s : *in_shape) s = DropLiftedAxis(s);
+  for (auto& s : *out_shape) s = DropLiftedAxis(s);
+  return known;
+}
+
+bool PoolingProp::InferShape2d(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const {
   if (in_shape->size() != 1) {
     throw Error("Pooling: expected 1 input (data), got " + std::to_string(in_shape->size()));
   }
@@ -375,12 +401,14 @@ std::vector<int> PoolingProp::DeclareBackwardDependency(const std::vector<int>& 
 }
 
 std::unique_ptr<Operator> PoolingProp::CreateOperator(Context ctx) const {
-  if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);
-  return std::make_unique<PoolingCpuOp>(param_);
+  std::unique_ptr<Operator> op =
+      ctx.is_gpu() ? CreateGpuOperator(*this, ctx) : std::unique_ptr<Operator>(std::make_unique<PoolingCpuOp>(param_));
+  // Global pooling of 3-D data is lifted too: the operator sees (N, C, 1, W) whichever the kernel.
+  return one_d_ || param_.global_pool ? LiftOperatorTo2d(std::move(op)) : std::move(op);
 }
 
 TROUPE_REGISTER_OP_PROPERTY(Pooling, PoolingProp)
-    .describe("Performs 2-D pooling (max, avg or sum) on the input (NCHW).")
+    .describe("Performs 1-D (NCW) or 2-D (NCHW) pooling (max, avg or sum) on the input.")
     .add_argument("data", "NDArray-or-Symbol", "Input data to the pooling operator.")
     .add_arguments(PoolingParam::Docs());
 

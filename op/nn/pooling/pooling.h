@@ -47,7 +47,7 @@ PoolGeometry MakePoolGeometry(const PoolingParam& p, const TShape& data);
 class PoolingProp : public OperatorProperty {
  public:
   void Init(const Kwargs& kwargs) override;
-  Kwargs GetParams() const override { return param_.GetParams(); }
+  Kwargs GetParams() const override { return one_d_ ? param_1d_.GetParams() : param_.GetParams(); }
   bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                   std::vector<TShape>* aux_shape) const override;
   std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<PoolingProp>(*this); }
@@ -55,10 +55,17 @@ class PoolingProp : public OperatorProperty {
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& in_data,
                                              const std::vector<int>& out_data) const override;
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override;
+  // The 2-D parameters the operators run with (1-D pooling's lifted ones).
   const PoolingParam& param() const { return param_; }
 
  private:
+  void Init2d(const Kwargs& kwargs);
+  bool InferShape2d(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const;
+
   PoolingParam param_;
+  // 1-D pooling (a 1-D kernel, or global pooling of 3-D data) runs lifted to 2-D (op/nn/common/lift_1d.h).
+  bool one_d_ = false;
+  PoolingParam param_1d_;  // as given, for GetParams
 };
 
 }  // namespace troupe

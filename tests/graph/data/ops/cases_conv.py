@@ -23,3 +23,19 @@ CASES = [
     case('deconv_f64', deconv(kernel=(3, 3), stride=(2, 2), num_filter=2, no_bias=False),
          [('x', (2, 3, 3, 4), 'float64'), ('w', (3, 2, 3, 3), 'float64'), ('b', (2,), 'float64')]),
 ]
+
+# 1-D convolution and pooling (NCW), run as 2-D on (N, C, 1, W) views.
+CASES += [
+    case('conv1d', lambda x, w, b: mx.sym.Convolution(x, w, b, kernel=(3,), num_filter=4),
+         [('x', (2, 3, 9), 'float32'), ('w', (4, 3, 3), 'float32'), ('b', (4,), 'float32')]),
+    case('conv1d_stride_pad_dilate', lambda x, w: mx.sym.Convolution(x, w, kernel=(3,), stride=(2,), pad=(2,), dilate=(2,),
+                                                                     num_filter=2, no_bias=True),
+         [('x', (1, 2, 11), 'float64'), ('w', (2, 2, 3), 'float64')]),
+    case('conv1d_groups', lambda x, w: mx.sym.Convolution(x, w, kernel=(5,), num_filter=4, num_group=2, no_bias=True, pad=(2,)),
+         [('x', (2, 4, 8), 'float32'), ('w', (4, 2, 5), 'float32')]),
+    case('pool1d_max', lambda x: mx.sym.Pooling(x, kernel=(3,), stride=(2,), pool_type='max'), [('x', (2, 3, 9), 'float32')]),
+    case('pool1d_avg_pad', lambda x: mx.sym.Pooling(x, kernel=(2,), stride=(2,), pad=(1,), pool_type='avg'),
+         [('x', (1, 2, 7), 'float64')]),
+    case('pool1d_global', lambda x: mx.sym.Pooling(x, kernel=(1,), global_pool=True, pool_type='avg'), [('x', (2, 3, 6), 'float32')]),
+    case('pool1d_global_max_nokernel', lambda x: mx.sym.Pooling(x, global_pool=True, pool_type='max'), [('x', (2, 3, 6), 'float32')]),
+]
