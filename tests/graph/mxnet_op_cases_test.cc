@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@ struct OpCaseRef {
   std::string family;
   nlohmann::json spec;
 };
+void PrintTo(const OpCaseRef& c, std::ostream* os) { *os << c.family << "/" << c.spec["name"].get<std::string>(); }
 
 std::vector<OpCaseRef> ListCases() {
   std::vector<OpCaseRef> cases;
@@ -55,9 +57,20 @@ std::string CaseName(const testing::TestParamInfo<OpCaseRef>& info) {
   return n;
 }
 
-// The arrays of one family's .params, by name; loaded once per family.
-const std::map<std::string, NDArray>& FamilyArrays(const std::string& family) {
+// The arrays of each family's .params, by name; loaded once per family and released before the process
+// exits (the arrays' engine must outlive them).
+std::map<std::string, std::map<std::string, NDArray>>& Loaded() {
   static std::map<std::string, std::map<std::string, NDArray>> loaded;
+  return loaded;
+}
+class ReleaseArrays : public testing::Environment {
+ public:
+  void TearDown() override { Loaded().clear(); }
+};
+[[maybe_unused]] testing::Environment* const kReleaseArrays = testing::AddGlobalTestEnvironment(new ReleaseArrays);
+
+const std::map<std::string, NDArray>& FamilyArrays(const std::string& family) {
+  auto& loaded = Loaded();
   auto it = loaded.find(family);
   if (it != loaded.end()) return it->second;
   std::vector<NDArray> arrays;

@@ -74,7 +74,7 @@ def run_family(family):
         if backward:
             ograds = []
             for i, o in enumerate(outs):
-                g = mx.nd.array(rng.uniform(-1, 1, size=o.shape).astype(o.dtype) if str(o.dtype) in FLOATS
+                g = mx.nd.array(rng.uniform(-1, 1, size=o.shape).astype(o.dtype) if np.dtype(o.dtype).name in FLOATS
                                 else np.zeros(o.shape, dtype=o.dtype), dtype=o.dtype)
                 ograds.append(g)
                 arrays['%s/ograd:%d' % (c['name'], i)] = g
