@@ -18,8 +18,8 @@
 // A field without Default() is required. Keys of the form "__name__" (MXNet's hidden attributes such as
 // "__lr_mult__") are ignored, as MXNet does. Value syntax: bool "True"/"False"/"true"/"false"/"1"/"0";
 // integers and reals in C syntax; tuples "(3, 3)", "[3,3]", "(3,)", "()" or a bare "3"; optional values
-// "None". Thread-safety: the schema is built once (thread-safe static); Init/GetParams touch only the
-// object they are called on.
+// "None", and tuples of optional integers with "None" items ("(0, None)"). Thread-safety: the schema is
+// built once (thread-safe static); Init/GetParams touch only the object they are called on.
 #pragma once
 
 #include <cstdint>
@@ -57,9 +57,12 @@ bool ParseBool(const std::string& s);
 std::int64_t ParseInt(const std::string& s);
 double ParseReal(const std::string& s);
 std::vector<std::int64_t> ParseTuple(const std::string& s);
+// A tuple whose items may be "None" (slice's begin/end/step: "(0, None)"); same syntax otherwise.
+std::vector<std::optional<std::int64_t>> ParseOptionalTuple(const std::string& s);
 std::string PrintReal(double v);  // shortest text that reads back to the same double
 std::string PrintFloat(float v);  // shortest text that reads back to the same float
 std::string PrintTuple(const std::vector<std::int64_t>& v);  // "(3, 3)", "(3,)", "()"
+std::string PrintOptionalTuple(const std::vector<std::optional<std::int64_t>>& v);  // "(0, None)"
 
 template <typename T>
 struct Codec;
@@ -120,6 +123,14 @@ struct Codec<std::vector<std::int64_t>> {
   static std::string Print(const std::vector<std::int64_t>& v) { return PrintTuple(v); }
   static const char* Type() { return "tuple of int"; }
   static double Number(const std::vector<std::int64_t>&) { return 0; }
+};
+// A tuple of integers or None (slice's begin, end and step, as MXNet writes them: "(0, None)").
+template <>
+struct Codec<std::vector<std::optional<std::int64_t>>> {
+  static std::vector<std::optional<std::int64_t>> Parse(const std::string& s) { return ParseOptionalTuple(s); }
+  static std::string Print(const std::vector<std::optional<std::int64_t>>& v) { return PrintOptionalTuple(v); }
+  static const char* Type() { return "tuple of int or None"; }
+  static double Number(const std::vector<std::optional<std::int64_t>>&) { return 0; }
 };
 template <typename T>
 struct Codec<std::optional<T>> {

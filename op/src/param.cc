@@ -82,7 +82,11 @@ double ParseReal(const std::string& raw) {
   return v;
 }
 
-std::vector<std::int64_t> ParseTuple(const std::string& raw) {
+namespace {
+
+// The items of a tuple text: "(3, 3)", "[3,3]", "(3,)", "()" or a bare "3"; "None" items are kept as
+// nullopt when allow_none, otherwise an error.
+std::vector<std::optional<std::int64_t>> ParseTupleItems(const std::string& raw, bool allow_none) {
   std::string s = Trim(raw);
   if (!s.empty() && (s.front() == '(' || s.front() == '[')) {
     const char close = s.front() == '(' ? ')' : ']';
@@ -91,7 +95,7 @@ std::vector<std::int64_t> ParseTuple(const std::string& raw) {
   } else if (s.empty()) {
     throw std::invalid_argument("empty tuple text (write () for an empty tuple)");
   }
-  std::vector<std::int64_t> out;
+  std::vector<std::optional<std::int64_t>> out;
   std::size_t pos = 0;
   const std::string body = Trim(s);
   if (body.empty()) return out;
@@ -103,12 +107,28 @@ std::vector<std::int64_t> ParseTuple(const std::string& raw) {
       if (comma == std::string::npos && !out.empty()) break;
       throw std::invalid_argument("empty item in tuple");
     }
-    if (item == "None") throw std::invalid_argument("None inside a tuple");
-    out.push_back(ParseInt(item));
+    if (item == "None") {
+      if (!allow_none) throw std::invalid_argument("None inside a tuple");
+      out.emplace_back(std::nullopt);
+    } else {
+      out.emplace_back(ParseInt(item));
+    }
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> ParseTuple(const std::string& raw) {
+  std::vector<std::int64_t> out;
+  for (const auto& v : ParseTupleItems(raw, false)) out.push_back(*v);
+  return out;
+}
+
+std::vector<std::optional<std::int64_t>> ParseOptionalTuple(const std::string& raw) {
+  return ParseTupleItems(raw, true);
 }
 
 std::string PrintReal(double v) {
@@ -137,6 +157,16 @@ std::string PrintTuple(const std::vector<std::int64_t>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (i > 0) s += ", ";
     s += std::to_string(v[i]);
+  }
+  if (v.size() == 1) s += ",";
+  return s + ")";
+}
+
+std::string PrintOptionalTuple(const std::vector<std::optional<std::int64_t>>& v) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += v[i] ? std::to_string(*v[i]) : "None";
   }
   if (v.size() == 1) s += ",";
   return s + ")";

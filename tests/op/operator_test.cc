@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -78,6 +80,22 @@ TEST(Params, DefaultsAndParsing) {
   p.Init({{"num_hidden", "1"}, {"axes", "()"}, {"axis", "None"}}, "Demo");
   EXPECT_TRUE(p.axes.empty());
   EXPECT_FALSE(p.axis.has_value());
+}
+
+// Tuples of optional integers (slice's begin/end/step as MXNet writes them): None items, round trips.
+TEST(Params, OptionalTuples) {
+  using Codec = param_detail::Codec<std::vector<std::optional<std::int64_t>>>;
+  const auto v = Codec::Parse("(0, None, -2)");
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0], 0);
+  EXPECT_FALSE(v[1].has_value());
+  EXPECT_EQ(v[2], -2);
+  EXPECT_EQ(Codec::Print(v), "(0, None, -2)");
+  EXPECT_EQ(Codec::Print(Codec::Parse("[None]")), "(None,)");
+  EXPECT_EQ(Codec::Print(Codec::Parse("3")), "(3,)");
+  EXPECT_TRUE(Codec::Parse("()").empty());
+  EXPECT_THROW(Codec::Parse("(1,,2)"), std::invalid_argument);
+  EXPECT_THROW(param_detail::ParseTuple("(1, None)"), std::invalid_argument);  // plain tuples take no None
 }
 
 TEST(Params, GetParamsRoundTrips) {
