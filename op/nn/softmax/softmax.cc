@@ -24,20 +24,24 @@ namespace {
 using act_norm::AxisView;
 using internal::FloatSwitch;
 
-// Softmax (or log-softmax) of x / temperature along the middle axis of (outer, n, inner); y may be x.
-template <typename T>
-void SoftmaxForwardCpu(const T* x, T* y, OpReqType req, const AxisView& v, double temperature, bool log) {
+// Softmax (or log-softmax) of x / temperature along the middle axis of (outer, n, inner); y may be x (same type).
+// With `len` (use_length), row r = o * inner + i covers its first len[r] entries (clamped to [0, n]) and the
+// entries after them are 0, in softmax and log_softmax alike, as MXNet writes them.
+template <typename T, typename O>
+void SoftmaxForwardCpu(const T* x, O* y, OpReqType req, const AxisView& v, double temperature, bool log,
+                       const std::int64_t* len = nullptr) {
   if (req == kNullOp) return;
   std::vector<double> buf(static_cast<std::size_t>(v.n));
   for (std::int64_t o = 0; o < v.outer; ++o) {
     for (std::int64_t i = 0; i < v.inner; ++i) {
       const std::int64_t base = o * v.n * v.inner + i;
+      const std::int64_t m = len == nullptr ? v.n : std::clamp<std::int64_t>(len[o * v.inner + i], 0, v.n);
       double mx = -INFINITY;
-      for (std::int64_t k = 0; k < v.n; ++k) mx = std::max(mx, static_cast<double>(x[base + k * v.inner]));
+      for (std::int64_t k = 0; k < m; ++k) mx = std::max(mx, static_cast<double>(x[base + k * v.inner]));
       // Read everything before y (maybe x) is written. One exp per element: buf holds the exponentials for
       // softmax (divided by their sum) and the shifted inputs for log_softmax.
       double sum = 0;
-      for (std::int64_t k = 0; k < v.n; ++k) {
+      for (std::int64_t k = 0; k < m; ++k) {
         const double shifted = (x[base + k * v.inner] - mx) / temperature;
         const double e = std::exp(shifted);
         buf[k] = log ? shifted : e;
@@ -45,33 +49,51 @@ void SoftmaxForwardCpu(const T* x, T* y, OpReqType req, const AxisView& v, doubl
       }
       const double log_sum = log ? std::log(sum) : 0.0;
       for (std::int64_t k = 0; k < v.n; ++k) {
-        const double val = log ? buf[k] - log_sum : buf[k] / sum;
-        Assign(y + base + k * v.inner, req, static_cast<T>(val));
+        const double val = k >= m ? 0.0 : (log ? buf[k] - log_sum : buf[k] / sum);
+        Assign(y + base + k * v.inner, req, static_cast<O>(val));
       }
     }
   }
 }
 
-// d x from d y and y: softmax y * (dy - sum(dy * y)) / T; log_softmax (dy - exp(y) * sum(dy)) / T. g may be dy.
-template <typename T>
-void SoftmaxBackwardCpu(const T* dy, const T* y, T* g, OpReqType req, const AxisView& v, double temperature,
-                        bool log) {
+// d x from d y and y (of type O): softmax y * (dy - sum(dy * y)) / T; log_softmax (dy - exp(y) * sum(dy)) / T.
+// g may be dy (same type). With `len`, the sums cover each row's first len entries and the rest get 0.
+template <typename O, typename T>
+void SoftmaxBackwardCpu(const O* dy, const O* y, T* g, OpReqType req, const AxisView& v, double temperature,
+                        bool log, const std::int64_t* len = nullptr) {
   if (req == kNullOp) return;
   for (std::int64_t o = 0; o < v.outer; ++o) {
     for (std::int64_t i = 0; i < v.inner; ++i) {
       const std::int64_t base = o * v.n * v.inner + i;
+      const std::int64_t m = len == nullptr ? v.n : std::clamp<std::int64_t>(len[o * v.inner + i], 0, v.n);
       double sum = 0;
-      for (std::int64_t k = 0; k < v.n; ++k) {
+      for (std::int64_t k = 0; k < m; ++k) {
         const std::int64_t j = base + k * v.inner;
         sum += log ? static_cast<double>(dy[j]) : static_cast<double>(dy[j]) * y[j];
       }
       for (std::int64_t k = 0; k < v.n; ++k) {
         const std::int64_t j = base + k * v.inner;
-        const double d = log ? dy[j] - std::exp(static_cast<double>(y[j])) * sum : y[j] * (dy[j] - sum);
+        double d = 0.0;
+        if (k < m) d = log ? dy[j] - std::exp(static_cast<double>(y[j])) * sum : y[j] * (dy[j] - sum);
         Assign(g + j, req, static_cast<T>(d / temperature));
       }
     }
   }
+}
+
+// The lengths of use_length as integers (MXNet takes int32 or int64 only).
+std::vector<std::int64_t> ReadLengths(const TBlob& length, const std::string& op) {
+  std::vector<std::int64_t> len(static_cast<std::size_t>(length.Size()));
+  if (length.dtype == DType::kInt32) {
+    const auto* p = length.dptr_as<std::int32_t>();
+    std::copy(p, p + len.size(), len.begin());
+  } else if (length.dtype == DType::kInt64) {
+    const auto* p = length.dptr_as<std::int64_t>();
+    std::copy(p, p + len.size(), len.begin());
+  } else {
+    throw Error(op + ": 'length' must be int32 or int64, got " + DTypeName(length.dtype));
+  }
+  return len;
 }
 
 class SoftmaxCpuOp : public Operator {
@@ -82,26 +104,42 @@ class SoftmaxCpuOp : public Operator {
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     const TBlob& x = in_data[0];
     const AxisView v = act_norm::ViewAround(x.shape, internal::NormalizeAxis(p_.axis, x.shape.ndim(), Name(), "axis"));
+    std::vector<std::int64_t> len;
+    if (UseLength()) len = ReadLengths(in_data[1], Name());
     FloatSwitch(x.dtype, Name(), [&](auto tag) {
       using T = decltype(tag);
-      SoftmaxForwardCpu<T>(x.dptr_as<T>(), out_data[0].dptr_as<T>(), req[0], v, temperature_, log_);
+      FloatSwitch(out_data[0].dtype, Name(), [&](auto otag) {
+        using O = decltype(otag);
+        SoftmaxForwardCpu<T, O>(x.dptr_as<T>(), out_data[0].dptr_as<O>(), req[0], v, temperature_, log_,
+                                UseLength() ? len.data() : nullptr);
+      });
     });
   }
 
-  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
+  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
                 const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
                 const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
+    // The length gets no gradient: zeros (of its integer type) unless accumulating.
+    if (UseLength() && req[1] != kNullOp && req[1] != kAddTo) {
+      std::fill_n(static_cast<char*>(in_grad[1].dptr), in_grad[1].Bytes(), 0);
+    }
     const TBlob& y = out_data[0];
     const AxisView v = act_norm::ViewAround(y.shape, internal::NormalizeAxis(p_.axis, y.shape.ndim(), Name(), "axis"));
-    FloatSwitch(y.dtype, Name(), [&](auto tag) {
-      using T = decltype(tag);
-      SoftmaxBackwardCpu<T>(out_grad[0].dptr_as<T>(), y.dptr_as<T>(), in_grad[0].dptr_as<T>(), req[0], v,
-                            temperature_, log_);
+    std::vector<std::int64_t> len;
+    if (UseLength()) len = ReadLengths(in_data[1], Name());
+    FloatSwitch(y.dtype, Name(), [&](auto otag) {
+      using O = decltype(otag);
+      FloatSwitch(in_grad[0].dtype, Name(), [&](auto tag) {
+        using T = decltype(tag);
+        SoftmaxBackwardCpu<O, T>(out_grad[0].dptr_as<O>(), y.dptr_as<O>(), in_grad[0].dptr_as<T>(), req[0], v,
+                                 temperature_, log_, UseLength() ? len.data() : nullptr);
+      });
     });
   }
 
  private:
   std::string Name() const { return log_ ? "log_softmax" : "softmax"; }
+  bool UseLength() const { return p_.use_length.value_or(false); }
   SoftmaxParam p_;
   bool log_;
   double temperature_;
@@ -116,7 +154,7 @@ class SoftmaxOutputCpuOp : public Operator {
     const TBlob& x = in_data[0];
     FloatSwitch(x.dtype, "SoftmaxOutput", [&](auto tag) {
       using T = decltype(tag);
-      SoftmaxForwardCpu<T>(x.dptr_as<T>(), out_data[0].dptr_as<T>(), req[0], prop_.View(x.shape), 1.0, false);
+      SoftmaxForwardCpu<T, T>(x.dptr_as<T>(), out_data[0].dptr_as<T>(), req[0], prop_.View(x.shape), 1.0, false);
     });
   }
 
@@ -185,8 +223,10 @@ class SoftmaxOutputCpuOp : public Operator {
 // ------------------------------------------------------------------------------------------ softmax
 void SoftmaxProp::Init(const Kwargs& kwargs) {
   param_.Init(kwargs, TypeString());
-  if (param_.use_length.value_or(false)) {
-    throw Error(TypeString() + ": parameter 'use_length' = True is not supported by troupe; mask the input instead");
+  if (log_ && use_length()) {
+    // MXNet 1.9's log_softmax parses use_length but takes only 'data'; the length mask is softmax's.
+    throw Error("log_softmax: parameter 'use_length' = True is not supported (MXNet's log_softmax has no 'length' "
+                "input); use softmax with use_length, or mask the input");
   }
   if (param_.temperature && !(*param_.temperature > 0)) {
     throw Error(TypeString() + ": parameter 'temperature' must be > 0 (or None), got " +
@@ -194,40 +234,62 @@ void SoftmaxProp::Init(const Kwargs& kwargs) {
   }
 }
 
+std::vector<std::string> SoftmaxProp::ListArguments() const {
+  if (use_length()) return {"data", "length"};
+  return {"data"};
+}
+
 bool SoftmaxProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                              std::vector<TShape>*) const {
-  if (in_shape->empty() || !(*in_shape)[0].known()) return false;
-  const TShape& d = (*in_shape)[0];
+  in_shape->resize(use_length() ? 2 : 1);
+  if (!(*in_shape)[0].known()) return false;
+  const TShape d = (*in_shape)[0];
   if (d.ndim() < 1) throw Error(TypeString() + ": 'data' must have at least 1 dimension, got a scalar");
-  internal::NormalizeAxis(param_.axis, d.ndim(), TypeString(), "axis");
+  const int axis = internal::NormalizeAxis(param_.axis, d.ndim(), TypeString(), "axis");
+  if (use_length()) {
+    // One length per softmax row: the data's shape without the axis ((1,) for 1-D data).
+    std::vector<std::int64_t> l;
+    for (int i = 0; i < d.ndim(); ++i) {
+      if (i != axis) l.push_back(d[i]);
+    }
+    if (l.empty()) l.push_back(1);
+    AssignShape(in_shape, 1, TShape(l), TypeString(), "length");
+  }
   *out_shape = {d};
   return true;
 }
 
 bool SoftmaxProp::InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux_type) const {
-  in_type->resize(1, kTypeUnknown);
-  if (param_.dtype) {
-    const int want = static_cast<int>(DTypeFromName(*param_.dtype));
-    if ((*in_type)[0] != kTypeUnknown && (*in_type)[0] != want) {
-      throw Error(TypeString() + ": parameter 'dtype' is " + *param_.dtype + " but 'data' is " +
-                  DTypeName(static_cast<DType>((*in_type)[0])) +
-                  "; troupe writes the input's type: cast 'data' instead or leave dtype None");
-    }
-    (*in_type)[0] = want;
-  }
-  if ((*in_type)[0] == kTypeUnknown) return false;
-  *out_type = {(*in_type)[0]};
+  in_type->resize(use_length() ? 2 : 1, kTypeUnknown);
   aux_type->clear();
-  return true;
+  if (use_length() && (*in_type)[1] != kTypeUnknown) {
+    const auto t = static_cast<DType>((*in_type)[1]);
+    if (t != DType::kInt32 && t != DType::kInt64) {
+      throw Error(TypeString() + ": 'length' must be int32 or int64, got " + DTypeName(t));
+    }
+  }
+  // dtype sets the output's type (the input keeps its own; it takes dtype when unknown), as in MXNet.
+  int out = (*in_type)[0];
+  if (param_.dtype) {
+    out = static_cast<int>(DTypeFromName(*param_.dtype));
+    if ((*in_type)[0] == kTypeUnknown) (*in_type)[0] = out;
+  }
+  if (out == kTypeUnknown) return false;
+  *out_type = {out};
+  return !use_length() || (*in_type)[1] != kTypeUnknown;
 }
 
-std::vector<int> SoftmaxProp::DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>&,
+std::vector<int> SoftmaxProp::DeclareBackwardDependency(const std::vector<int>& out_grad,
+                                                        const std::vector<int>& in_data,
                                                         const std::vector<int>& out_data) const {
+  if (use_length()) return {out_grad[0], in_data[1], out_data[0]};
   return {out_grad[0], out_data[0]};
 }
 
+// In place only when the output has the input's type (no dtype given).
 std::vector<std::pair<int, void*>> SoftmaxProp::ForwardInplaceOption(const std::vector<int>& in_data,
                                                                      const std::vector<void*>& out_data) const {
+  if (param_.dtype) return {};
   return {{in_data[0], out_data[0]}};
 }
 
@@ -235,25 +297,35 @@ std::vector<std::pair<int, void*>> SoftmaxProp::BackwardInplaceOption(const std:
                                                                       const std::vector<int>&,
                                                                       const std::vector<int>&,
                                                                       const std::vector<void*>& in_grad) const {
+  if (param_.dtype) return {};
   return {{out_grad[0], in_grad[0]}};
 }
 
 std::unique_ptr<Operator> SoftmaxProp::CreateOperator(Context ctx) const {
-  if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);
+  if (ctx.is_gpu()) {
+    if (use_length()) {
+      throw Error(TypeString() + ": use_length=True has no GPU implementation in troupe; run it on the CPU");
+    }
+    return CreateGpuOperator(*this, ctx);
+  }
   return std::make_unique<SoftmaxCpuOp>(param_, log_, temperature());
 }
 
 TROUPE_REGISTER_OP_PROPERTY(softmax, SoftmaxProp)
-    .describe("Softmax of the input along an axis: exp(x / T) / sum(exp(x / T)).")
+    .describe("Softmax of the input along an axis: exp(x / T) / sum(exp(x / T)); with use_length, over the first "
+              "length entries of each row (the others 0).")
     .add_argument("data", "NDArray-or-Symbol", "The input array.")
-    .add_arguments(SoftmaxParam::Docs());
+    .add_argument("length", "NDArray-or-Symbol", "The length array (use_length=True).")
+    .add_arguments(SoftmaxParam::Docs())
+    .add_alias("_npx_softmax");
 
 [[maybe_unused]] static OperatorInfo& kLogSoftmaxRegistration =
     OperatorRegistry::Get()
         .Register("log_softmax", []() -> std::unique_ptr<OperatorProperty> { return std::make_unique<SoftmaxProp>(true); })
         .describe("Log of the softmax along an axis: x / T - log(sum(exp(x / T))).")
         .add_argument("data", "NDArray-or-Symbol", "The input array.")
-        .add_arguments(SoftmaxParam::Docs());
+        .add_arguments(SoftmaxParam::Docs())
+        .add_alias("_npx_log_softmax");
 
 // ------------------------------------------------------------------------------------ SoftmaxOutput
 act_norm::AxisView SoftmaxOutputProp::View(const TShape& d) const {

@@ -114,6 +114,7 @@ class SoftmaxGpuOp : public Operator {
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp || in_data[0].Size() == 0) return;
     const TBlob& x = in_data[0];
+    CheckSameType(x.dtype, out_data[0].dtype);
     const AxisView v = act_norm::ViewAround(x.shape, internal::NormalizeAxis(p_.axis, x.shape.ndim(), Name(), "axis"));
     SetDevice(x.ctx.dev_id);
     internal::FloatSwitch(x.dtype, Name(), [&](auto tag) {
@@ -135,6 +136,7 @@ class SoftmaxGpuOp : public Operator {
                 const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp || out_data[0].Size() == 0) return;
     const TBlob& y = out_data[0];
+    CheckSameType(in_grad[0].dtype, y.dtype);
     const AxisView v = act_norm::ViewAround(y.shape, internal::NormalizeAxis(p_.axis, y.shape.ndim(), Name(), "axis"));
     SetDevice(y.ctx.dev_id);
     internal::FloatSwitch(y.dtype, Name(), [&](auto tag) {
@@ -156,6 +158,13 @@ class SoftmaxGpuOp : public Operator {
 
  private:
   std::string Name() const { return log_ ? "log_softmax" : "softmax"; }
+  // A dtype other than the input's is computed on the CPU only.
+  void CheckSameType(DType in, DType out) const {
+    if (in != out) {
+      throw Error(Name() + ": dtype " + DTypeName(out) + " for " + DTypeName(in) +
+                  " data has no GPU implementation in troupe; run it on the CPU or cast the data");
+    }
+  }
   cudnnSoftmaxAlgorithm_t Algo() const { return log_ ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE; }
 
   // Whether cuDNN can take the tensor, seen as (outer, n, inner, 1) with the softmax over the channels;

@@ -1,6 +1,7 @@
-// The softmax family: softmax and log_softmax (over any axis, with temperature) and SoftmaxOutput (alias
-// Softmax; a loss head whose Backward ignores out_grad). Parameter structs and properties, shared by the CPU
-// operators (softmax.cc) and the CUDA ones (softmax.cu).
+// The softmax family: softmax and log_softmax (over any axis, with temperature and an output dtype; softmax
+// also with MXNet's use_length mask) and SoftmaxOutput (alias Softmax; a loss head whose Backward ignores
+// out_grad). Parameter structs and properties, shared by the CPU operators (softmax.cc) and the CUDA ones
+// (softmax.cu; the length mask and a dtype other than the input's are CPU only).
 //
 // Names, parameters and defaults are MXNet 1.9's, so symbol JSON maps onto them. Properties are immutable
 // after Init (thread-safe to share); the Operator objects they create keep per-shape state and are entered
@@ -35,10 +36,11 @@ struct SoftmaxParam : Params<SoftmaxParam> {
     s.Field("dtype", &SoftmaxParam::dtype)
         .Default(std::nullopt)
         .Choices({"None", "float16", "float32", "float64"})
-        .Describe("Output type (None: the input's). Must equal the input's type in troupe.");
+        .Describe("Output type (None: the input's); float32 and float64 are computed.");
     s.Field("use_length", &SoftmaxParam::use_length)
         .Default(false)
-        .Describe("Whether to use the length input as a mask (not supported by troupe; must be False).");
+        .Describe("Whether to use the length input (int32 or int64, one per row) as a mask over the data: each row "
+                  "covers its first length entries, the others are 0 and get no gradient. softmax only, on the CPU.");
   }
 };
 
@@ -48,6 +50,7 @@ class SoftmaxProp : public OperatorProperty {
   explicit SoftmaxProp(bool log = false) : log_(log) {}
   void Init(const Kwargs& kwargs) override;
   Kwargs GetParams() const override { return param_.GetParams(); }
+  std::vector<std::string> ListArguments() const override;
   bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                   std::vector<TShape>* aux_shape) const override;
   bool InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux_type) const override;
@@ -65,6 +68,7 @@ class SoftmaxProp : public OperatorProperty {
   const SoftmaxParam& param() const { return param_; }
   bool log() const { return log_; }
   double temperature() const { return param_.temperature.value_or(1.0); }
+  bool use_length() const { return param_.use_length.value_or(false); }
 
  private:
   SoftmaxParam param_;
