@@ -352,7 +352,7 @@ TEST(Convolution, Errors) {
       },
       {"Convolution", "data", "num_group"});
   ExpectInitError("Convolution", {{"kernel", "(3,3)"}}, {"Convolution", "num_filter", "missing"});
-  ExpectInitError("Convolution", {{"kernel", "(3,)"}, {"num_filter", "1"}}, {"Convolution", "kernel"});
+  ExpectInitError("Convolution", {{"kernel", "(3,3,3)"}, {"num_filter", "1"}}, {"Convolution", "kernel"});
   ExpectInitError("Convolution", {{"kernel", "(3,x)"}, {"num_filter", "1"}}, {"Convolution", "kernel"});
   ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "0"}}, {"Convolution", "num_filter"});
   ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"stride", "(0,1)"}},

@@ -148,7 +148,7 @@ TEST(ShellInterpreter, CompletesOperatorsCommandsAndVariables) {
   EXPECT_EQ(c[0], "FullyConnected");
   const auto f = in.Completions("fu");
   EXPECT_EQ(f, (std::vector<std::string>{"full", "fuzz"}));
-  EXPECT_EQ(in.Completions("pro"), (std::vector<std::string>{"profile"}));
+  EXPECT_EQ(in.Completions("pro"), (std::vector<std::string>{"prod", "profile"}));  // an operator and a command
 }
 
 TEST(ShellInterpreter, CommandsLoadSaveDelWaitEngineProfile) {

@@ -1,5 +1,6 @@
 #include "op/nn/common/lift_1d.h"
 
+#include <exception>
 #include <utility>
 
 #include "op/param.h"
@@ -35,7 +36,12 @@ class Lifted final : public Operator {
 
 bool IsOneDimensionalKernel(const Kwargs& kwargs) {
   for (const auto& [k, v] : kwargs) {
-    if (k == "kernel") return param_detail::Codec<TShape>::Parse(v).ndim() == 1;
+    if (k != "kernel") continue;
+    try {
+      return param_detail::Codec<TShape>::Parse(v).ndim() == 1;
+    } catch (const std::exception&) {
+      return false;  // the operator's own parameter parsing reports it, naming the operator
+    }
   }
   return false;
 }
