@@ -1,0 +1,177 @@
+// Whole models against MXNet 1.9.1: every case of data/models/models.json (made by
+// data/models/make_model_cases.py with real MXNet, the Gluon model zoo, GluonCV and GluonNLP) is a network as
+// MXNet exported it (<name>-symbol.json, loaded through troupe's symbol loader), its inputs and MXNet's
+// outputs (<name>-io.params). The parameters are not stored: both sides fill every parameter and auxiliary
+// state by the same formula of its name and position (ModelParamValue below, param_value() in the
+// generator), so a model of millions of weights costs only its symbol file. Forward runs in inference mode
+// and every output must agree with MXNet's within the case's tolerance relative to the output's largest
+// magnitude; detection outputs after NMS may be compared as sets of rows.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "graph/executor.h"
+#include "graph/symbol.h"
+#include "tensor/ndarray.h"
+
+namespace troupe {
+namespace {
+
+const std::string kModelsDir = std::string(TROUPE_TEST_DATA_DIR) + "/models";
+
+// The value of element i of the parameter or auxiliary state `name` with shape `shape`: a sine of the
+// position with a phase from the name, scaled by the kind of array (see make_model_cases.py's param_value,
+// which must stay identical). Computed in double, stored as the array's type.
+double ModelParamValue(const std::string& name, const TShape& shape, std::int64_t i) {
+  std::int64_t h = 0;
+  for (std::size_t k = 0; k < name.size(); ++k) h = (h + static_cast<std::int64_t>(k + 1) * static_cast<unsigned char>(name[k])) % 997;
+  const double x = std::sin(0.7 * static_cast<double>(i) + static_cast<double>(h) / 997.0 * 6.283185307179586);
+  auto ends_with = [&](const char* s) {
+    const std::string t(s);
+    return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+  };
+  if (ends_with("var")) return 0.75 + 0.25 * x;             // moving/running variance: positive
+  if (ends_with("gamma")) return 1.0 + 0.1 * x;
+  if (ends_with("beta") || ends_with("bias") || ends_with("mean")) return 0.01 * x;
+  if (shape.ndim() >= 2 && shape[0] > 0) {
+    const double fan_in = static_cast<double>(shape.Size() / shape[0]);
+    return x * std::sqrt(2.0 / std::max(1.0, fan_in));
+  }
+  return 0.1 * x;
+}
+
+struct ModelCase {
+  nlohmann::json spec;
+};
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.spec["name"].get<std::string>(); }
+
+std::vector<ModelCase> ListModels() {
+  std::vector<ModelCase> out;
+  const std::string index = kModelsDir + "/models.json";
+  if (!std::filesystem::exists(index)) return out;
+  std::ifstream f(index);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  for (const auto& c : j["cases"]) out.push_back({c});
+  return out;
+}
+
+std::string CaseName(const testing::TestParamInfo<ModelCase>& info) {
+  std::string n = info.param.spec["name"];
+  for (char& ch : n) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return n;
+}
+
+std::vector<double> AsDoubles(const NDArray& a) {
+  NDArray d = a.dtype() == DType::kFloat64 ? a : a.AsType(DType::kFloat64);
+  return d.ToVector<double>();
+}
+
+// Rows (last dimension) of a (..., k) array, sorted: for outputs whose row order is not defined (boxes of
+// equal score after NMS).
+std::vector<std::vector<double>> SortedRows(const std::vector<double>& v, std::int64_t k) {
+  std::vector<std::vector<double>> rows;
+  for (std::size_t i = 0; i + static_cast<std::size_t>(k) <= v.size(); i += static_cast<std::size_t>(k)) {
+    rows.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(i + k));
+  }
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+class MxnetModelCase : public testing::TestWithParam<ModelCase> {};
+
+TEST_P(MxnetModelCase, AgreesWithMxnet) {
+  const nlohmann::json& c = GetParam().spec;
+  const std::string name = c["name"];
+  const double rtol = c.value("rtol", 1e-4);
+  Symbol sym = Symbol::Load(kModelsDir + "/" + name + "-symbol.json");
+
+  std::vector<NDArray> io;
+  std::vector<std::string> io_names;
+  NDArray::Load(kModelsDir + "/" + name + "-io.params", &io, &io_names);
+  std::map<std::string, NDArray> given;
+  for (std::size_t i = 0; i < io.size(); ++i) given[io_names[i]] = io[i];
+
+  std::map<std::string, TShape> known;
+  for (const auto& [k, v] : given) {
+    if (k.rfind("in:", 0) == 0) known[k.substr(3)] = v.shape();
+  }
+  std::vector<TShape> arg_shapes, out_shapes, aux_shapes;
+  std::string why;
+  ASSERT_TRUE(sym.InferShape(known, &arg_shapes, &out_shapes, &aux_shapes, &why)) << why;
+  std::map<std::string, int> known_types;
+  for (const auto& [k, v] : given) {
+    if (k.rfind("in:", 0) == 0) known_types[k.substr(3)] = static_cast<int>(v.dtype());
+  }
+  std::vector<int> arg_types, out_types, aux_types;
+  ASSERT_TRUE(sym.InferType(known_types, &arg_types, &out_types, &aux_types, &why)) << why;
+
+  auto fill = [](const std::string& n, const TShape& s, int type) {
+    std::vector<double> v(static_cast<std::size_t>(s.Size()));
+    for (std::int64_t i = 0; i < s.Size(); ++i) v[static_cast<std::size_t>(i)] = ModelParamValue(n, s, i);
+    NDArray d = NDArray::FromVector<double>(v, s, Context::CPU());
+    return type == static_cast<int>(DType::kFloat64) ? d : d.AsType(static_cast<DType>(type));
+  };
+  const auto arg_names = sym.ListArguments();
+  std::vector<NDArray> args;
+  for (std::size_t i = 0; i < arg_names.size(); ++i) {
+    auto it = given.find("in:" + arg_names[i]);
+    args.push_back(it != given.end() ? it->second.CopyTo(Context::CPU()) : fill(arg_names[i], arg_shapes[i], arg_types[i]));
+  }
+  const auto aux_names = sym.ListAuxiliaryStates();
+  std::vector<NDArray> aux;
+  for (std::size_t i = 0; i < aux_names.size(); ++i) aux.push_back(fill(aux_names[i], aux_shapes[i], aux_types[i]));
+
+  auto exe = Executor::Bind(sym, Context::CPU(), args, {}, {kNullOp}, aux);
+  exe->Forward(false);
+  const int n_out = c["outputs"];
+  ASSERT_EQ(exe->outputs().size(), static_cast<std::size_t>(n_out));
+  const auto sorted = c.value("sorted_rows", std::vector<int>{});
+  for (int k = 0; k < n_out; ++k) {
+    const NDArray want = given.at("out:" + std::to_string(k));
+    const NDArray& got = exe->outputs()[static_cast<std::size_t>(k)];
+    ASSERT_EQ(got.shape(), want.shape()) << name << " output " << k;
+    std::vector<double> g = AsDoubles(got), w = AsDoubles(want);
+    if (std::find(sorted.begin(), sorted.end(), k) != sorted.end()) {
+      const std::int64_t cols = want.shape()[want.shape().ndim() - 1];
+      auto gs = SortedRows(g, cols), ws = SortedRows(w, cols);
+      g.clear();
+      w.clear();
+      for (const auto& r : gs) g.insert(g.end(), r.begin(), r.end());
+      for (const auto& r : ws) w.insert(w.end(), r.begin(), r.end());
+    }
+    double scale = 0;
+    for (double x : w) scale = std::max(scale, std::abs(x));
+    int bad = 0;
+    double worst = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      const double err = std::abs(g[i] - w[i]);
+      worst = std::max(worst, err / std::max(scale, 1e-30));
+      if (!(err <= rtol * scale) && !(std::isnan(g[i]) && std::isnan(w[i])) && ++bad <= 5) {
+        ADD_FAILURE() << name << " output " << k << "[" << i << "]: troupe " << g[i] << ", MXNet " << w[i]
+                      << " (scale " << scale << ")";
+      }
+    }
+    EXPECT_EQ(bad, 0) << name << " output " << k << ": " << bad << " of " << w.size()
+                      << " values differ; worst error " << worst << " of the largest magnitude";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MxnetModelCase, testing::ValuesIn(ListModels()), CaseName);
+// A data directory without models.json has no cases; that is not an error of the suite.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MxnetModelCase);
+
+}  // namespace
+}  // namespace troupe
