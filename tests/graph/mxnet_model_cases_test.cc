@@ -30,25 +30,27 @@ namespace {
 
 const std::string kModelsDir = std::string(TROUPE_TEST_DATA_DIR) + "/models";
 
-// The value of element i of the parameter or auxiliary state `name` with shape `shape`: a sine of the
-// position with a phase from the name, scaled by the kind of array (see make_model_cases.py's param_value,
-// which must stay identical). Computed in double, stored as the array's type.
+// The value of element i of the parameter or auxiliary state `name` with shape `shape`: a well-spread
+// number u in [-1, 1) from integer arithmetic on the position and a hash of the name (exact on both sides),
+// scaled by the kind of array so that activations stay of order one (see make_model_cases.py's
+// param_value, which must stay identical).
 double ModelParamValue(const std::string& name, const TShape& shape, std::int64_t i) {
-  std::int64_t h = 0;
-  for (std::size_t k = 0; k < name.size(); ++k) h = (h + static_cast<std::int64_t>(k + 1) * static_cast<unsigned char>(name[k])) % 997;
-  const double x = std::sin(0.7 * static_cast<double>(i) + static_cast<double>(h) / 997.0 * 6.283185307179586);
+  std::uint64_t h = 0;
+  for (std::size_t k = 0; k < name.size(); ++k) h = (h + (k + 1) * static_cast<unsigned char>(name[k])) % 997;
+  const std::uint64_t bits = (static_cast<std::uint64_t>(i) * 2654435761ULL + h * 40503ULL + 12345ULL) % 4294967296ULL;
+  const double u = static_cast<double>(bits) / 4294967296.0 * 2.0 - 1.0;
   auto ends_with = [&](const char* s) {
     const std::string t(s);
     return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
   };
-  if (ends_with("var")) return 0.75 + 0.25 * x;             // moving/running variance: positive
-  if (ends_with("gamma")) return 1.0 + 0.1 * x;
-  if (ends_with("beta") || ends_with("bias") || ends_with("mean")) return 0.01 * x;
+  if (ends_with("var")) return 0.75 + 0.25 * u;  // moving/running variance: positive
+  if (ends_with("gamma")) return 1.0 + 0.1 * u;
+  if (ends_with("beta") || ends_with("bias") || ends_with("mean")) return 0.01 * u;
   if (shape.ndim() >= 2 && shape[0] > 0) {
     const double fan_in = static_cast<double>(shape.Size() / shape[0]);
-    return x * std::sqrt(2.0 / std::max(1.0, fan_in));
+    return u * std::sqrt(3.0 / std::max(1.0, fan_in));  // variance 1 / fan_in
   }
-  return 0.1 * x;
+  return 0.1 * u;
 }
 
 struct ModelCase {

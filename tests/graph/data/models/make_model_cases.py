@@ -24,23 +24,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def param_value(name, shape):
-    """Element values of parameter `name` (float64), the formula of the test's ModelParamValue."""
+    """Element values of parameter `name` (float64), the formula of the test's ModelParamValue: a
+    well-spread u in [-1, 1) from integer arithmetic (exact on both sides), scaled by the kind of array."""
     h = 0
     for k, b in enumerate(name.encode()):
         h = (h + (k + 1) * b) % 997
     n = int(np.prod(shape)) if len(shape) else 1
-    x = np.sin(0.7 * np.arange(n, dtype=np.float64) + h / 997.0 * 6.283185307179586)
+    bits = (np.arange(n, dtype=np.uint64) * np.uint64(2654435761) + np.uint64(h * 40503 + 12345)) % np.uint64(2 ** 32)
+    u = bits.astype(np.float64) / 4294967296.0 * 2.0 - 1.0
     if name.endswith('var'):
-        v = 0.75 + 0.25 * x
+        v = 0.75 + 0.25 * u
     elif name.endswith('gamma'):
-        v = 1.0 + 0.1 * x
+        v = 1.0 + 0.1 * u
     elif name.endswith('beta') or name.endswith('bias') or name.endswith('mean'):
-        v = 0.01 * x
+        v = 0.01 * u
     elif len(shape) >= 2 and shape[0] > 0:
         fan_in = n // shape[0]
-        v = x * math.sqrt(2.0 / max(1.0, fan_in))
+        v = u * math.sqrt(3.0 / max(1.0, fan_in))
     else:
-        v = 0.1 * x
+        v = 0.1 * u
     return v.reshape(shape)
 
 
