@@ -155,6 +155,9 @@ struct OperatorInfo {
   std::vector<ParamDoc> params;
   std::vector<std::string> aliases;
   bool simple_op = false;  // registered through SimpleOp
+  // A SimpleOp's answer to "has GPU functions" (its functions are attached by name from .cu files);
+  // empty for other operators, whose GPU code is a RegisterGpuOperator factory. See HasGpuImplementation.
+  std::function<bool()> has_gpu_functions;
   std::function<std::unique_ptr<OperatorProperty>()> factory;
 
   OperatorInfo& describe(const std::string& text) {
@@ -205,5 +208,7 @@ class OperatorRegistry {
 using GpuOperatorFactory = std::function<std::unique_ptr<Operator>(const OperatorProperty& prop, Context ctx)>;
 bool RegisterGpuOperator(const std::string& name, GpuOperatorFactory factory);
 std::unique_ptr<Operator> CreateGpuOperator(const OperatorProperty& prop, Context ctx);
+// Whether the registered operator `name` (or an alias) runs on GPU contexts in this build.
+bool HasGpuImplementation(const std::string& name);
 
 }  // namespace troupe

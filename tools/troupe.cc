@@ -2,7 +2,8 @@
 //
 // Today: `troupe bench <workload>` (tools/bench_command.h), `troupe im2rec` (tools/im2rec_command.h),
 // `troupe scheduler|server` (tools/dist_command.h; with no command and DMLC_ROLE set, the role runs),
-// `troupe launch` (tools/launch_command.h), `troupe train` (tools/train_command.h) and `troupe shell`
+// `troupe launch` (tools/launch_command.h), `troupe ops` (tools/ops_command.h: the operator table),
+// `troupe train` (tools/train_command.h) and `troupe shell`
 // (tools/shell_command.h; its language is tools/shell/interpreter.h). Each subcommand lives in its own
 // tools/<name>_command.{h,cc}.
 //
@@ -19,6 +20,7 @@
 #include "tools/dist_command.h"
 #include "tools/im2rec_command.h"
 #include "tools/launch_command.h"
+#include "tools/ops_command.h"
 #include "tools/shell_command.h"
 #include "tools/train_command.h"
 
@@ -29,7 +31,7 @@
 namespace {
 
 constexpr int kExitUsage = 2;
-constexpr const char* kCommands = "bench, im2rec, launch, scheduler, server, shell, train";
+constexpr const char* kCommands = "bench, im2rec, launch, ops, scheduler, server, shell, train";
 
 }  // namespace
 
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
   troupe::tools::Im2RecCommand im2rec(&app);
   troupe::tools::DistCommand dist(&app);
   troupe::tools::LaunchCommand launch(&app);
+  troupe::tools::OpsCommand ops(&app);
   troupe::tools::TrainCommand train(&app);
   troupe::tools::ShellCommand shell(&app);
   // After the subcommands were added (they inherit it when created): an unknown command is collected and
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
     if (im2rec.chosen()) return im2rec.Run();
     if (dist.chosen()) return dist.Run();
     if (launch.chosen()) return launch.Run();
+    if (ops.chosen()) return ops.Run();
     if (train.chosen()) return train.Run();
     if (shell.chosen()) return shell.Run();
   } catch (const std::exception& e) {

@@ -188,6 +188,14 @@ bool RegisterGpuOperator(const std::string& name, GpuOperatorFactory factory) {
   return true;
 }
 
+bool HasGpuImplementation(const std::string& name) {
+  const OperatorInfo* info = OperatorRegistry::Get().Find(name);
+  if (info == nullptr) return false;
+  if (info->has_gpu_functions) return info->has_gpu_functions();
+  std::lock_guard lock(Gpu().mu);
+  return Gpu().by_name.count(info->name) != 0;
+}
+
 std::unique_ptr<Operator> CreateGpuOperator(const OperatorProperty& prop, Context ctx) {
   GpuOperatorFactory f;
   {

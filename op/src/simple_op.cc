@@ -231,6 +231,10 @@ SimpleOpEntry::SimpleOpEntry(const std::string& name) : name_(name), impl_(std::
   info_ = &OperatorRegistry::Get().Register(
       name, [name, e]() -> std::unique_ptr<OperatorProperty> { return std::make_unique<SimpleOpProperty>(name, e); });
   info_->simple_op = true;
+  info_->has_gpu_functions = [e]() {
+    const DeviceType gpu = DevKey(DeviceType::kGPU);
+    return e->unary.count(gpu) != 0 || e->binary.count(gpu) != 0;
+  };
 }
 
 SimpleOpEntry::~SimpleOpEntry() = default;
