@@ -3,13 +3,15 @@
 
 For every model: <name>-symbol.json (the network as MXNet exports it: hybridize(), a forward, export()) and
 <name>-io.params (the inputs as "in:<name>", MXNet's outputs as "out:<k>"), and an entry in models.json
-(name, outputs, optional rtol and sorted_rows: outputs compared as sets of rows). Parameters and auxiliary
+(name, outputs, optional rtol and sorted_rows: outputs compared as sets of rows), or in models_pending.json
+for the models of PENDING (troupe cannot run them yet; the test does not read that index). Parameters and auxiliary
 states are not stored: both sides fill them with param_value() (the test's ModelParamValue must stay the
 same formula), so a large model costs only its symbol file.
 
 Run (MXNet 1.9.1, and GluonCV 0.10.5 / GluonNLP 0.10.0 for their families, in a virtual environment; the
 files are committed, tests never need MXNet):
   /work/mxnet-venv/bin/python tests/graph/data/models/make_model_cases.py [name ...]
+See README.md beside this file for the models and their status.
 """
 import json
 import math
@@ -69,39 +71,261 @@ def run_symbol(sym, inputs):
     return [o.copy() for o in exe.forward(is_train=False)]
 
 
+def _uniform(shape, seed=1, lo=-1.0, hi=1.0):
+    return np.random.RandomState(seed).uniform(lo, hi, size=shape).astype('float32')
+
+
+def _tokens(shape, vocab, seed=2):
+    """Token ids as MXNet symbols take them: float32 integers in [0, vocab)."""
+    return np.random.RandomState(seed).randint(0, vocab, size=shape).astype('float32')
+
+
 def model_zoo(name, size=32, classes=10, **kw):
     def build():
         net = mx.gluon.model_zoo.vision.get_model(name, classes=classes, **kw)
         net.initialize()
-        return net, {'data': np.random.RandomState(1).uniform(-1, 1, size=(1, 3, size, size)).astype('float32')}
+        return net, {'data': _uniform((1, 3, size, size))}
     return build
 
 
+def gluoncv_model(name, height, width=None, setup=None, **kw):
+    """A GluonCV model-zoo network, untrained (no weights can be downloaded) and without a pretrained base;
+    setup(net), if given, adjusts it before the export."""
+    def build():
+        import gluoncv
+        net = gluoncv.model_zoo.get_model(name, pretrained=False, **kw)
+        if setup:
+            setup(net)
+        net.initialize()
+        return net, {'data': _uniform((1, 3, height, width or height))}
+    return build
+
+
+def gluoncv_segmentation(getter, size, **kw):
+    """get_fcn / get_psp / get_deeplab on a dilated resnet50 with crop_size = the input size (their
+    BilinearResize2D and pyramid pooling are built for crop_size) and without the auxiliary head."""
+    def build():
+        import gluoncv.model_zoo as zoo
+        net = getattr(zoo, getter)(dataset='pascal_voc', backbone='resnet50', pretrained=False,
+                                   pretrained_base=False, aux=False, base_size=size, crop_size=size, **kw)
+        net.initialize()
+        return net, {'data': _uniform((1, 3, size, size))}
+    return build
+
+
+def bert_small():
+    """GluonNLP's BERTModel with a tiny custom configuration: 2 layers, 32 units, 4 heads; pooler,
+    masked-LM decoder and next-sentence classifier on. Inputs: token ids, token types, valid length."""
+    import gluonnlp as nlp
+    vocab, length = 50, 8
+    encoder = nlp.model.BERTEncoder(num_layers=2, units=32, hidden_size=64, max_length=16, num_heads=4,
+                                    dropout=0.0, output_attention=False, output_all_encodings=False)
+    net = nlp.model.BERTModel(encoder, vocab_size=vocab, token_type_vocab_size=2, units=32, embed_size=32,
+                              use_pooler=True, use_decoder=True, use_classifier=True)
+    net.initialize()
+    return net, {'data0': _tokens((2, length), vocab),
+                 'data1': _tokens((2, length), 2, seed=3),
+                 'data2': np.array([8, 5], dtype='float32'),
+                 'data3': np.array([[1, 3], [0, 4]], dtype='float32')}
+
+
+def transformer_small():
+    """GluonNLP's Transformer encoder and decoder (get_transformer_encoder_decoder: 2 layers, 32 units,
+    4 heads) with source/target embeddings and an output projection, as NMTModel uses them for teacher
+    forcing. Inputs: source ids, target ids, source and target valid lengths."""
+    import gluonnlp as nlp
+    vocab = 40
+    encoder, decoder, _ = nlp.model.transformer.get_transformer_encoder_decoder(
+        num_layers=2, num_heads=4, units=32, hidden_size=64, dropout=0.0, max_src_length=16, max_tgt_length=16)
+
+    class Seq2Seq(mx.gluon.HybridBlock):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            with self.name_scope():
+                self.src_embed = mx.gluon.nn.Embedding(vocab, 32, prefix='src_embed_')
+                self.tgt_embed = mx.gluon.nn.Embedding(vocab, 32, prefix='tgt_embed_')
+                self.encoder = encoder
+                self.decoder = decoder
+                self.proj = mx.gluon.nn.Dense(vocab, flatten=False, prefix='proj_')
+
+        def hybrid_forward(self, F, src, tgt, src_len, tgt_len):
+            mem, _ = self.encoder(self.src_embed(src), None, src_len)
+            steps = F.contrib.arange_like(src, axis=1)
+            mem_mask = F.broadcast_lesser(F.reshape(steps, shape=(1, -1)), F.reshape(src_len, shape=(-1, 1)))
+            out, _, _ = self.decoder(self.tgt_embed(tgt), [mem, mem_mask], tgt_len)
+            return self.proj(out)
+
+    net = Seq2Seq(prefix='nmt_')
+    net.initialize()
+    return net, {'data0': _tokens((2, 7), vocab), 'data1': _tokens((2, 6), vocab, seed=3),
+                 'data2': np.array([7, 4], dtype='float32'), 'data3': np.array([6, 3], dtype='float32')}
+
+
+def language_model(kind):
+    """GluonNLP's StandardRNN / AWDRNN LSTM language models, tiny (vocab 30, embedding 16, hidden 16, 2
+    layers), with the begin states as inputs. Inputs: token ids (time, batch) and the states."""
+    def build():
+        import gluonnlp as nlp
+        vocab, emb, hid, layers, t, n = 30, 16, 16, 2, 5, 2
+        if kind == 'standard':
+            lm = nlp.model.StandardRNN('lstm', vocab, emb, hid, layers, dropout=0.0, tie_weights=True,
+                                       prefix='lm_')
+            states = {'data1': _uniform((layers, n, hid), seed=4, lo=-0.5, hi=0.5),
+                      'data2': _uniform((layers, n, hid), seed=5, lo=-0.5, hi=0.5)}
+        else:
+            lm = nlp.model.AWDRNN('lstm', vocab, emb, hid, layers, tie_weights=True, dropout=0.0, weight_drop=0.0,
+                                  drop_h=0.0, drop_i=0.0, drop_e=0.0, prefix='lm_')
+            # one [h, c] per layer; the last layer's width is the embedding's (tied weights)
+            states = {}
+            for i in range(layers):
+                w = emb if i == layers - 1 else hid
+                states['data%d' % (1 + 2 * i)] = _uniform((1, n, w), seed=4 + 2 * i, lo=-0.5, hi=0.5)
+                states['data%d' % (2 + 2 * i)] = _uniform((1, n, w), seed=5 + 2 * i, lo=-0.5, hi=0.5)
+
+        class WithStates(mx.gluon.HybridBlock):
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                with self.name_scope():
+                    self.lm = lm
+
+            def hybrid_forward(self, F, x, *s):
+                if kind == 'standard':
+                    return self.lm(x, list(s))
+                return self.lm(x, [[s[2 * i], s[2 * i + 1]] for i in range(layers)])
+
+        net = WithStates(prefix='')
+        net.initialize()
+        return net, dict({'data0': _tokens((t, n), vocab)}, **states)
+    return build
+
+
+def fewer_rois(net):
+    """Faster R-CNN with 20 RPN proposals (of the 100 best anchors) instead of 300 (of 6000): its outputs
+    have classes x proposals rows, 400 instead of 6000, which keeps the io file small; and a minimum
+    proposal size of 1 pixel instead of 16: the untrained RPN proposes boxes of about a pixel, and with 16
+    every proposal was dropped and every output box was -1. These are the constructor's rpn_test_pre_nms,
+    rpn_test_post_nms and rpn_min_size, which get_model cannot pass (its keyword arguments also go to the
+    backbone)."""
+    net._rpn_test_post_nms = 20
+    net.rpn._test_post_nms = 20
+    net.rpn._test_pre_nms = 100
+    net.rpn.region_proposer._min_size = 1
+
+
+# The model zoo's 34 networks less the variants that add no operator or structure but size: resnet101_v2 and
+# the resnet152s (resnet101_v1 stands for the deep ones), mobilenet0.75/0.5 and mobilenetv2_0.75/0.5 (the
+# 1.0 and 0.25 widths are kept), densenet161/169/201 (densenet121 is kept; each needs a 221x221 input,
+# 0.6 MB of io file). All take 32x32 but alexnet, inceptionv3, densenet and squeezenet, whose final
+# fixed-size poolings need the smallest input given with them.
+VISION = ['resnet18_v1', 'resnet34_v1', 'resnet50_v1', 'resnet101_v1',
+          'resnet18_v2', 'resnet34_v2', 'resnet50_v2',
+          'vgg11', 'vgg13', 'vgg16', 'vgg19', 'vgg11_bn', 'vgg13_bn', 'vgg16_bn', 'vgg19_bn',
+          'mobilenet1.0', 'mobilenet0.25', 'mobilenetv2_1.0', 'mobilenetv2_0.25']
+
 # name -> (builder returning (block, inputs)), options for models.json
-MODELS = {
-    'resnet18_v1': (model_zoo('resnet18_v1'), {}),
-}
+ALL = {name: (model_zoo(name), {}) for name in VISION}
+ALL.update({
+    # alexnet: 11x11 stride-4 convolution and three 3x3/2 poolings: 64 is about the smallest input
+    'alexnet': (model_zoo('alexnet', size=64), {}),
+    # inceptionv3 ends in an 8x8 average pooling: 299x299 is the smallest input
+    'inceptionv3': (model_zoo('inceptionv3', size=299), {}),
+    # densenet121 ends in a 7x7 average pooling: 221x221 is the smallest input
+    'densenet121': (model_zoo('densenet121', size=221), {}),
+    # squeezenet ends in a 13x13 average pooling: 213 (1.0) and 209 (1.1) are the smallest inputs
+    'squeezenet1.0': (model_zoo('squeezenet1.0', size=213), {}),
+    'squeezenet1.1': (model_zoo('squeezenet1.1', size=209), {}),
+    'mobilenetv3_small': (gluoncv_model('mobilenetv3_small', 32, classes=10), {}),
+    'mobilenetv3_large': (gluoncv_model('mobilenetv3_large', 32, classes=10), {}),
+    # detection: outputs ids (1, N, 1), scores (1, N, 1), boxes (1, N, 4), padded with -1 rows
+    'ssd_512_mobilenet1.0_voc': (gluoncv_model('ssd_512_mobilenet1.0_voc', 64, pretrained_base=False),
+                                 {'sorted_rows': [0, 1, 2]}),
+    'yolo3_mobilenet1.0_voc': (gluoncv_model('yolo3_mobilenet1.0_voc', 64, pretrained_base=False),
+                               {'sorted_rows': [0, 1, 2]}),
+    'faster_rcnn_resnet50_v1b_voc': (gluoncv_model('faster_rcnn_resnet50_v1b_voc', 64, setup=fewer_rois,
+                                                   pretrained_base=False), {'sorted_rows': [0, 1, 2]}),
+    'center_net_resnet18_v1b_voc': (gluoncv_model('center_net_resnet18_v1b_voc', 64, pretrained_base=False),
+                                    {'sorted_rows': [0, 1, 2]}),
+    'simple_pose_resnet18_v1b': (gluoncv_model('simple_pose_resnet18_v1b', 64, 48, pretrained_base=False), {}),
+    'fcn_resnet50_voc': (gluoncv_segmentation('get_fcn', 32), {}),
+    # the pyramid pools the 1/8 feature map to 1, 2, 3 and 6: 48 gives a 6x6 map
+    'psp_resnet50_voc': (gluoncv_segmentation('get_psp', 48), {}),
+    'deeplab_resnet50_voc': (gluoncv_segmentation('get_deeplab', 32), {}),
+    'bert_small': (bert_small, {}),
+    'transformer_small': (transformer_small, {}),
+    'standard_lstm_lm': (language_model('standard'), {}),
+    'awd_lstm_lm': (language_model('awd'), {}),
+})
+
+# Models that troupe cannot run yet, with the first error of mxnet_model_cases_test (all of them: operators
+# that troupe's symbol loader does not know). They go to models_pending.json, which the test does not read:
+# their files are the fixtures for the next operators. Move a name out of here when its test passes.
+PENDING = [
+    'ssd_512_mobilenet1.0_voc',      # unknown operators: _contrib_box_decode, _contrib_box_nms
+    'yolo3_mobilenet1.0_voc',        # unknown operator: _contrib_box_nms
+    'faster_rcnn_resnet50_v1b_voc',  # unknown operators: _contrib_ROIAlign, _contrib_box_decode, _contrib_box_nms
+    'center_net_resnet18_v1b_voc',   # unknown operator: gather_nd
+    'bert_small',                    # unknown operators: _contrib_interleaved_matmul_selfatt_qk,
+                                     #   _contrib_interleaved_matmul_selfatt_valatt, gather_nd
+    'standard_lstm_lm',              # unknown operators: RNN, _rnn_param_concat
+    'awd_lstm_lm',                   # unknown operators: RNN, _rnn_param_concat
+]
+MODELS = {k: v for k, v in ALL.items() if k not in PENDING}
+PENDING = {k: ALL[k] for k in PENDING}
+
+
+def input_influence(sym, inputs, outs):
+    """For a model of one input 'data': how much output 0 changes when the input is zeroed, relative to its
+    largest magnitude (printed only; a small number means the output is mostly made by the biases)."""
+    if list(inputs) != ['data']:
+        return None
+    zero = run_symbol(sym, {'data': np.zeros_like(inputs['data'])})[0].asnumpy()
+    out = outs[0].asnumpy()
+    return float(np.abs(out - zero).max() / max(np.abs(out).max(), 1e-30))
+
+
+def write_index(path, entries):
+    with open(path, 'w') as f:
+        json.dump(dict(mxnet=mx.__version__, cases=[entries[k] for k in sorted(entries)]), f, indent=1, sort_keys=True)
+        f.write('\n')
 
 
 def main():
-    names = sys.argv[1:] or sorted(MODELS)
-    index_path = os.path.join(HERE, 'models.json')
-    index = json.load(open(index_path)) if os.path.exists(index_path) else {'cases': []}
-    entries = {c['name']: c for c in index['cases']}
+    names = sys.argv[1:] or sorted(MODELS) + sorted(PENDING)
+    indexes = {}
+    for which in ('models', 'models_pending'):
+        path = os.path.join(HERE, which + '.json')
+        index = json.load(open(path)) if os.path.exists(path) else {'cases': []}
+        indexes[which] = {c['name']: c for c in index['cases']}
+    failed = []
     for name in names:
-        build, options = MODELS[name]
-        block, inputs = build()
-        sym = export_block(block, inputs)
-        outs = run_symbol(sym, inputs)
+        which = 'models' if name in MODELS else 'models_pending'
+        build, options = (MODELS if name in MODELS else PENDING)[name]
+        try:
+            with mx.name.NameManager():  # names (and so parameter values) independent of the other models
+                block, inputs = build()
+                sym = export_block(block, inputs)
+            outs = run_symbol(sym, inputs)
+        except Exception as e:  # an MXNet-side failure: reported, the other models go on
+            failed.append(name)
+            print('%s: FAILED in MXNet: %s' % (name, str(e).strip().splitlines()[0] if str(e).strip() else repr(e)))
+            continue
         sym.save(os.path.join(HERE, name + '-symbol.json'))
         arrays = {'in:' + k: mx.nd.array(v, dtype=v.dtype) for k, v in inputs.items()}
         arrays.update({'out:%d' % k: o for k, o in enumerate(outs)})
         mx.nd.save(os.path.join(HERE, name + '-io.params'), arrays)
-        entries[name] = dict(name=name, outputs=len(outs), **options)
-        print('%s: %d outputs, symbol %d bytes' % (name, len(outs), os.path.getsize(os.path.join(HERE, name + '-symbol.json'))))
-    with open(index_path, 'w') as f:
-        json.dump(dict(mxnet=mx.__version__, cases=[entries[k] for k in sorted(entries)]), f, indent=1, sort_keys=True)
-        f.write('\n')
+        for index in indexes.values():
+            index.pop(name, None)
+        indexes[which][name] = dict(name=name, outputs=len(outs), **options)
+        influence = input_influence(sym, inputs, outs)
+        print('%s: %s, %d outputs %s, symbol %d bytes, io %d bytes%s' % (
+            name, which, len(outs), [o.shape for o in outs],
+            os.path.getsize(os.path.join(HERE, name + '-symbol.json')),
+            os.path.getsize(os.path.join(HERE, name + '-io.params')),
+            '' if influence is None else ', input influence %.2g' % influence))
+    for which, entries in indexes.items():
+        write_index(os.path.join(HERE, which + '.json'), entries)
+    if failed:
+        sys.exit('failed in MXNet: ' + ' '.join(failed))
 
 
 if __name__ == '__main__':
