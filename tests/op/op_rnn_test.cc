@@ -161,6 +161,60 @@ TEST(RnnTest, DropoutActsBetweenLayersInTrainingOnly) {
   EXPECT_LT(zeros, 3 * out / 4);
 }
 
+// Two layers with dropout are the first layer, the mask, and the second layer run on the masked output: in
+// training, outputs and gradients (through the mask of that call) equal those of the two layers run alone.
+TEST(RnnTest, DropoutGradientsGoThroughTheMask) {
+  for (const char* mode : {"lstm", "gru"}) {
+    const Net net{mode, 3, 2, 3, 2, 2, true};
+    std::mt19937_64 rng(9);
+    const std::vector<HostTensor> in = net.Inputs(&rng);
+    const std::int64_t out = net.T * net.N * net.D() * net.H, NH = net.N * net.H, D = net.D();
+    const std::size_t nstates = net.lstm() ? 2 : 1;
+    std::vector<HostTensor> heads{RandomTensor(TShape{out}, &rng)};
+    for (std::size_t s = 0; s < nstates; ++s) heads.push_back(RandomTensor(TShape{2 * D * NH}, &rng));
+    const FwdBwd both = RunForwardBackward(net.Case(DType::kFloat64, {{"p", "0.4"}}), in, heads);
+    const HostTensor& reserve = both.out.back();
+    const HostTensor mask(reserve.begin() + out, reserve.begin() + 2 * out);
+    const HostTensor xnext(reserve.begin() + 2 * out, reserve.begin() + 3 * out);
+
+    RnnDims g;
+    g.T = net.T, g.N = net.N, g.I = net.I, g.H = net.H, g.L = 2, g.D = net.bidir ? 2 : 1, g.G = RnnGates(mode);
+    // One layer's part of a vector: its slice of the packed parameters, its rows of a state.
+    auto params_of = [&](const HostTensor& w, int l) {
+      HostTensor p(w.begin() + g.WeightOffset(l, 0), w.begin() + g.WeightOffset(l + 1, 0));
+      p.insert(p.end(), w.begin() + g.BiasOffset(l, 0), w.begin() + g.BiasOffset(l + 1, 0));
+      return p;
+    };
+    auto rows_of = [&](const HostTensor& s, int l) {
+      return HostTensor(s.begin() + l * D * NH, s.begin() + (l + 1) * D * NH);
+    };
+    Net top{mode, net.T, net.N, D * net.H, net.H, 1, true};
+    Net bottom{mode, net.T, net.N, net.I, net.H, 1, true};
+    std::vector<HostTensor> top_in{xnext, params_of(in[1], 1)}, top_heads{heads[0]};
+    std::vector<HostTensor> bottom_in{in[0], params_of(in[1], 0)};
+    for (std::size_t s = 0; s < nstates; ++s) {
+      top_in.push_back(rows_of(in[2 + s], 1));
+      bottom_in.push_back(rows_of(in[2 + s], 0));
+      top_heads.push_back(rows_of(heads[1 + s], 1));
+    }
+    const FwdBwd t = RunForwardBackward(top.Case(), top_in, top_heads);
+    std::vector<HostTensor> bottom_heads{t.grad[0]};
+    for (std::int64_t j = 0; j < out; ++j) bottom_heads[0][j] *= mask[j];
+    for (std::size_t s = 0; s < nstates; ++s) bottom_heads.push_back(rows_of(heads[1 + s], 0));
+    const FwdBwd b = RunForwardBackward(bottom.Case(), bottom_in, bottom_heads);
+
+    const std::string m = mode;
+    EXPECT_TRUE(Near(both.out[0], t.out[0], 1e-12, 1e-12, m + " output"));
+    EXPECT_TRUE(Near(both.grad[0], b.grad[0], 1e-12, 1e-12, m + " gradient of the data"));
+    EXPECT_TRUE(Near(params_of(both.grad[1], 0), b.grad[1], 1e-12, 1e-12, m + " first layer's parameter gradient"));
+    EXPECT_TRUE(Near(params_of(both.grad[1], 1), t.grad[1], 1e-12, 1e-12, m + " second layer's parameter gradient"));
+    for (std::size_t s = 0; s < nstates; ++s) {
+      EXPECT_TRUE(Near(rows_of(both.grad[2 + s], 0), b.grad[2 + s], 1e-12, 1e-12, m + " first layer's state gradient"));
+      EXPECT_TRUE(Near(rows_of(both.grad[2 + s], 1), t.grad[2 + s], 1e-12, 1e-12, m + " second layer's state gradient"));
+    }
+  }
+}
+
 TEST(RnnTest, ShapesAndErrors) {
   const Net net{"gru", 5, 2, 3, 4, 2, true};
   auto out = InferOutShapes(net.Case());
