@@ -124,9 +124,9 @@ class NDArray {
 
   // Saves arrays to / loads arrays from MXNet 1.x's NDArray list format (.params; mx.nd.save/load; the
   // layout is described in shared/formats.md §1). `names` is empty (a list) or has one name per array (a
-  // dict). Arrays with ndim >= 1 are written as V2 records, byte for byte what MXNet 1.x writes; a 0-d
-  // array is written as a V3 (NumPy-semantics) record, which MXNet loads only in global numpy-shape mode;
-  // a none array makes a file MXNet's Python API cannot load. Save waits for the arrays (and rethrows a
+  // dict). Records are V2, byte for byte what MXNet 1.x writes; when any array is 0-d or has a zero
+  // dimension (which need NumPy shape semantics), every record is V3, as MXNet writes in its numpy-shape
+  // mode (and loads only in that mode); a none array makes a file MXNet's Python API cannot load. Save waits for the arrays (and rethrows a
   // failed producer's error) and replaces the file atomically. Throws troupe::Error naming the file on an
   // I/O error; Load reads V1, V2, V3 and 0.x records (dense storage), checks every field before it
   // allocates anything and names the file and byte offset of the first bad field.

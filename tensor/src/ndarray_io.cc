@@ -1,9 +1,10 @@
 // NDArray::Save/Load/SaveToBytes/LoadFromBytes: MXNet 1.x's NDArray list file (.params; mx.nd.save and
 // mx.nd.load), byte for byte as the project's format spec (formats.md §1) describes it.
 //
-// Writer: the list container (0x112, reserved 0, count, records, names). Arrays with ndim >= 1 are V2
-// records (what MXNet 1.x writes, so troupe's output loads in MXNet), a 0-d array is a V3 record (NumPy
-// semantics: V2 ndim 0 means "none") and a none array is a V2 record that stops after its shape.
+// Writer: the list container (0x112, reserved 0, count, records, names). Records are V2 (what MXNet 1.x
+// writes, so troupe's output loads in MXNet), unless an array needs NumPy shape semantics (0-d, or a zero
+// dimension): then every record is V3, as MXNet writes in its NumPy-shape mode. A none array's record stops
+// after its shape.
 //
 // Reader: V2, V3, V1 and legacy 0.x records. The whole input is validated (every field, every length,
 // names, trailing bytes) before a single array is allocated, so a damaged or hostile file costs no memory
@@ -76,21 +77,31 @@ void WriteShape(ByteWriter& w, const TShape& shape) {
   for (std::int64_t d : shape) w.I64(d);
 }
 
-// One array record (formats.md §1.3) appended to `out`.
-void WriteRecord(std::string* out, const NDArray& a, std::size_t index) {
+// Whether the list needs NumPy shape semantics (V3 records): a 0-d array (V2's ndim 0 means "none") or a
+// zero-size one (V2's 0 dimension means "unknown"). MXNet writes every record of a file in one version,
+// V3 in its NumPy-shape mode, and refuses V3 records outside that mode, so such a list is all V3.
+bool NeedsNumpyShape(const std::vector<NDArray>& arrays) {
+  for (const NDArray& a : arrays) {
+    if (!a.is_none() && (a.shape().ndim() == 0 || a.shape().Size() == 0)) return true;
+  }
+  return false;
+}
+
+// One array record (formats.md §1.3) appended to `out`: V3 when `v3` (the whole list is), else V2.
+void WriteRecord(std::string* out, const NDArray& a, std::size_t index, bool v3) {
   ByteWriter w(out);
-  if (a.is_none()) {  // V2 ndim 0 is "none": nothing follows the shape.
-    w.U32(kV2Magic);
+  if (a.is_none()) {  // "none": V2 ndim 0, V3 ndim -1; nothing follows the shape.
+    w.U32(v3 ? kV3Magic : kV2Magic);
     w.I32(0);
-    w.I32(0);
+    w.I32(v3 ? -1 : 0);
     return;
   }
   const TShape& shape = a.shape();
   if (!shape.known()) {
     throw Error("NDArray::Save: array " + std::to_string(index) + " has the unknown shape " + shape.ToString());
   }
-  w.U32(shape.ndim() == 0 ? kV3Magic : kV2Magic);  // a scalar needs NumPy semantics (V3)
-  w.I32(0);                                        // dense storage
+  w.U32(v3 ? kV3Magic : kV2Magic);
+  w.I32(0);  // dense storage
   WriteShape(w, shape);
   const Context ctx = a.ctx();
   w.I32(static_cast<std::int32_t>(ctx.dev_type));
@@ -122,9 +133,10 @@ void WriteList(const std::vector<NDArray>& arrays, const std::vector<std::string
   w.U64(0);
   w.U64(arrays.size());
   emit(buf);
+  const bool v3 = NeedsNumpyShape(arrays);
   for (std::size_t i = 0; i < arrays.size(); ++i) {
     buf.clear();
-    WriteRecord(&buf, arrays[i], i);
+    WriteRecord(&buf, arrays[i], i, v3);
     emit(buf);
   }
   buf.clear();
