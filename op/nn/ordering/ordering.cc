@@ -1,7 +1,7 @@
 // Ordering and index-reduction operators of MXNet 1.9 (ordering_op.cc, broadcast_reduce_op_index.cc) on the
 // CPU: topk, sort, argsort, argmax, argmin and pick. Each works on the lines of the input along one axis
-// (act_norm::AxisView: outer x n x inner); a line is ordered by a stable sort, so equal values keep their
-// index order (the order MXNet's CPU sort gives for the cases its tests pin down).
+// (act_norm::AxisView: outer x n x inner); a line is ordered as MXNet's CPU sort orders it, equal values
+// included (OrderLine).
 //
 // Gradients: topk's values and sort's output send the gradient back to the elements they came from; pick
 // to the picked element; indices, masks, argmax and argmin pass none.
@@ -98,6 +98,28 @@ TShape ReducedShape(const TShape& s, std::optional<int> axis, bool keepdims, con
   return TShape(o);
 }
 
+// Puts the positions of the k first elements of a line of idx->size() in order (ascending or descending
+// values) at the front of *idx, exactly as MXNet 1.9's CPU TopKSort does, so that equal values come out in
+// its order too: the positions 0..n-1 sorted by value alone (no tie rule), a full std::sort when k * 8 > n,
+// else std::partial_sort of the first k. Every ordering operator (topk, sort, argsort) goes through it, as
+// MXNet's do.
+template <typename At>
+void OrderLine(std::vector<std::int64_t>* idx, std::int64_t k, bool ascend, At&& at) {
+  std::iota(idx->begin(), idx->end(), 0);
+  const std::int64_t n = static_cast<std::int64_t>(idx->size());
+  auto less = [&](std::int64_t p, std::int64_t q) { return at(p) < at(q); };
+  auto greater = [&](std::int64_t p, std::int64_t q) { return at(p) > at(q); };
+  if (k * 8 > n) {
+    if (ascend) std::sort(idx->begin(), idx->end(), less); else std::sort(idx->begin(), idx->end(), greater);
+  } else {
+    if (ascend) {
+      std::partial_sort(idx->begin(), idx->begin() + k, idx->end(), less);
+    } else {
+      std::partial_sort(idx->begin(), idx->begin() + k, idx->end(), greater);
+    }
+  }
+}
+
 template <Kind kKind>
 class OrderingOp final : public Operator {
  public:
@@ -125,12 +147,8 @@ class OrderingOp final : public Operator {
             const std::int64_t j = PickIndex(in[1], a * v.inner + b, v.n);
             Write(out[0], req[0], a * v.inner + b, static_cast<double>(at(j)));
           } else {
-            std::iota(idx.begin(), idx.end(), 0);
-            const bool ascend = o_.is_ascend;
-            std::stable_sort(idx.begin(), idx.end(), [&](std::int64_t p, std::int64_t q) {
-              return ascend ? at(p) < at(q) : at(p) > at(q);
-            });
             const std::int64_t k = K(v.n);
+            OrderLine(&idx, k, o_.is_ascend, at);
             if (kKind == Kind::kTopK && o_.ret_typ == "mask") {
               for (std::int64_t j = 0; j < v.n; ++j) Write(out[0], req[0], base + j * v.inner, 0.0);
               for (std::int64_t j = 0; j < k; ++j) Write(out[0], req[0], base + idx[j] * v.inner, 1.0);
@@ -179,12 +197,8 @@ class OrderingOp final : public Operator {
               g[static_cast<std::size_t>(base + j * v.inner)] += og[a * v.inner + b];
             } else {
               auto at = [&](std::int64_t j) { return x[base + j * v.inner]; };
-              std::iota(idx.begin(), idx.end(), 0);
-              const bool ascend = o_.is_ascend;
-              std::stable_sort(idx.begin(), idx.end(), [&](std::int64_t p, std::int64_t q) {
-                return ascend ? at(p) < at(q) : at(p) > at(q);
-              });
               const std::int64_t k = K(v.n);
+              OrderLine(&idx, k, o_.is_ascend, at);
               for (std::int64_t j = 0; j < k; ++j) {
                 g[static_cast<std::size_t>(base + idx[j] * v.inner)] += og[a * k * v.inner + b + j * v.inner];
               }

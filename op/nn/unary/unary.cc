@@ -115,6 +115,9 @@ struct UnaryDef {
     for (const char* a : d.aliases) {
       if (a != nullptr) e.add_alias(a);
     }
+    // MXNet 1.9's zeros_like and ones_like have no parameter parser: attributes such as dtype (GluonCV's
+    // CenterNet writes dtype='int64') are kept in the file and ignored; the output has the input's type.
+    if (d.op == UnaryOp::kZerosLike || d.op == UnaryOp::kOnesLike) e.set_enable_kwargs(true);
   }
   return true;
 }();

@@ -26,14 +26,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def param_value(name, shape):
-    """Element values of parameter `name` (float64), the formula of the test's ModelParamValue: a
-    well-spread u in [-1, 1) from integer arithmetic (exact on both sides), scaled by the kind of array."""
+    """Element values of parameter `name` (float64), the formula of the test's ModelParamValue: u in [-1, 1)
+    from SplitMix64 of the position and a hash of the name (exact uint64 arithmetic on both sides), scaled by
+    the kind of array (He's variance 2 / fan_in for weights)."""
     h = 0
     for k, b in enumerate(name.encode()):
         h = (h + (k + 1) * b) % 997
     n = int(np.prod(shape)) if len(shape) else 1
-    bits = (np.arange(n, dtype=np.uint64) * np.uint64(2654435761) + np.uint64(h * 40503 + 12345)) % np.uint64(2 ** 32)
-    u = bits.astype(np.float64) / 4294967296.0 * 2.0 - 1.0
+    with np.errstate(over='ignore'):
+        z = np.arange(n, dtype=np.uint64) + np.uint64((h * 0x9E3779B97F4A7C15) % 2 ** 64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    u = (z >> np.uint64(11)).astype(np.float64) / 9007199254740992.0 * 2.0 - 1.0
     if name.endswith('var'):
         v = 0.75 + 0.25 * u
     elif name.endswith('gamma'):
@@ -42,7 +47,7 @@ def param_value(name, shape):
         v = 0.01 * u
     elif len(shape) >= 2 and shape[0] > 0:
         fan_in = n // shape[0]
-        v = u * math.sqrt(3.0 / max(1.0, fan_in))
+        v = u * math.sqrt(6.0 / max(1.0, fan_in))
     else:
         v = 0.1 * u
     return v.reshape(shape)
@@ -239,8 +244,10 @@ ALL.update({
     # detection: outputs ids (1, N, 1), scores (1, N, 1), boxes (1, N, 4), padded with -1 rows
     'ssd_512_mobilenet1.0_voc': (gluoncv_model('ssd_512_mobilenet1.0_voc', 64, pretrained_base=False),
                                  {'sorted_rows': [0, 1, 2]}),
+    # YOLOv3's box sizes are exp() of predicted offsets, here near 47 (boxes of 3e20): float32 rounding of
+    # 1e-6 in an offset becomes 1e-4 in its box, so boxes are compared within 5e-4.
     'yolo3_mobilenet1.0_voc': (gluoncv_model('yolo3_mobilenet1.0_voc', 64, pretrained_base=False),
-                               {'sorted_rows': [0, 1, 2]}),
+                               {'sorted_rows': [0, 1, 2], 'rtol': 5e-4}),
     'faster_rcnn_resnet50_v1b_voc': (gluoncv_model('faster_rcnn_resnet50_v1b_voc', 64, setup=fewer_rois,
                                                    pretrained_base=False), {'sorted_rows': [0, 1, 2]}),
     'center_net_resnet18_v1b_voc': (gluoncv_model('center_net_resnet18_v1b_voc', 64, pretrained_base=False),
@@ -260,14 +267,6 @@ ALL.update({
 # that troupe's symbol loader does not know). They go to models_pending.json, which the test does not read:
 # their files are the fixtures for the next operators. Move a name out of here when its test passes.
 PENDING = [
-    'ssd_512_mobilenet1.0_voc',      # unknown operators: _contrib_box_decode, _contrib_box_nms
-    'yolo3_mobilenet1.0_voc',        # unknown operator: _contrib_box_nms
-    'faster_rcnn_resnet50_v1b_voc',  # unknown operators: _contrib_ROIAlign, _contrib_box_decode, _contrib_box_nms
-    'center_net_resnet18_v1b_voc',   # unknown operator: gather_nd
-    'bert_small',                    # unknown operators: _contrib_interleaved_matmul_selfatt_qk,
-                                     #   _contrib_interleaved_matmul_selfatt_valatt, gather_nd
-    'standard_lstm_lm',              # unknown operators: RNN, _rnn_param_concat
-    'awd_lstm_lm',                   # unknown operators: RNN, _rnn_param_concat
 ]
 MODELS = {k: v for k, v in ALL.items() if k not in PENDING}
 PENDING = {k: ALL[k] for k in PENDING}

@@ -50,3 +50,25 @@ CASES += [
     case('pick_clip', lambda x, i: mx.sym.pick(x, i),
          [('x', (3, 4), 'float32'), ('i', np.array([7, -3, 2], dtype='float32'))], no_grad=['i']),
 ]
+
+# CenterNet's decoder: class ids and positions from topk indices over a flattened heat map, in int64.
+def _centernet_ids(x):
+    flat = mx.sym.reshape(x, shape=(0, -1))
+    scores, idx = mx.sym.topk(flat, k=5, ret_typ='both')
+    idx = mx.sym.Cast(idx, dtype='int64')
+    shape = mx.sym.split(mx.sym.shape_array(x), axis=0, num_outputs=4)
+    hw = shape[2] * shape[3]
+    ids = mx.sym.Cast(mx.sym.broadcast_div(idx, hw), dtype='float32')
+    pos = mx.sym.Cast(mx.sym.broadcast_mod(mx.sym.broadcast_mod(idx, hw), shape[3]), dtype='float32')
+    return mx.sym.Group([ids, scores, pos])
+
+
+CASES.append(case('centernet_ids', _centernet_ids, [('x', (1, 3, 2, 4), 'float32')], backward=False))
+
+# Ties: MXNet orders equal values as its CPU sort leaves them (std::sort, or std::partial_sort for k * 8 <= n).
+_ties = np.array([[0.5, 1.0, 1.0, 0.0, 1.0, 0.5, 0.0, 1.0] * 5], dtype='float32')
+CASES += [
+    case('topk_ties_partial', lambda x: mx.sym.topk(x, k=3, ret_typ='both'), [('x', _ties)], backward=False),
+    case('topk_ties_full', lambda x: mx.sym.topk(x, k=20, ret_typ='indices'), [('x', _ties)], backward=False),
+    case('argsort_ties', lambda x: mx.sym.argsort(x), [('x', _ties)], backward=False),
+]
