@@ -417,6 +417,12 @@ Symbol Symbol::FromJSON(const std::string& json) {
       std::string ns;
       for (const auto& n : names) ns += (ns.empty() ? "'" : ", '") + n + "'";
       list += (list.empty() ? "" : "; ") + op + " (used by " + ns + ")";
+      if (op == "_foreach" || op == "_while_loop" || op == "_cond") {
+        // MXNet's control-flow operators carry a subgraph; troupe's graph has none.
+        list += " [a control-flow operator with a subgraph, not supported: export the loop unrolled (a "
+                "hybridized block with a fixed number of steps) or as a fused operator such as RNN]";
+        continue;
+      }
       const std::string similar = SimilarNames(op, OperatorRegistry::Get().ListNames());
       if (!similar.empty()) list += " [did you mean: " + similar + "]";
     }
