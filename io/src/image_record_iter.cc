@@ -6,7 +6,7 @@
 // image_aug_default.cc):
 //   1. decode to RGB (data_shape C = 3) or grayscale (C = 1);
 //   2. resize > 0: scale so that the shorter side is `resize` (the longer one resize * long / short,
-//      integer division, as MXNet), bilinear with OpenCV's half-pixel centres;
+//      integer division, as MXNet), bilinear bit for bit as OpenCV's INTER_LINEAR (ResizeBilinear);
 //   3. crop H x W: centre ((rows - H) / 2, (cols - W) / 2) or, with rand_crop, a uniform random corner.
 //      An image smaller than H x W is an error, as in MXNet ("input image size smaller than input shape"):
 //      it is neither padded nor resized up; the message suggests `resize=`;
@@ -57,6 +57,7 @@
 // clang-format on
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <bit>
 #include <condition_variable>
@@ -247,48 +248,59 @@ void ConvertRgbxRow(const unsigned char* __restrict row, int width, const float*
   }
 }
 
-// Bilinear resize of interleaved 8-bit pixels, sampling at half-pixel centres as OpenCV's INTER_LINEAR
-// (src = (dst + 0.5) * ratio - 0.5, clamped to the edge).
+// Bilinear resize of interleaved 8-bit pixels, bit for bit what OpenCV's cv::resize(INTER_LINEAR) gives for
+// 8-bit images (MXNet's ImageRecordIter resizes with it): source positions (dst + 0.5) * scale - 0.5 in
+// float, weights rounded to 11 fractional bits, a horizontal pass into ints of scale 2048 and a vertical pass
+// with OpenCV's rounding ((b0 * (r0 >> 4)) >> 16) + ((b1 * (r1 >> 4)) >> 16) + 2) >> 2. Columns clamp their
+// position and weight at the edges; rows clamp only the row they read (as OpenCV does), so their weights may
+// sum to 2048 +- 1 there.
 void ResizeBilinear(const std::vector<unsigned char>& src, int sw, int sh, int channels, int dw, int dh,
                     std::vector<unsigned char>* dst) {
   dst->resize(static_cast<std::size_t>(dw) * dh * channels);
-  auto taps = [](int s, int d, std::vector<int>* lo, std::vector<float>* w) {
-    lo->resize(static_cast<std::size_t>(d));
-    w->resize(static_cast<std::size_t>(d));
-    const double ratio = static_cast<double>(s) / d;
-    for (int i = 0; i < d; ++i) {
-      double f = (i + 0.5) * ratio - 0.5;
-      if (f < 0) f = 0;
-      int i0 = static_cast<int>(f);
-      double frac = f - i0;
-      if (i0 >= s - 1) {
-        i0 = s - 1;
-        frac = 0;
+  if (sw == dw && sh == dh) {  // OpenCV copies
+    std::copy(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(dst->size()), dst->begin());
+    return;
+  }
+  constexpr int kOne = 2048;  // INTER_RESIZE_COEF_SCALE
+  auto weight = [](float f) { return static_cast<int>(std::nearbyint(f * static_cast<float>(kOne))); };
+  const double scale_x = 1.0 / (static_cast<double>(dw) / sw), scale_y = 1.0 / (static_cast<double>(dh) / sh);
+  std::vector<int> xofs(static_cast<std::size_t>(dw)), xa(static_cast<std::size_t>(dw) * 2);
+  for (int x = 0; x < dw; ++x) {
+    float fx = static_cast<float>((x + 0.5) * scale_x - 0.5);
+    int sx = static_cast<int>(std::floor(fx));
+    fx -= static_cast<float>(sx);
+    if (sx < 0) fx = 0, sx = 0;
+    if (sx >= sw - 1) fx = 0, sx = sw - 1;
+    xofs[static_cast<std::size_t>(x)] = sx;
+    xa[2 * static_cast<std::size_t>(x)] = weight(1.f - fx);
+    xa[2 * static_cast<std::size_t>(x) + 1] = weight(fx);
+  }
+  // One horizontally resized row, in ints of scale 2048.
+  auto horizontal = [&](int row, std::vector<int>* out) {
+    out->resize(static_cast<std::size_t>(dw) * channels);
+    const unsigned char* r = src.data() + static_cast<std::size_t>(row) * sw * channels;
+    for (int x = 0; x < dw; ++x) {
+      const int sx = xofs[static_cast<std::size_t>(x)];
+      const int a0 = xa[2 * static_cast<std::size_t>(x)], a1 = xa[2 * static_cast<std::size_t>(x) + 1];
+      for (int c = 0; c < channels; ++c) {
+        const int p0 = r[sx * channels + c];
+        (*out)[static_cast<std::size_t>(x) * channels + c] =
+            sx + 1 < sw ? p0 * a0 + r[(sx + 1) * channels + c] * a1 : p0 * kOne;
       }
-      (*lo)[static_cast<std::size_t>(i)] = i0;
-      (*w)[static_cast<std::size_t>(i)] = static_cast<float>(frac);
     }
   };
-  std::vector<int> x0, y0;
-  std::vector<float> wx, wy;
-  taps(sw, dw, &x0, &wx);
-  taps(sh, dh, &y0, &wy);
-  const std::size_t stride = static_cast<std::size_t>(sw) * channels;
+  std::vector<int> row0, row1;
   for (int y = 0; y < dh; ++y) {
-    const int ya = y0[static_cast<std::size_t>(y)], yb = std::min(ya + 1, sh - 1);
-    const float fy = wy[static_cast<std::size_t>(y)];
-    const unsigned char* ra = src.data() + stride * static_cast<std::size_t>(ya);
-    const unsigned char* rb = src.data() + stride * static_cast<std::size_t>(yb);
+    float fy = static_cast<float>((y + 0.5) * scale_y - 0.5);
+    const int sy = static_cast<int>(std::floor(fy));
+    fy -= static_cast<float>(sy);
+    const int b0 = weight(1.f - fy), b1 = weight(fy);
+    horizontal(std::clamp(sy, 0, sh - 1), &row0);
+    horizontal(std::clamp(sy + 1, 0, sh - 1), &row1);
     unsigned char* o = dst->data() + static_cast<std::size_t>(y) * dw * channels;
-    for (int x = 0; x < dw; ++x) {
-      const int xa = x0[static_cast<std::size_t>(x)], xb = std::min(xa + 1, sw - 1);
-      const float fx = wx[static_cast<std::size_t>(x)];
-      for (int c = 0; c < channels; ++c) {
-        const float top = ra[xa * channels + c] + (ra[xb * channels + c] - ra[xa * channels + c]) * fx;
-        const float bot = rb[xa * channels + c] + (rb[xb * channels + c] - rb[xa * channels + c]) * fx;
-        const float v = top + (bot - top) * fy;
-        o[x * channels + c] = static_cast<unsigned char>(std::clamp(v + 0.5f, 0.0f, 255.0f));
-      }
+    for (std::size_t i = 0; i < row0.size(); ++i) {
+      const int v = (((b0 * (row0[i] >> 4)) >> 16) + ((b1 * (row1[i] >> 4)) >> 16) + 2) >> 2;
+      o[i] = static_cast<unsigned char>(std::clamp(v, 0, 255));
     }
   }
 }

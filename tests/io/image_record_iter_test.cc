@@ -10,6 +10,7 @@
 // DISABLED_DecodeSpeed measures images/s for 256x256 JPEGs with 2 threads (run it by hand with
 // --gtest_also_run_disabled_tests); it asserts nothing about speed.
 #include <gmock/gmock.h>
+#include <nlohmann/json.hpp>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -32,6 +34,7 @@
 #include "io/io.h"
 #include "io/recordio.h"
 #include "tests/common/jpeg_util.h"
+#include "tensor/ndarray.h"
 
 namespace troupe {
 namespace {
@@ -494,6 +497,49 @@ TEST_F(ImageRecordIterTest, MissingFilesAndBadArguments) {
               {"path_imgrec"});
   ExpectError([&] { CreateDataIter("ImageRecordIter", Args("ok", "(3, 8, 8)", 1, {{"num_parts", "2"}, {"part_index", "1"}})); },
               {"empty"});
+}
+
+// MXNet 1.9.1's own batches (data/make_image_reference.py: JPEGs of several sizes packed by MXNet, the first
+// batch of its ImageRecordIter for each setting): the same settings give the same float32 bytes here —
+// decoding, the shorter-side resize (OpenCV's fixed-point bilinear), centre crop, mirror, mean/std, scale.
+TEST(ImageRecordIterMxnet, BatchesAreMxnetsBitForBit) {
+  const std::string dir = TROUPE_TEST_DATA_DIR;
+  std::ifstream f(dir + "/image_batches.json");
+  ASSERT_TRUE(f.good());
+  const nlohmann::json index = nlohmann::json::parse(f);
+  std::vector<NDArray> arrays;
+  std::vector<std::string> names;
+  NDArray::Load(dir + "/image_batches.params", &arrays, &names);
+  std::map<std::string, NDArray> want;
+  for (std::size_t i = 0; i < arrays.size(); ++i) want[names[i]] = arrays[i];
+  for (const auto& c : index["cases"]) {
+    const std::string name = c["name"];
+    SCOPED_TRACE(name);
+    Kwargs kw = {{"path_imgrec", dir + "/images.rec"},
+                 {"path_imgidx", dir + "/images.idx"},
+                 {"batch_size", std::to_string(c["batch_size"].get<int>())},
+                 {"shuffle", "False"}};
+    for (const auto& [k, v] : c["settings"].items()) {
+      if (v.is_string()) kw.emplace_back(k, v.get<std::string>());
+      else if (v.is_boolean()) kw.emplace_back(k, v.get<bool>() ? "True" : "False");
+      else if (v.is_number_integer()) kw.emplace_back(k, std::to_string(v.get<long long>()));
+      else kw.emplace_back(k, nlohmann::json(v).dump());  // a float, as JSON writes it (round-trips)
+    }
+    auto it = CreateDataIter("ImageRecordIter", kw);
+    ASSERT_TRUE(it->Next());
+    const DataBatch& b = it->Value();
+    const std::vector<float> got = b.data[0].ToVector<float>();
+    const std::vector<float> expected = want.at(name + "/data").ToVector<float>();
+    ASSERT_EQ(b.data[0].shape(), want.at(name + "/data").shape());
+    int bad = 0;
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      if (got[i] != expected[i] && ++bad <= 5) {
+        ADD_FAILURE() << name << " [" << i << "]: troupe " << got[i] << ", MXNet " << expected[i];
+      }
+    }
+    EXPECT_EQ(bad, 0) << name << ": " << bad << " of " << expected.size() << " values differ";
+    EXPECT_EQ(b.label[0].ToVector<float>(), want.at(name + "/label").ToVector<float>());
+  }
 }
 
 TEST_F(ImageRecordIterTest, DISABLED_DecodeSpeed) {
