@@ -3,7 +3,8 @@
 // MXNet exported it (<name>-symbol.json, loaded through troupe's symbol loader), its inputs and MXNet's
 // outputs (<name>-io.params). The parameters are not stored: both sides fill every parameter and auxiliary
 // state by the same formula of its name and position (ModelParamValue below, param_value() in the
-// generator), so a model of millions of weights costs only its symbol file. Forward runs in inference mode
+// generator), so a model of millions of weights costs only its symbol file; image inputs are made the same
+// way (formula_inputs). Forward runs in inference mode
 // and every output must agree with MXNet's within the case's tolerance relative to the output's largest
 // magnitude; detection outputs after NMS may be compared as sets of rows.
 #include <gtest/gtest.h>
@@ -30,19 +31,24 @@ namespace {
 
 const std::string kModelsDir = std::string(TROUPE_TEST_DATA_DIR) + "/models";
 
-// The value of element i of the parameter or auxiliary state `name` with shape `shape`: u in [-1, 1) from
-// SplitMix64 of the position and a hash of the name (exact integer arithmetic on both sides; a plain
-// multiplicative sequence was too regular: its rows summed to nearly nothing and deep nets lost the input),
-// scaled by the kind of array so that activations stay of order one (He's variance 2 / fan_in for
-// weights). make_model_cases.py's param_value must stay the same formula.
-double ModelParamValue(const std::string& name, const TShape& shape, std::int64_t i) {
+// n well-spread numbers in [-1, 1) for `name`: SplitMix64 of the position i and a hash of the name, exact
+// integer arithmetic on both sides (make_model_cases.py's _u must stay the same formula). A plain
+// multiplicative sequence was too regular: its rows summed to nearly nothing and deep nets lost the input.
+double SpreadValue(const std::string& name, std::int64_t i) {
   std::uint64_t h = 0;
   for (std::size_t k = 0; k < name.size(); ++k) h = (h + (k + 1) * static_cast<unsigned char>(name[k])) % 997;
   std::uint64_t z = static_cast<std::uint64_t>(i) + h * 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   z = z ^ (z >> 31);
-  const double u = static_cast<double>(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+  return static_cast<double>(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+// The value of element i of the parameter or auxiliary state `name` with shape `shape`: SpreadValue scaled
+// by the kind of array so that activations stay of order one (He's variance 2 / fan_in for weights; the
+// generator's param_value).
+double ModelParamValue(const std::string& name, const TShape& shape, std::int64_t i) {
+  const double u = SpreadValue(name, i);
   auto ends_with = [&](const char* s) {
     const std::string t(s);
     return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
@@ -110,6 +116,15 @@ TEST_P(MxnetModelCase, AgreesWithMxnet) {
   std::map<std::string, NDArray> given;
   for (std::size_t i = 0; i < io.size(); ++i) given[io_names[i]] = io[i];
 
+  // Image inputs the generator made with its input_value(): computed here from name and shape, not stored.
+  if (c.contains("formula_inputs")) {
+    for (const auto& [input, dims] : c["formula_inputs"].items()) {
+      const TShape shape(dims.get<std::vector<std::int64_t>>());
+      std::vector<float> v(static_cast<std::size_t>(shape.Size()));
+      for (std::int64_t i = 0; i < shape.Size(); ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(SpreadValue(input, i));
+      given["in:" + input] = NDArray::FromVector<float>(v, shape, Context::CPU());
+    }
+  }
   std::map<std::string, TShape> known;
   for (const auto& [k, v] : given) {
     if (k.rfind("in:", 0) == 0) known[k.substr(3)] = v.shape();

@@ -25,20 +25,31 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def param_value(name, shape):
-    """Element values of parameter `name` (float64), the formula of the test's ModelParamValue: u in [-1, 1)
-    from SplitMix64 of the position and a hash of the name (exact uint64 arithmetic on both sides), scaled by
-    the kind of array (He's variance 2 / fan_in for weights)."""
+def _u(name, n):
+    """n well-spread numbers in [-1, 1): SplitMix64 of the position and a hash of the name, exact uint64
+    arithmetic (the test's SpreadValue)."""
     h = 0
     for k, b in enumerate(name.encode()):
         h = (h + (k + 1) * b) % 997
-    n = int(np.prod(shape)) if len(shape) else 1
     with np.errstate(over='ignore'):
         z = np.arange(n, dtype=np.uint64) + np.uint64((h * 0x9E3779B97F4A7C15) % 2 ** 64)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z = z ^ (z >> np.uint64(31))
-    u = (z >> np.uint64(11)).astype(np.float64) / 9007199254740992.0 * 2.0 - 1.0
+    return (z >> np.uint64(11)).astype(np.float64) / 9007199254740992.0 * 2.0 - 1.0
+
+
+def input_value(name, shape):
+    """An image input both sides compute (the test's ModelInputValue): _u as float32, so large inputs need not
+    be stored."""
+    return _u(name, int(np.prod(shape))).astype('float32').reshape(shape)
+
+
+def param_value(name, shape):
+    """Element values of parameter `name` (float64), the formula of the test's ModelParamValue: _u scaled by
+    the kind of array (He's variance 2 / fan_in for weights)."""
+    n = int(np.prod(shape)) if len(shape) else 1
+    u = _u(name, n)
     if name.endswith('var'):
         v = 0.75 + 0.25 * u
     elif name.endswith('gamma'):
@@ -89,7 +100,7 @@ def model_zoo(name, size=32, classes=10, **kw):
     def build():
         net = mx.gluon.model_zoo.vision.get_model(name, classes=classes, **kw)
         net.initialize()
-        return net, {'data': _uniform((1, 3, size, size))}
+        return net, {'data': input_value('data', (1, 3, size, size))}
     return build
 
 
@@ -102,7 +113,7 @@ def gluoncv_model(name, height, width=None, setup=None, **kw):
         if setup:
             setup(net)
         net.initialize()
-        return net, {'data': _uniform((1, 3, height, width or height))}
+        return net, {'data': input_value('data', (1, 3, height, width or height))}
     return build
 
 
@@ -114,7 +125,7 @@ def gluoncv_segmentation(getter, size, **kw):
         net = getattr(zoo, getter)(dataset='pascal_voc', backbone='resnet50', pretrained=False,
                                    pretrained_base=False, aux=False, base_size=size, crop_size=size, **kw)
         net.initialize()
-        return net, {'data': _uniform((1, 3, size, size))}
+        return net, {'data': input_value('data', (1, 3, size, size))}
     return build
 
 
@@ -217,15 +228,13 @@ def fewer_rois(net):
     net.rpn.region_proposer._min_size = 1
 
 
-# The model zoo's 34 networks less the variants that add no operator or structure but size: resnet101_v2 and
-# the resnet152s (resnet101_v1 stands for the deep ones), mobilenet0.75/0.5 and mobilenetv2_0.75/0.5 (the
-# 1.0 and 0.25 widths are kept), densenet161/169/201 (densenet121 is kept; each needs a 221x221 input,
-# 0.6 MB of io file). All take 32x32 but alexnet, inceptionv3, densenet and squeezenet, whose final
-# fixed-size poolings need the smallest input given with them.
-VISION = ['resnet18_v1', 'resnet34_v1', 'resnet50_v1', 'resnet101_v1',
-          'resnet18_v2', 'resnet34_v2', 'resnet50_v2',
+# The model zoo's 34 networks. All take 32x32 but alexnet, inceptionv3, densenet and squeezenet, whose final
+# fixed-size poolings need the smallest input given with them (images are input_value(): not stored).
+VISION = ['resnet18_v1', 'resnet34_v1', 'resnet50_v1', 'resnet101_v1', 'resnet152_v1',
+          'resnet18_v2', 'resnet34_v2', 'resnet50_v2', 'resnet101_v2', 'resnet152_v2',
           'vgg11', 'vgg13', 'vgg16', 'vgg19', 'vgg11_bn', 'vgg13_bn', 'vgg16_bn', 'vgg19_bn',
-          'mobilenet1.0', 'mobilenet0.25', 'mobilenetv2_1.0', 'mobilenetv2_0.25']
+          'mobilenet1.0', 'mobilenet0.75', 'mobilenet0.5', 'mobilenet0.25',
+          'mobilenetv2_1.0', 'mobilenetv2_0.75', 'mobilenetv2_0.5', 'mobilenetv2_0.25']
 
 # name -> (builder returning (block, inputs)), options for models.json
 ALL = {name: (model_zoo(name), {}) for name in VISION}
@@ -236,6 +245,9 @@ ALL.update({
     'inceptionv3': (model_zoo('inceptionv3', size=299), {}),
     # densenet121 ends in a 7x7 average pooling: 221x221 is the smallest input
     'densenet121': (model_zoo('densenet121', size=221), {}),
+    'densenet161': (model_zoo('densenet161', size=221), {}),
+    'densenet169': (model_zoo('densenet169', size=221), {}),
+    'densenet201': (model_zoo('densenet201', size=221), {}),
     # squeezenet ends in a 13x13 average pooling: 213 (1.0) and 209 (1.1) are the smallest inputs
     'squeezenet1.0': (model_zoo('squeezenet1.0', size=213), {}),
     'squeezenet1.1': (model_zoo('squeezenet1.1', size=209), {}),
@@ -309,12 +321,18 @@ def main():
             print('%s: FAILED in MXNet: %s' % (name, str(e).strip().splitlines()[0] if str(e).strip() else repr(e)))
             continue
         sym.save(os.path.join(HERE, name + '-symbol.json'))
-        arrays = {'in:' + k: mx.nd.array(v, dtype=v.dtype) for k, v in inputs.items()}
+        # Inputs that input_value() makes are not stored: the test computes them from their name and shape.
+        formula = {k: list(v.shape) for k, v in inputs.items()
+                   if v.dtype == np.float32 and np.array_equal(v, input_value(k, v.shape))}
+        arrays = {'in:' + k: mx.nd.array(v, dtype=v.dtype) for k, v in inputs.items() if k not in formula}
         arrays.update({'out:%d' % k: o for k, o in enumerate(outs)})
         mx.nd.save(os.path.join(HERE, name + '-io.params'), arrays)
         for index in indexes.values():
             index.pop(name, None)
-        indexes[which][name] = dict(name=name, outputs=len(outs), **options)
+        entry = dict(name=name, outputs=len(outs), **options)
+        if formula:
+            entry['formula_inputs'] = formula
+        indexes[which][name] = entry
         influence = input_influence(sym, inputs, outs)
         print('%s: %s, %d outputs %s, symbol %d bytes, io %d bytes%s' % (
             name, which, len(outs), [o.shape for o in outs],
