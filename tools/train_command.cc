@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "io/io.h"
 #include "kvstore/kvstore.h"
 #include "graph/models.h"
+#include "tools/symbol_net.h"
 #include "train/train.h"
 
 namespace troupe::tools {
@@ -110,8 +112,30 @@ std::string RequireFile(const std::string& path, const std::string& what) {
 }
 
 // The training (train = true) or test iterator of --data, part `part` of `parts` of the samples.
+// "1,28,28" or "(1, 28, 28)" -> "(1,28,28)": three positive integers.
+std::string ParseDataShape(const std::string& text) {
+  std::string digits;
+  for (char c : text) {
+    if (c != '(' && c != ')' && c != ' ') digits += c;
+  }
+  std::stringstream list(digits);
+  std::vector<long> dims;
+  for (std::string item; std::getline(list, item, ',');) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 65536) dims.push_back(-1);
+    else dims.push_back(v);
+  }
+  if (dims.size() != 3 || std::count(dims.begin(), dims.end(), -1) > 0 || (dims[0] != 1 && dims[0] != 3)) {
+    throw Error("--data-shape '" + text + "': want C,H,W with C 1 or 3, e.g. 1,28,28 or 3,32,32");
+  }
+  return "(" + std::to_string(dims[0]) + "," + std::to_string(dims[1]) + "," + std::to_string(dims[2]) + ")";
+}
+
 std::unique_ptr<DataIter> MakeIter(const std::string& data, bool train, int batch_size, int parts, int part,
-                                   std::uint64_t seed) {
+                                   std::uint64_t seed, const std::string& data_shape, bool shuffle) {
+  const std::string shape = ParseDataShape(data_shape);
+  const std::string shuffled = train && shuffle ? "True" : "False";
   const auto colon = data.find(':');
   const std::string kind = data.substr(0, colon);
   const std::string path = colon == std::string::npos ? std::string() : data.substr(colon + 1);
@@ -125,6 +149,9 @@ std::unique_ptr<DataIter> MakeIter(const std::string& data, bool train, int batc
     kw.insert(kw.end(), common.begin(), common.end());
     return kw;
   };
+  if (kind != "rec" && shape != "(1,28,28)") {
+    throw Error("--data-shape " + data_shape + " is for rec: images; " + kind + " data is 1,28,28");
+  }
   if (kind == "fashion-mnist" || kind == "idx") {
     const std::string dir = kind == "idx" ? path : kFashionMnist;
     if (kind != "idx" && !Exists(dir + "/train-images-idx3-ubyte.gz")) {
@@ -134,7 +161,7 @@ std::unique_ptr<DataIter> MakeIter(const std::string& data, bool train, int batc
     const std::string prefix = train ? "train" : "t10k";
     return CreateDataIter("MNISTIter", with({{"image", IdxFile(dir, prefix + "-images-idx3-ubyte")},
                                              {"label", IdxFile(dir, prefix + "-labels-idx1-ubyte")},
-                                             {"shuffle", train ? "True" : "False"},
+                                             {"shuffle", shuffled},
                                              {"seed", std::to_string(seed)}}));
   }
   const std::string split = train ? "train" : "test";
@@ -145,16 +172,27 @@ std::unique_ptr<DataIter> MakeIter(const std::string& data, bool train, int batc
                                 {"data_shape", "(1,28,28)"}}));
   }
   if (kind == "rec") {
-    Kwargs kw{{"path_imgrec", RequireFile(path + "/" + split + ".rec", "28x28 images, troupe im2rec")},
-              {"data_shape", "(1,28,28)"},
+    Kwargs kw{{"path_imgrec", RequireFile(path + "/" + split + ".rec", "JPEG images, troupe im2rec")},
+              {"data_shape", shape},
               {"scale", "0.00392156862745098"},  // 1/255, as MNISTIter
-              {"shuffle", train ? "True" : "False"},
+              {"shuffle", shuffled},
               {"seed", std::to_string(seed)}};
     if (Exists(path + "/" + split + ".idx")) kw.emplace_back("path_imgidx", path + "/" + split + ".idx");
     return CreateDataIter("ImageRecordIter", with(kw));
   }
   throw Error("--data '" + data + "': unknown source '" + kind + "' (want fashion-mnist, idx:DIR, csv:DIR or rec:DIR)");
 }
+
+}  // namespace
+
+std::unique_ptr<DataIter> MakeDataIter(const std::string& data, bool train, int batch_size, int parts, int part,
+                                       std::uint64_t seed, const std::string& data_shape, bool shuffle,
+                                       std::int64_t max_images) {
+  return std::make_unique<FitIter>(MakeIter(data, train, batch_size, parts, part, seed, data_shape, shuffle),
+                                   max_images > 0 ? (max_images + batch_size - 1) / batch_size : 0);
+}
+
+namespace {
 
 // "10,15" -> {10, 15}: increasing epochs >= 1.
 std::vector<int> ParseEpochList(const std::string& text) {
@@ -250,7 +288,8 @@ class Progress {
 }  // namespace
 
 TrainCommand::TrainCommand(CLI::App* root) {
-  app_ = root->add_subcommand("train", "Train an MLP or LeNet on Fashion-MNIST (or your data), locally or distributed");
+  app_ = root->add_subcommand("train", "Train an MLP, LeNet, ResNet or your MXNet symbol on Fashion-MNIST (or your data), "
+                                       "locally or distributed");
   app_->footer(
       "Trains with the Module (MXNet's mx.mod.Module): SGD with momentum or Adam, a progress bar per epoch "
       "(images/s, loss, accuracy) when stdout is a terminal and plain lines otherwise, the test accuracy after "
@@ -263,7 +302,16 @@ TrainCommand::TrainCommand(CLI::App* root) {
       "(DIR/train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, "
       "each plain or .gz); csv:DIR (DIR/train-data.csv with 784 values a row, train-label.csv, test-data.csv, "
       "test-label.csv); rec:DIR (DIR/train.rec and test.rec of 28x28 images, troupe im2rec; .idx used when "
-      "present).\n"
+      "present; --data-shape 3,32,32 for other sizes or RGB).\n"
+      "Your network (--symbol): an MXNet 1.x symbol file (mx.sym save, a checkpoint's PREFIX-symbol.json, "
+      "Gluon's export). Its output must be a loss head (SoftmaxOutput ...); when it is not (a Gluon export "
+      "ends in the logits) SoftmaxOutput is added on top with the label input softmax_label, and the log says "
+      "so. The data input is the symbol's first argument that is neither a parameter nor the label (\"data\" "
+      "in MXNet's files); its shape is the iterator's, (batch, 1, 28, 28) unless --data-shape says otherwise. "
+      "--params (a checkpoint's .params with arg:/aux: names, or plain names) sets the parameters it names; "
+      "the others are initialised as for the built-in models (xavier; biases 0, gammas 1). A parameter of the "
+      "wrong shape for the data is an error naming both shapes. Checkpoints hold the symbol with its loss "
+      "head, so troupe score and troupe predict take them as they are.\n"
       "Exit status: 0 when the final test accuracy reaches --min-accuracy, 1 otherwise or on failure, 2 on bad "
       "usage.\n\n"
       "Examples:\n"
@@ -275,7 +323,9 @@ TrainCommand::TrainCommand(CLI::App* root) {
       "  troupe train --model lenet --batch-size 50 --epochs 12 --lr-step-epochs 8 --wd 0.0005   # 0.91\n"
       "  troupe train --optimizer adam --lr 0.001 --data idx:/data/mnist\n"
       "  troupe train --model resnet18 --lr 0.05 --train-images 500 --test-images 200 --epochs 2   # ~1 min\n"
-      "  troupe launch -n 2 -s 1 -- troupe train --kvstore dist_sync --batch-size 50\n");
+      "  troupe launch -n 2 -s 1 -- troupe train --kvstore dist_sync --batch-size 50\n"
+      "  troupe train --symbol net-symbol.json --params net-0000.params --data rec:imgs --lr 0.05 --checkpoint ft\n"
+      "  troupe train --symbol net-symbol.json --params net-0000.params --fixed-params 'conv' --epochs 2\n");
   TrainOptions& o = options_;
   app_->add_option("--model", o.model,
                    "Network: mlp (128-64-10), lenet (two conv layers), resnet18 or resnet34 (ResNet v1 with the "
@@ -317,11 +367,26 @@ TrainCommand::TrainCommand(CLI::App* root) {
       ->capture_default_str();
   app_->add_option("--min-accuracy", o.min_accuracy, "Exit 1 when the final test accuracy is below this")
       ->check(CLI::Range(0.0, 1.0));
+  app_->add_option("--symbol", o.symbol, "Train this MXNet symbol JSON file instead of --model");
+  app_->add_option("--params", o.params, "With --symbol: starting parameters (.params; arg:/aux: or plain names)");
+  app_->add_option("--fixed-params", o.fixed_params,
+                   "With --symbol: parameters whose names match this regular expression are not trained");
+  app_->add_option("--data-shape", o.data_shape, "rec: data: the images' C,H,W (C 1: gray, 3: RGB)")
+      ->capture_default_str();
+  app_->add_flag("--shuffle,!--no-shuffle", o.shuffle, "Shuffle the training data (idx and rec; default on)");
 }
 
 bool TrainCommand::chosen() const { return app_->parsed(); }
 
 int TrainCommand::Run() {
+  if (options_.symbol.empty() && (!options_.params.empty() || !options_.fixed_params.empty())) {
+    std::fprintf(stderr, "troupe train: --params and --fixed-params go with --symbol FILE (your network)\n");
+    return 2;
+  }
+  if (!options_.symbol.empty() && app_->count("--model") > 0) {
+    std::fprintf(stderr, "troupe train: give --model or --symbol, not both\n");
+    return 2;
+  }
   if (options_.resume > 0 && options_.checkpoint.empty()) {
     std::fprintf(stderr, "troupe train: --resume needs --checkpoint PREFIX (the checkpoint to continue from)\n");
     return 2;
@@ -350,10 +415,9 @@ int RunTrain(const TrainOptions& o) {
   }
   const std::string mode = o.progress == "auto" ? (::isatty(STDOUT_FILENO) ? "bar" : "lines") : o.progress;
   const int per_batch = o.batch_size;
-  auto train = std::make_unique<FitIter>(MakeIter(o.data, true, per_batch, workers, rank, o.seed),
-                                           o.train_images > 0 ? (o.train_images / workers + per_batch - 1) / per_batch : 0);
-  auto test = std::make_unique<FitIter>(MakeIter(o.data, false, per_batch, 1, 0, o.seed),
-                                          o.test_images > 0 ? (o.test_images + per_batch - 1) / per_batch : 0);
+  auto train = MakeDataIter(o.data, true, per_batch, workers, rank, o.seed, o.data_shape, o.shuffle,
+                            o.train_images > 0 ? std::max<std::int64_t>(1, o.train_images / workers) : 0);
+  auto test = MakeDataIter(o.data, false, per_batch, 1, 0, o.seed, o.data_shape, false, o.test_images);
 
   Progress progress(mode, per_batch, o.epochs);
   const std::vector<int> step_epochs = ParseEpochList(o.lr_step_epochs);
@@ -394,11 +458,66 @@ int RunTrain(const TrainOptions& o) {
   fit.kvstore = o.kvstore;
   fit.store = store;
 
-  const Symbol net = o.model == "mlp"        ? models::MLP()
-                    : o.model == "lenet"      ? models::LeNet(10, o.act, o.dropout)
-                    : o.model == "resnet18" ? models::ResNet(18, 10, true)
-                                              : models::ResNet(34, 10, true);
-  Module mod(net, {"data"}, {"softmax_label"}, devices);
+  Symbol net;
+  std::string data_name = "data", label_name = "softmax_label";
+  std::string model_name = o.model;
+  if (!o.symbol.empty()) {
+    // A user's symbol: its loss head, inputs and starting parameters, checked against the data's shapes.
+    SymbolNet user = LoadSymbolNet(o.symbol, o.params);
+    CheckInputs(user, train->DataShapes().at(0), train->LabelShapes().at(0), o.data);
+    net = user.symbol;
+    data_name = user.data_name;
+    label_name = user.label_name;
+    model_name = o.symbol;
+    std::printf("troupe train: %s: data input '%s' %s, %s head", o.symbol.c_str(), data_name.c_str(),
+                train->DataShapes().at(0).ToString().c_str(), user.head_op.c_str());
+    if (user.added_head) std::printf(" added (the symbol ends without a loss; label input 'softmax_label')");
+    std::printf("\n");
+    if (!o.params.empty()) {
+      std::printf("troupe train: %zu of %zu parameters loaded from %s, %zu initialised (xavier)",
+                  user.loaded, user.param_names.size(), o.params.c_str(), user.param_names.size() - user.loaded);
+      if (!user.unused_params.empty()) {
+        std::printf("; %zu arrays of the file are not in the symbol and are not used (e.g. %s)",
+                    user.unused_params.size(), user.unused_params[0].c_str());
+      }
+      std::printf("\n");
+    } else {
+      std::printf("troupe train: %zu parameters initialised (xavier)\n", user.param_names.size());
+    }
+    if (!o.fixed_params.empty()) {
+      std::regex re;
+      try {
+        re = std::regex(o.fixed_params);
+      } catch (const std::regex_error& e) {
+        throw Error("--fixed-params '" + o.fixed_params + "' is not a regular expression: " + e.what());
+      }
+      // MXNet's fixed_param_names, by the optimizer's multipliers: these parameters never change.
+      const Symbol internals = net.GetInternals();
+      const std::vector<std::string> outputs = internals.ListOutputs();
+      std::size_t fixed = 0;
+      for (const std::string& p : user.param_names) {
+        if (!std::regex_search(p, re)) continue;
+        const auto at = std::find(outputs.begin(), outputs.end(), p);
+        if (at == outputs.end()) continue;
+        Symbol var = internals[static_cast<std::size_t>(at - outputs.begin())];
+        var.SetAttr("__lr_mult__", "0");
+        var.SetAttr("__wd_mult__", "0");
+        ++fixed;
+      }
+      if (fixed == 0) throw Error("--fixed-params '" + o.fixed_params + "' matches no parameter of " + o.symbol);
+      std::printf("troupe train: %zu parameters fixed (--fixed-params %s)\n", fixed, o.fixed_params.c_str());
+    }
+    fit.arg_params = user.arg_params;
+    fit.aux_params = user.aux_params;
+  } else {
+    net = o.model == "mlp"        ? models::MLP()
+          : o.model == "lenet"    ? models::LeNet(10, o.act, o.dropout)
+          : o.model == "resnet18" ? models::ResNet(18, 10, true)
+                                  : models::ResNet(34, 10, true);
+  }
+  std::vector<std::string> label_names;
+  if (!label_name.empty()) label_names.push_back(label_name);
+  Module mod(net, {data_name}, label_names, devices);
   // The loss (cross-entropy) beside the accuracy Fit keeps: from the batch the iterator holds.
   auto loss = EvalMetric::Create("ce");
   double final_accuracy = std::nan("");
@@ -424,7 +543,7 @@ int RunTrain(const TrainOptions& o) {
   if (dist) {
     where = o.kvstore + " worker " + std::to_string(rank) + " of " + std::to_string(workers) + " on " + o.devices;
   }
-  std::printf("troupe train: %s on %s, %s, batch %d, %s lr %g%s, epochs %d..%d%s\n", o.model.c_str(),
+  std::printf("troupe train: %s on %s, %s, batch %d, %s lr %g%s, epochs %d..%d%s\n", model_name.c_str(),
               o.data.c_str(), where.c_str(), per_batch, o.optimizer.c_str(), lr,
               o.optimizer == "sgd" ? (" momentum " + Fixed(o.momentum, 2)).c_str() : "", o.resume + 1, o.epochs,
               o.train_images > 0 ? (", first " + std::to_string(o.train_images) + " training images").c_str() : "");

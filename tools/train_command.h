@@ -1,4 +1,5 @@
-// `troupe train`: trains an MLP or a LeNet-style network (graph/models.h) with the Module (train/train.h)
+// `troupe train`: trains an MLP, a LeNet-style network or a ResNet (graph/models.h), or the user's MXNet symbol
+// file with optional starting parameters (--symbol, tools/symbol_net.h), with the Module (train/train.h)
 // on Fashion-MNIST or the user's idx, CSV or RecordIO files, on one or several devices, or as a worker of a
 // distributed KVStore cluster started by `troupe launch` (each worker reads its own part of the training
 // data). Per epoch: a progress bar (images/s, loss, accuracy) when stdout is a terminal, plain lines
@@ -11,7 +12,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "io/io.h"
 
 namespace CLI {
 class App;
@@ -41,6 +45,13 @@ struct TrainOptions {
   std::uint64_t seed = 1;
   std::string progress = "auto";         // auto | bar | lines | none
   double min_accuracy = 0;
+  // A user's network instead of --model (tools/symbol_net.h): MXNet symbol JSON, optional starting
+  // parameters, and a regular expression of parameters kept fixed (lr_mult and wd_mult 0).
+  std::string symbol;
+  std::string params;
+  std::string fixed_params;
+  std::string data_shape = "1,28,28";    // rec: the images' C,H,W (C 3 decodes to RGB)
+  bool shuffle = true;                   // shuffle the training data (idx and rec; csv reads in order)
 };
 
 class TrainCommand {
@@ -54,6 +65,14 @@ class TrainCommand {
   CLI::App* app_ = nullptr;
   TrainOptions options_;
 };
+
+// The iterator of a --data source (fashion-mnist, idx:DIR, csv:DIR, rec:DIR): its training (train = true) or
+// test split, part `part` of `parts`, at most `max_images` per epoch (0: all), labels of shape (batch,).
+// data_shape: "C,H,W" of rec images (other sources are 1,28,28 and refuse another). shuffle applies to the
+// training split. Throws troupe::Error naming a missing file or a bad source.
+std::unique_ptr<DataIter> MakeDataIter(const std::string& data, bool train, int batch_size, int parts, int part,
+                                       std::uint64_t seed, const std::string& data_shape, bool shuffle,
+                                       std::int64_t max_images);
 
 // Runs a training job (what `troupe train` does after parsing). Returns the exit status.
 int RunTrain(const TrainOptions& options);

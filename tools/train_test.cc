@@ -2,7 +2,9 @@
 // idx files, CSV files and an image RecordIO file (each must beat chance by far), writes and resumes from
 // checkpoints, draws its progress bar, refuses bad usage with a message, and trains as two dist_sync workers
 // under `troupe launch` whose parameters agree (the same test accuracy on both; worker 0's checkpoint), and
-// as two dist_async workers.
+// as two dist_async workers. Then a user's symbol (--symbol, ending in logits, with a partial .params file):
+// trained, checkpointed, scored and predicted with `troupe score` / `troupe predict` (the predictions agree
+// with the accuracy), resumed, trained with fixed parameters, and refused with a message for bad input.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -21,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "graph/symbol.h"
 #include "io/io.h"
 #include "io/recordio.h"
 #include "proc/process.h"
@@ -328,6 +331,172 @@ TEST_F(TrainCommandTest, DistAsyncTrains) {
                             Data("idx") + " --epochs 2 --momentum 0 --lr 0.1 --progress none --min-accuracy 0.5");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(FinalAccuracies(r.out).size(), 2u) << r.out;
+}
+
+
+// ------------------------------------------------------------------------------------------ --symbol
+// A user's network: a small convolutional net written with troupe's Symbol API and saved as MXNet symbol
+// JSON, ending in the logits (no loss head, as a Gluon export), and a .params file that gives some of its
+// parameters, in both of the name styles: MXNet's "arg:NAME" and Gluon's plain NAME.
+
+Result Tool(const std::string& command, const std::string& args) {
+  return RunShell(std::string(TROUPE_CLI_PATH) + " " + command + " " + args);
+}
+
+// The value after `key` in `out` ("Validation-accuracy=" -> 0.8750), or -1 when absent.
+double ValueAfter(const std::string& out, const std::string& key) {
+  const auto at = out.find(key);
+  return at == std::string::npos ? -1 : std::stod(out.substr(at + key.size()));
+}
+
+// Deterministic values in [-a, a): a Weyl sequence (the test needs fixed starting weights, not good ones).
+std::vector<float> Spread(std::size_t n, float a) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = a * (2.0f * static_cast<float>(std::fmod(0.6180339887 * (i + 1), 1.0)) - 1.0f);
+  return v;
+}
+
+class SymbolCommandTest : public TrainCommandTest {
+ protected:
+  void SetUp() override {
+    TrainCommandTest::SetUp();
+    if (IsSkipped()) return;
+    sym_dir_ = dir_ / "sym";
+    fs::create_directories(sym_dir_);
+    using troupe::Symbol;
+    Symbol x = Symbol::Variable("data");
+    x = Symbol::Create("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "8"}}, {x}, "conv0");
+    x = Symbol::Create("Activation", {{"act_type", "relu"}}, {x}, "relu0");
+    x = Symbol::Create("Pooling", {{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pool_type", "max"}}, {x}, "pool0");
+    x = Symbol::Create("Flatten", {}, {x}, "flat0");
+    x = Symbol::Create("FullyConnected", {{"num_hidden", "10"}}, {x}, "fc1");
+    x.Save(Symbol_());
+    const troupe::Context cpu = troupe::Context::CPU();
+    conv0_weight_ = Spread(8 * 9, 0.3f);
+    troupe::NDArray::Save(Params(),
+                          {troupe::NDArray::FromVector(conv0_weight_, troupe::TShape{8, 1, 3, 3}, cpu),
+                           troupe::NDArray::Zeros(troupe::TShape{8}, cpu), troupe::NDArray::Zeros(troupe::TShape{10}, cpu)},
+                          {"conv0_weight", "arg:conv0_bias", "fc1_bias"});
+  }
+  std::string Symbol_() const { return (sym_dir_ / "net-symbol.json").string(); }
+  std::string Params() const { return (sym_dir_ / "net-0000.params").string(); }
+  fs::path sym_dir_;
+  std::vector<float> conv0_weight_;
+};
+
+TEST_F(SymbolCommandTest, TrainsScoresAndPredictsAUserSymbol) {
+  const std::string prefix = (sym_dir_ / "ft").string();
+  Result r = Train("--symbol " + Symbol_() + " --params " + Params() + " --data " + Data("idx") +
+                   " --epochs 2 --progress none --checkpoint " + prefix + " --min-accuracy 0.55");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("data input 'data' (100,1,28,28), SoftmaxOutput head added"));
+  EXPECT_THAT(r.out, HasSubstr("3 of 4 parameters loaded from " + Params() + ", 1 initialised"));
+  const double trained = ValueAfter(r.out, "final test accuracy ");
+  for (const char* f : {"-symbol.json", "-0002.params", "-0002.states"}) EXPECT_TRUE(fs::exists(prefix + f)) << f;
+
+  // score: the checkpoint's symbol has the loss head now; the accuracy is the one training ended with.
+  const std::string ckpt = " --symbol " + prefix + "-symbol.json --params " + prefix + "-0002.params --data " + Data("idx");
+  r = Tool("score", ckpt);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const double scored = ValueAfter(r.out, "Validation-accuracy=");
+  EXPECT_GT(scored, 0.55) << r.out;
+  EXPECT_NEAR(scored, trained, 1e-4) << r.out;
+  EXPECT_GT(ValueAfter(r.out, "Validation-cross-entropy="), 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("examples 500"));
+
+  // predict: one line per test example whose predictions agree with score's accuracy.
+  const std::string tsv = (sym_dir_ / "pred.tsv").string();
+  r = Tool("predict", ckpt + " --output " + tsv);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("predicted 500 examples into " + tsv));
+  std::ifstream in(tsv);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(line, "# index\tpredicted\tprobability\tlabel");
+  int rows = 0, correct = 0;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    int index = -1, predicted = -1, label = -1;
+    double prob = -1;
+    f >> index >> predicted >> prob >> label;
+    EXPECT_EQ(index, rows);
+    EXPECT_GE(predicted, 0);
+    EXPECT_LT(predicted, 10);
+    EXPECT_GE(prob, 0.1 - 1e-6);  // the top of 10 probabilities
+    EXPECT_LE(prob, 1.0 + 1e-6);
+    correct += predicted == label;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 500);
+  EXPECT_NEAR(correct / 500.0, scored, 1e-4);
+  EXPECT_NEAR(ValueAfter(r.out, "accuracy against the labels "), scored, 1e-4) << r.out;
+
+  // The same symbol resumes from its checkpoint.
+  r = Train("--symbol " + Symbol_() + " --data " + Data("idx") + " --epochs 3 --resume 2 --progress none --checkpoint " +
+            prefix + " --min-accuracy 0.55");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("epochs 3..3"));
+  EXPECT_TRUE(fs::exists(prefix + "-0003.params"));
+}
+
+TEST_F(SymbolCommandTest, FixedParamsDoNotChange) {
+  const std::string prefix = (sym_dir_ / "fixed").string();
+  const Result r = Train("--symbol " + Symbol_() + " --params " + Params() + " --fixed-params '^conv0_' --data " +
+                         Data("idx") + " --epochs 1 --progress none --checkpoint " + prefix);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("2 parameters fixed"));
+  std::vector<troupe::NDArray> arrays;
+  std::vector<std::string> names;
+  troupe::NDArray::Load(prefix + "-0001.params", &arrays, &names);
+  bool seen = false;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == "arg:conv0_weight") {
+      EXPECT_EQ(arrays[i].ToVector<float>(), conv0_weight_);
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST_F(SymbolCommandTest, RefusesBadInputWithAMessage) {
+  Result r = Train("--symbol " + (sym_dir_ / "missing.json").string() + " --data " + Data("idx"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("cannot read the symbol file"));
+  r = Train("--params " + Params());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.out, HasSubstr("go with --symbol"));
+  // A parameter whose shape does not fit the data: named, with both shapes.
+  const std::string bad = (sym_dir_ / "bad.params").string();
+  troupe::NDArray::Save(bad, {troupe::NDArray::Zeros(troupe::TShape{10, 5}, troupe::Context::CPU())}, {"arg:fc1_weight"});
+  r = Train("--symbol " + Symbol_() + " --params " + bad + " --data " + Data("idx") + " --epochs 1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("parameter 'fc1_weight' has shape (10,5)"));
+  EXPECT_THAT(r.out, HasSubstr("the symbol needs (10,1352)"));
+  // RGB images for a net whose first convolution takes one channel.
+  r = Train("--symbol " + Symbol_() + " --params " + Params() + " --data " + Data("rec") + " --data-shape 3,28,28");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("parameter 'conv0_weight' has shape (8,1,3,3)"));
+  EXPECT_THAT(r.out, HasSubstr("(100,3,28,28)"));
+  // score needs every parameter.
+  r = Tool("score", "--symbol " + Symbol_() + " --params " + Params() + " --data " + Data("idx"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("lacks 1 of the symbol's 4 parameters (fc1_weight)"));
+  // Unknown operators are named by the loader.
+  std::string json;
+  {
+    std::ifstream in(Symbol_());
+    json.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto at = json.find("\"Activation\"");
+  ASSERT_NE(at, std::string::npos);
+  json.replace(at, std::string("\"Activation\"").size(), "\"NoSuchActivation\"");
+  const std::string unknown = (sym_dir_ / "unknown-symbol.json").string();
+  std::ofstream(unknown) << json;
+  r = Tool("predict", "--symbol " + unknown + " --params " + Params() + " --data " + Data("idx"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, HasSubstr("NoSuchActivation"));
+  r = Tool("score", "--params " + Params());
+  EXPECT_EQ(r.status, 2);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // Today: `troupe bench <workload>` (tools/bench_command.h), `troupe im2rec` (tools/im2rec_command.h),
 // `troupe scheduler|server` (tools/dist_command.h; with no command and DMLC_ROLE set, the role runs),
 // `troupe launch` (tools/launch_command.h), `troupe ops` (tools/ops_command.h: the operator table),
-// `troupe train` (tools/train_command.h) and `troupe shell`
+// `troupe train` (tools/train_command.h), `troupe score` and `troupe predict` (tools/score_command.h) and
+// `troupe shell`
 // (tools/shell_command.h; its language is tools/shell/interpreter.h). Each subcommand lives in its own
 // tools/<name>_command.{h,cc}.
 //
@@ -21,6 +22,7 @@
 #include "tools/im2rec_command.h"
 #include "tools/launch_command.h"
 #include "tools/ops_command.h"
+#include "tools/score_command.h"
 #include "tools/shell_command.h"
 #include "tools/train_command.h"
 
@@ -31,7 +33,7 @@
 namespace {
 
 constexpr int kExitUsage = 2;
-constexpr const char* kCommands = "bench, im2rec, launch, ops, scheduler, server, shell, train";
+constexpr const char* kCommands = "bench, im2rec, launch, ops, predict, scheduler, score, server, shell, train";
 
 }  // namespace
 
@@ -44,13 +46,15 @@ int main(int argc, char** argv) {
   CLI::App app{"troupe: an actor-model runtime for machine learning (the successor of Apache MXNet's engine)",
                "troupe"};
   app.footer(
-      "troupe runs MXNet-style dependency-engine workloads on CAF actors. This command gathers the tools "
+      "troupe runs MXNet-style dependency-engine workloads on actors. This command gathers the tools "
       "around it; every subcommand has its own --help with a description and examples.\n\n"
       "Examples:\n"
       "  troupe --version\n"
       "  troupe bench engine --json engine.json\n"
       "  troupe im2rec train.lst images/ train\n"
-      "  troupe train --model lenet --epochs 5\n"
+      "  troupe train --model lenet --epochs 5 --checkpoint lenet\n"
+      "  troupe score --symbol lenet-symbol.json --params lenet-0005.params\n"
+      "  troupe predict --symbol lenet-symbol.json --params lenet-0005.params --output pred.tsv\n"
       "  troupe shell -c 'a = ones(2,3); print a * 2 + 1'\n"
       "  troupe launch -n 2 -s 1 -- troupe train --kvstore dist_sync --batch-size 50\n"
       "  troupe launch -n 2 -s 1 -- ./my_worker\n"
@@ -65,6 +69,8 @@ int main(int argc, char** argv) {
   troupe::tools::LaunchCommand launch(&app);
   troupe::tools::OpsCommand ops(&app);
   troupe::tools::TrainCommand train(&app);
+  troupe::tools::ScoreCommand score(&app, false);
+  troupe::tools::ScoreCommand predict(&app, true);
   troupe::tools::ShellCommand shell(&app);
   // After the subcommands were added (they inherit it when created): an unknown command is collected and
   // reported below with the list of known ones, instead of CLI11's generic message.
@@ -84,6 +90,8 @@ int main(int argc, char** argv) {
     if (launch.chosen()) return launch.Run();
     if (ops.chosen()) return ops.Run();
     if (train.chosen()) return train.Run();
+    if (score.chosen()) return score.Run();
+    if (predict.chosen()) return predict.Run();
     if (shell.chosen()) return shell.Run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());

@@ -136,6 +136,12 @@ struct FitOptions {
   // learn its rank and the number of workers for the data partition (num_parts / part_index), then fits.
   std::shared_ptr<KVStore> store;
   UpdatePlace update_place = UpdatePlace::kAuto;  // with several contexts (see UpdatePlace)
+  // Starting parameters (MXNet's fit(arg_params=, aux_params=)): when Fit initialises (not resuming, or the
+  // module's parameters not set yet), these are copied over the initializer's values; the parameters not
+  // given keep the initializer's (MXNet's allow_missing=True). A name that is no parameter of the symbol, or
+  // a shape that differs from the symbol's, is an error naming it.
+  std::map<std::string, NDArray> arg_params;
+  std::map<std::string, NDArray> aux_params;
 };
 
 class Module {

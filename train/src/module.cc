@@ -872,7 +872,11 @@ void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
   }
   if (resume || !m.params_initialized) {
     auto init = Initializer::Create(options.initializer, options.initializer_params);
-    InitParams(*init, ckpt_args, ckpt_aux, false);
+    if (resume) {
+      InitParams(*init, ckpt_args, ckpt_aux, false);
+    } else {
+      InitParams(*init, options.arg_params, options.aux_params, false);
+    }
   }
   if (!m.optimizer) InitOptimizer(options.optimizer);
   if (resume) {
