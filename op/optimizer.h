@@ -127,13 +127,40 @@ class Optimizer {
   std::int64_t num_update() const { return num_update_; }
   const OptimizerConfig& config() const { return config_; }
 
-  // The states of every index (for checkpoints, MXNet's `.states` role): saved and loaded with
-  // NDArray::Save/Load's format, names "<index>:<state>" (state: "momentum" for sgd and nag with momentum,
-  // "mean" and "var" for adam, "history" for adagrad, "n" or, centered, "n", "g", "delta" for rmsprop) plus
-  // "<index>:step" counts, from which a loaded optimizer also takes num_update and so its schedule's
-  // position. Load throws troupe::Error naming the file for a file of another optimizer type.
-  void SaveStates(const std::string& path) const;
-  void LoadStates(const std::string& path);
+  // The states of every index (for checkpoints, MXNet's `.states` files), in one of two formats:
+  //
+  // kMXNet (the default): what MXNet 1.9's Module.save_optimizer_states writes, pickle.dumps(updater.states)
+  //   with Python 3.8+'s default protocol 4, byte for byte as CPython writes it: a dict index -> the state
+  //   MXNet's create_state makes, None (sgd and nag without momentum), an NDArray (sgd and nag: momentum;
+  //   adagrad: history) or a tuple of NDArrays (adam: (mean, var); rmsprop: (n,), centered (n, g, delta)),
+  //   each NDArray pickled by its __reduce__ (mxnet.ndarray.ndarray.NDArray with {'handle': its record}).
+  //   MXNet's Module.load_optimizer_states reads it. The format has no update counts (MXNet keeps them in
+  //   the optimizer object, pickled only with dump_optimizer=True): after loading it every index counts
+  //   from zero again, as in MXNet after load_optimizer_states, so adam's bias correction and a schedule
+  //   restart.
+  // kTroupe: NDArray::Save/Load's format (.params), names "<index>:<state>" (state: "momentum" for sgd and
+  //   nag with momentum, "mean" and "var" for adam, "history" for adagrad, "n" or, centered, "n", "g",
+  //   "delta" for rmsprop), "<index>:step" counts and "optimizer:<type>"; a loaded optimizer also takes
+  //   num_update and so its schedule's position from the counts, so that a resumed run continues exactly
+  //   (a KVStore server's own checkpoints use it).
+  //
+  // LoadStates reads both (a pickle starts with PROTO, 0x80). It throws troupe::Error naming the file for a
+  // troupe file of another optimizer type, and for a pickle whose state of an index does not have this
+  // optimizer's layout (naming the index, what it holds and what was expected: the pickle does not record
+  // the type, so optimizers with the same layout, say sgd with momentum and adagrad, cannot be told apart),
+  // for pickles with anything but MXNet's states (dump_optimizer=True's optimizer object, other globals,
+  // opcodes outside protocols 2 to 5: the error names the opcode and byte offset) and for a multi_precision
+  // (weight32, state) pair. An array's shape and dtype are checked against the weight at its first update
+  // (the error names the file).
+  //
+  // key_names (kMXNet only): indices whose key is the parameter's name. MXNet's Module keys its states by
+  // the parameter's position (index * number of devices + device when the devices update) but, when a
+  // KVStore updates (several devices, update_on_kvstore), by the parameter's name; SaveStates writes these
+  // indices as str keys, LoadStates reads str keys as the index of that name (an unknown name is an error).
+  enum class StatesFormat { kMXNet, kTroupe };
+  void SaveStates(const std::string& path, StatesFormat format = StatesFormat::kMXNet,
+                  const std::map<int, std::string>& key_names = {}) const;
+  void LoadStates(const std::string& path, const std::map<int, std::string>& key_names = {});
 
  protected:
   explicit Optimizer(OptimizerConfig config) : config_(std::move(config)) {}
@@ -147,6 +174,15 @@ class Optimizer {
   // the index's new count t.
   std::int64_t CountUpdate(int index);
 
+  // How this configuration keeps an index's states: their names (as StateOf's) and whether MXNet's
+  // create_state returns them as a tuple (adam, rmsprop) or, one state, as a bare NDArray (sgd and nag
+  // momentum, adagrad history); no names: None.
+  struct StateLayout {
+    std::vector<std::string> names;
+    bool tuple = false;
+  };
+  virtual StateLayout Layout() const = 0;
+
   OptimizerConfig config_;
   float learning_rate_ = 0.01f;
 
@@ -156,8 +192,13 @@ class Optimizer {
   std::map<int, std::vector<std::string>> state_names_;
   std::map<int, std::int64_t> steps_;
   std::int64_t num_update_ = 0;
+  std::string states_file_;  // the file the states were loaded from, for StateOf's errors
   std::shared_ptr<const LrScheduler> scheduler_;  // null: constant learning_rate_
   void InitScheduler();
+  void SaveTroupeStates(const std::string& path) const;
+  void LoadTroupeStates(const std::string& path);
+  void LoadMXNetStates(const std::string& path, const std::string& bytes,
+                       const std::map<int, std::string>& key_names);
 };
 
 }  // namespace troupe

@@ -802,7 +802,8 @@ class Server {
       if (!meta) throw Error("cannot write " + base + ".meta.tmp");
     }
     if (optimizer_ != nullptr) {
-      optimizer_->SaveStates(base + ".states.tmp");
+      // Its own format: with the update counts, so that a restarted server continues exactly.
+      optimizer_->SaveStates(base + ".states.tmp", Optimizer::StatesFormat::kTroupe);
       std::filesystem::rename(base + ".states.tmp", base + ".states");
     }
     std::filesystem::rename(base + ".meta.tmp", base + ".meta");

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <numbers>
 #include <optional>
 #include <string>
@@ -13,6 +16,7 @@
 #include "base/error.h"
 #include "op/internal/op_util.h"
 #include "op/internal/optimizer_kernels.h"
+#include "op/internal/pickle.h"
 
 namespace troupe {
 
@@ -237,6 +241,11 @@ class SgdOptimizer : public Optimizer {
 
   int aggregation_size() const override { return aggregation_size_; }
 
+ protected:
+  StateLayout Layout() const override {
+    return param_.momentum != 0.f ? StateLayout{{"momentum"}, false} : StateLayout{};
+  }
+
  private:
   SgdParam param_;
   int aggregation_size_ = 4;
@@ -264,6 +273,9 @@ class AdamOptimizer : public Optimizer {
     sc.epsilon = param_.epsilon;
     PushUpdate("adam_update", OptimizerKind::kAdam, sc, weight, grad, states);
   }
+
+ protected:
+  StateLayout Layout() const override { return {{"mean", "var"}, true}; }
 
  private:
   AdamParam param_;
@@ -342,6 +354,11 @@ class NagOptimizer : public Optimizer {
     }
   }
 
+ protected:
+  StateLayout Layout() const override {
+    return param_.momentum != 0.f ? StateLayout{{"momentum"}, false} : StateLayout{};
+  }
+
  private:
   NagParam param_;
 };
@@ -362,6 +379,9 @@ class AdaGradOptimizer : public Optimizer {
     sc.epsilon = param_.eps;
     PushUpdate("adagrad_update", OptimizerKind::kAdaGrad, sc, weight, grad, states);
   }
+
+ protected:
+  StateLayout Layout() const override { return {{"history"}, false}; }
 
  private:
   AdaGradParam param_;
@@ -387,6 +407,11 @@ class RmsPropOptimizer : public Optimizer {
     sc.clip_weights = param_.clip_weights;
     PushUpdate(param_.centered ? "rmspropalex_update" : "rmsprop_update",
                param_.centered ? OptimizerKind::kRmsPropCentered : OptimizerKind::kRmsProp, sc, weight, grad, states);
+  }
+
+ protected:
+  StateLayout Layout() const override {
+    return param_.centered ? StateLayout{{"n", "g", "delta"}, true} : StateLayout{{"n"}, true};
   }
 
  private:
@@ -722,14 +747,16 @@ std::vector<NDArray>& Optimizer::StateOf(int index, const NDArray& weight, const
     for (const auto& n : state_names_[index]) have += (have.empty() ? "" : ", ") + n;
     for (const auto& n : names) want += (want.empty() ? "" : ", ") + n;
     throw Error("optimizer '" + config_.type + "': index " + std::to_string(index) + " has states {" + have +
-                "} but this configuration needs {" + want + "}; were the states saved with other parameters?");
+                "} but this configuration needs {" + want + "}; were the states saved with other parameters?" +
+                (states_file_.empty() ? "" : " (loaded from '" + states_file_ + "')"));
   }
   for (NDArray& s : it->second) {
     if (s.shape() != weight.shape() || s.dtype() != weight.dtype()) {
       throw Error("optimizer '" + config_.type + "': the state of index " + std::to_string(index) + " has shape " +
                   s.shape().ToString() + " and dtype " + DTypeName(s.dtype()) + ", but the weight has shape " +
                   weight.shape().ToString() + " and dtype " + DTypeName(weight.dtype()) +
-                  "; were the states loaded for another model?");
+                  "; were the states loaded for another model?" +
+                  (states_file_.empty() ? "" : " (loaded from '" + states_file_ + "')"));
     }
     if (s.ctx() != weight.ctx() || s.engine() != weight.engine()) {
       NDArray moved(weight.shape(), weight.ctx(), weight.dtype(), weight.engine());
@@ -740,7 +767,7 @@ std::vector<NDArray>& Optimizer::StateOf(int index, const NDArray& weight, const
   return it->second;
 }
 
-void Optimizer::SaveStates(const std::string& path) const {
+void Optimizer::SaveTroupeStates(const std::string& path) const {
   std::vector<NDArray> arrays;
   std::vector<std::string> names;
   arrays.push_back(NDArray::FromVector<std::int32_t>({1}, TShape{1}));
@@ -759,7 +786,7 @@ void Optimizer::SaveStates(const std::string& path) const {
   NDArray::Save(path, arrays, names);
 }
 
-void Optimizer::LoadStates(const std::string& path) {
+void Optimizer::LoadTroupeStates(const std::string& path) {
   std::vector<NDArray> arrays;
   std::vector<std::string> names;
   NDArray::Load(path, &arrays, &names);
@@ -801,6 +828,201 @@ void Optimizer::LoadStates(const std::string& path) {
   // The schedule's position: MXNet's num_update is the largest count over the indices.
   num_update_ = 0;
   for (const auto& [index, step] : steps_) num_update_ = std::max(num_update_, step);
+  states_file_ = path;
+}
+
+namespace {
+
+// One array record (MXNDArraySaveRawBytes's bytes: a .params file's record without the list around it).
+constexpr std::size_t kListHeader = 24;  // magic, reserved, count
+constexpr std::size_t kListNames = 8;    // the name count of a list without names
+
+std::string ArrayRecord(const NDArray& a) {
+  const std::string list = NDArray::SaveToBytes({a});
+  return list.substr(kListHeader, list.size() - kListHeader - kListNames);
+}
+
+NDArray ArrayFromRecord(const std::string& record, const std::string& source) {
+  std::string list;
+  const std::uint64_t header[3] = {0x112, 0, 1};
+  list.append(reinterpret_cast<const char*>(header), sizeof(header));
+  list += record;
+  list.append(kListNames, '\0');
+  std::vector<NDArray> arrays;
+  NDArray::LoadFromBytes(list.data(), list.size(), source, &arrays, nullptr);
+  if (arrays.size() != 1 || arrays[0].is_none()) throw Error(source + ": a none array where a state was expected");
+  return arrays[0];
+}
+
+// The layout's description for messages: "None", "an NDArray (momentum)", "a tuple of 2 NDArrays (mean, var)".
+std::string Expected(const std::vector<std::string>& names, bool tuple) {
+  if (names.empty()) return "None (no state)";
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  if (!tuple) return "an NDArray (" + list + ")";
+  return "a tuple of " + std::to_string(names.size()) + " NDArray" + (names.size() == 1 ? "" : "s") + " (" + list +
+         ")";
+}
+
+}  // namespace
+
+void Optimizer::SaveStates(const std::string& path, StatesFormat format,
+                           const std::map<int, std::string>& key_names) const {
+  if (format == StatesFormat::kTroupe) {
+    SaveTroupeStates(path);
+    return;
+  }
+  using internal::PickleRef;
+  using internal::PickleValue;
+  PickleRef dict = PickleValue::Dict();
+  for (const auto& [index, states] : states_) {
+    const auto& names = state_names_.at(index);
+    PickleRef value;
+    if (states.empty()) {
+      value = PickleValue::None();
+    } else if (states.size() == 1 && (names[0] == "momentum" || names[0] == "history")) {
+      value = PickleValue::NDArray(ArrayRecord(states[0]));  // MXNet's create_state returns the bare array
+    } else {
+      std::vector<PickleRef> items;
+      for (const NDArray& a : states) items.push_back(PickleValue::NDArray(ArrayRecord(a)));
+      value = PickleValue::Tuple(std::move(items));
+    }
+    const auto name = key_names.find(index);
+    if (name == key_names.end()) {
+      dict->AddItem(PickleValue::Int(index), std::move(value));
+    } else {
+      auto key = std::make_shared<PickleValue>();
+      key->kind = PickleValue::Kind::kString;
+      key->text = name->second;
+      dict->AddItem(std::move(key), std::move(value));
+    }
+  }
+  const std::string bytes = internal::WritePickle(*dict);
+  // Written next to the target and renamed over it, so a reader never sees half a file.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw Error("Optimizer::SaveStates: cannot write " + tmp + "; check the directory and free space");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("Optimizer::SaveStates: cannot rename " + tmp + " to " + path);
+  }
+}
+
+void Optimizer::LoadStates(const std::string& path, const std::map<int, std::string>& key_names) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("optimizer states file '" + path + "' cannot be opened; check the path and permissions");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A pickle starts with PROTO (protocol 2 and later) or, protocol 0 and 1, with MARK or EMPTY_DICT; the
+  // .params format with its magic 0x112.
+  const unsigned char first = bytes.empty() ? 0 : static_cast<unsigned char>(bytes[0]);
+  if (first == 0x80 || first == '(' || first == '}') {
+    LoadMXNetStates(path, bytes, key_names);
+  } else {
+    LoadTroupeStates(path);
+  }
+}
+
+void Optimizer::LoadMXNetStates(const std::string& path, const std::string& bytes,
+                                const std::map<int, std::string>& key_names) {
+  using internal::PickleValue;
+  using Kind = PickleValue::Kind;
+  const std::string where = "optimizer states file '" + path + "'";
+  const internal::PickleRef top = internal::ParsePickle(bytes, where);
+  if (top->kind != Kind::kDict) {
+    throw Error(where + " holds a " + top->Describe() +
+                "; MXNet's Module.save_optimizer_states writes a dict parameter index -> state");
+  }
+  const StateLayout layout = Layout();
+  const std::string expected = Expected(layout.names, layout.tuple);
+  std::map<int, std::vector<NDArray>> states;
+  std::map<int, std::vector<std::string>> state_names;
+  for (std::size_t i = 0; i < top->items.size(); i += 2) {
+    const PickleValue& key = *top->items[i];
+    const PickleValue& value = *top->items[i + 1];
+    int index = -1;
+    if (key.kind == Kind::kInt && key.integer >= 0 && key.integer <= INT32_MAX) {
+      index = static_cast<int>(key.integer);
+    } else if (key.kind == Kind::kString) {
+      for (const auto& [i, name] : key_names) {
+        if (name == key.text) index = i;
+      }
+    }
+    if (index < 0) {
+      std::string known;
+      for (const auto& [i, name] : key_names) known += (known.empty() ? "" : ", ") + name;
+      throw Error(where + ": key " + key.Describe() + " is not a parameter index (an int >= 0)" +
+                  (key_names.empty() ? std::string(" and no parameter names were given")
+                                     : " nor the name of a parameter (" + known + ")") +
+                  "; MXNet's Module keys its states by index, or by name when a KVStore updates");
+    }
+    if (states.count(index)) {
+      throw Error(where + ": index " + std::to_string(index) + " appears twice (as its index and its name)");
+    }
+    const std::string at = where + ", index " + std::to_string(index) +
+                           (key.kind == Kind::kString ? " ('" + key.text + "')" : "");
+    // The arrays of `value` when it has the layout, else empty with *ok false.
+    bool ok = false;
+    std::vector<const PickleValue*> arrays;
+    if (layout.names.empty()) {
+      ok = value.kind == Kind::kNone;
+    } else if (!layout.tuple) {
+      ok = value.kind == Kind::kNDArray;
+      arrays.push_back(&value);
+    } else if (value.kind == Kind::kTuple && value.items.size() == layout.names.size()) {
+      ok = true;
+      for (const auto& e : value.items) {
+        ok = ok && e->kind == Kind::kNDArray;
+        arrays.push_back(e.get());
+      }
+    }
+    if (!ok) {
+      std::string holds = value.Describe();
+      if (value.kind == Kind::kTuple) {
+        holds += " (";
+        for (std::size_t j = 0; j < value.items.size(); ++j) holds += (j ? ", " : "") + value.items[j]->Describe();
+        holds += ")";
+      }
+      std::string hint;
+      if (value.kind == Kind::kTuple && value.items.size() == 2 && value.items[0]->kind == Kind::kNDArray) {
+        hint = "; a pair (float32 weight, state) is multi_precision training's state of a float16 weight, "
+               "which troupe's optimizers do not update (float32 and float64 weights)";
+      }
+      throw Error(at + " holds " + holds + ", but optimizer '" + config_.type + "' with these parameters keeps " +
+                  expected + "; were the states saved by another optimizer or with other parameters" +
+                  (config_.type == "sgd" || config_.type == "nag" ? " (momentum 0 keeps none)" : "") + "?" + hint);
+    }
+    std::vector<NDArray> loaded;
+    for (std::size_t j = 0; j < arrays.size(); ++j) {
+      const std::string what = at + " (" + layout.names[j] + ")";
+      if (arrays[j]->text.empty()) throw Error(what + ": the NDArray has no data (handle None)");
+      NDArray a = ArrayFromRecord(arrays[j]->text, what);
+      if (a.dtype() != DType::kFloat32 && a.dtype() != DType::kFloat64) {
+        throw Error(what + ": dtype " + std::string(DTypeName(a.dtype())) +
+                    "; troupe's optimizers keep float32 and float64 states");
+      }
+      if (j > 0 && a.shape() != loaded[0].shape()) {
+        throw Error(what + ": shape " + a.shape().ToString() + " differs from " + layout.names[0] + "'s " +
+                    loaded[0].shape().ToString() + "; every state of an index has the weight's shape");
+      }
+      loaded.push_back(std::move(a));
+    }
+    states[index] = std::move(loaded);
+    state_names[index] = layout.names;
+  }
+  states_ = std::move(states);
+  state_names_ = std::move(state_names);
+  // MXNet's states carry no update counts: every index starts again from zero, as after MXNet's
+  // load_optimizer_states into a fresh optimizer.
+  steps_.clear();
+  num_update_ = 0;
+  states_file_ = path;
 }
 
 }  // namespace troupe

@@ -2,7 +2,9 @@
 // (plain and centered) compared with reference implementations written here in double precision from
 // MXNet's update rules, plus values produced by MXNet 1.9.1 itself; learning-rate schedules ("factor",
 // "multifactor", "cosine", with warm-up) against MXNet's sequences; state checkpoints (save, load into a
-// fresh optimizer, continue == uninterrupted, schedules included); errors.
+// fresh optimizer, continue == uninterrupted, schedules included); MXNet 1.9.1's .states files (pickles,
+// tests/op/data/states/make_states.py): loaded, continued one step onto MXNet's weights, written back byte
+// for byte; malformed pickles; errors.
 #include "op/optimizer.h"
 
 #include <gtest/gtest.h>
@@ -10,10 +12,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "op/internal/pickle.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {
@@ -552,7 +560,7 @@ TEST(OptimizerTest, SaveLoadThenContinueEqualsUninterrupted) {
       first->Update(3, b1, Make(grads[s], DType::kFloat32, TShape{5, 7}));
     }
     const std::string path = TempPath(config.type + std::to_string(&config - configs.data()));
-    first->SaveStates(path);
+    first->SaveStates(path, Optimizer::StatesFormat::kTroupe);
     // The file is a plain .params list with the documented names.
     std::vector<NDArray> arrays;
     std::vector<std::string> names;
@@ -602,7 +610,7 @@ TEST(OptimizerTest, Errors) {
   auto sgd = Optimizer::Create({"sgd", {{"momentum", "0.9"}}});
   sgd->Update(0, w, NDArray::Ones(TShape{2, 3}, Context::CPU()));
   const std::string path = TempPath("sgd_for_adam");
-  sgd->SaveStates(path);
+  sgd->SaveStates(path, Optimizer::StatesFormat::kTroupe);
   ExpectError([&] { opt->LoadStates(path); }, {path, "sgd", "adam"});
   NDArray::Save(path, {w}, {"arg:w"});
   ExpectError([&] { opt->LoadStates(path); }, {path});
@@ -611,7 +619,7 @@ TEST(OptimizerTest, Errors) {
   // RMSProp states saved without centering, loaded into a centered configuration.
   auto rms = Optimizer::Create({"rmsprop", {}});
   rms->Update(0, w, NDArray::Ones(TShape{2, 3}, Context::CPU()));
-  rms->SaveStates(path);
+  rms->SaveStates(path, Optimizer::StatesFormat::kTroupe);
   auto rms_centered = Optimizer::Create({"rmsprop", {{"centered", "True"}}});
   rms_centered->LoadStates(path);
   ExpectError(
@@ -672,6 +680,247 @@ TEST(OptimizerTest, ScheduleErrors) {
 
   auto opt = Optimizer::Create({"sgd", {}, "factor", {{"step", "2"}}});
   ExpectError([&] { opt->SetLearningRate(0.5f); }, {"factor", "SetLearningRate"});
+}
+
+// ---- MXNet's .states (pickles) -------------------------------------------------------------------------
+
+const std::string kStatesDir = std::string(TROUPE_TEST_DATA_DIR) + "/states";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::map<std::string, NDArray> LoadNamed(const std::string& path) {
+  std::vector<NDArray> arrays;
+  std::vector<std::string> names;
+  NDArray::Load(path, &arrays, &names);
+  std::map<std::string, NDArray> out;
+  for (std::size_t i = 0; i < arrays.size(); ++i) out[names[i]] = arrays[i];
+  return out;
+}
+
+// make_states.py's optimizers: the module trains with rescale_grad 1/4 and, as MXNet's idx2name does, no
+// weight decay on the biases (indices 1 and 3).
+struct MXNetStatesCase {
+  std::string name;
+  OptimizerConfig config;
+};
+
+std::vector<MXNetStatesCase> MXNetStatesCases() {
+  auto config = [](const std::string& type, Kwargs params) {
+    params.emplace_back("wd", "0.001");
+    params.emplace_back("rescale_grad", "0.25");
+    OptimizerConfig c(type, params);
+    c.multipliers = {{1, {1.f, 0.f}}, {3, {1.f, 0.f}}};
+    return c;
+  };
+  return {
+      {"sgd", config("sgd", {{"learning_rate", "0.1"}})},
+      {"sgd_mom", config("sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}})},
+      {"nag", config("nag", {{"learning_rate", "0.1"}, {"momentum", "0.9"}})},
+      {"adam", config("adam", {{"learning_rate", "0.01"}})},
+      {"adagrad", config("adagrad", {{"learning_rate", "0.1"}})},
+      {"rmsprop", config("rmsprop", {{"learning_rate", "0.01"}})},
+      {"rmsprop_centered", config("rmsprop", {{"learning_rate", "0.01"}, {"centered", "True"}})},
+  };
+}
+
+// MXNet's Module numbers the states by the position in its parameter list (the symbol's arguments without
+// data and label), as troupe's Module does.
+const std::vector<std::string> kMlpParams = {"fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias"};
+
+TEST(OptimizerTest, MXNetStatesContinueOntoMXNetsWeights) {
+  const auto grads = LoadNamed(kStatesDir + "/grads.params");
+  const char* dump = std::getenv("TROUPE_STATES_DUMP");
+  for (const auto& c : MXNetStatesCases()) {
+    SCOPED_TRACE(c.name);
+    const std::string states = kStatesDir + "/" + c.name + "-0001.states";
+    auto opt = Optimizer::Create(c.config);
+    opt->LoadStates(states);
+    EXPECT_EQ(opt->num_update(), 0);  // MXNet's file has no counts; a fresh MXNet optimizer starts at 0 too
+
+    // Written back unchanged: MXNet's bytes exactly.
+    const std::string again = TempPath(c.name + "_again.states");
+    opt->SaveStates(again);
+    EXPECT_EQ(ReadFile(again), ReadFile(states));
+    if (dump != nullptr) {
+      // For make_states.py --check-troupe: troupe's states as loaded (their arrays must equal MXNet's file's)
+      // and, below, after the step (which MXNet must read).
+      WriteFile(std::string(dump) + "/" + c.name + "-loaded.states", ReadFile(again));
+      WriteFile(std::string(dump) + "/" + c.name + "-loaded.expect", states);
+    }
+    std::remove(again.c_str());
+
+    auto args = LoadNamed(kStatesDir + "/" + c.name + "-0001.params");
+    const auto expected = LoadNamed(kStatesDir + "/" + c.name + "-next.params");
+    for (std::size_t i = 0; i < kMlpParams.size(); ++i) {
+      opt->Update(static_cast<int>(i), args.at("arg:" + kMlpParams[i]), grads.at(kMlpParams[i]));
+    }
+    for (const auto& p : kMlpParams) {
+      const auto got = args.at("arg:" + p).ToVector<float>();
+      const auto want = expected.at("arg:" + p).ToVector<float>();
+      ASSERT_EQ(got.size(), want.size()) << p;
+      for (std::size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-6) << p << "[" << k << "]";
+    }
+    if (dump != nullptr) {
+      opt->SaveStates(std::string(dump) + "/" + c.name + "-next.states");
+    }
+  }
+}
+
+TEST(OptimizerTest, MXNetStatesLargeArraysRoundTrip) {
+  // Arrays of 64 KiB and more go outside pickle's frames; many indices take several SETITEMS batches
+  // (1000 each). What troupe writes, it reads back equal.
+  auto opt = Optimizer::Create({"adam", {}});
+  std::vector<NDArray> weights;
+  for (int i = 0; i < 1003; ++i) {
+    const std::int64_t n = i == 0 ? 20000 : (i == 1 ? 9000 : (i % 7) + 1);
+    NDArray w = NDArray::Ones(TShape{n}, Context::CPU());
+    opt->Update(i, w, NDArray::Ones(TShape{n}, Context::CPU()) * 0.5);
+    weights.push_back(w);
+  }
+  const std::string path = TempPath("large_adam.states");
+  opt->SaveStates(path);
+  auto back = Optimizer::Create({"adam", {}});
+  back->LoadStates(path);
+  const std::string again = TempPath("large_adam_again.states");
+  back->SaveStates(again);
+  EXPECT_EQ(ReadFile(again), ReadFile(path));
+  if (const char* dump = std::getenv("TROUPE_STATES_DUMP")) {
+    WriteFile(std::string(dump) + "/large_adam.states", ReadFile(path));
+  }
+  std::remove(path.c_str());
+  std::remove(again.c_str());
+}
+
+TEST(OptimizerTest, MXNetStatesOfAnotherLayoutAreRefused) {
+  const std::string adam = kStatesDir + "/adam-0001.states";
+  const std::string mom = kStatesDir + "/sgd_mom-0001.states";
+  const std::string plain = kStatesDir + "/sgd-0001.states";
+  const std::string rms = kStatesDir + "/rmsprop-0001.states";
+  ExpectError([&] { Optimizer::Create({"sgd", {{"momentum", "0.9"}}})->LoadStates(adam); },
+              {adam, "index 0", "tuple of 2", "an NDArray (momentum)"});
+  ExpectError([&] { Optimizer::Create({"adam", {}})->LoadStates(mom); },
+              {mom, "index 0", "holds NDArray", "a tuple of 2 NDArrays (mean, var)"});
+  ExpectError([&] { Optimizer::Create({"sgd", {{"momentum", "0.9"}}})->LoadStates(plain); },
+              {plain, "index 0", "holds None", "momentum 0 keeps none"});
+  ExpectError([&] { Optimizer::Create({"rmsprop", {{"centered", "True"}}})->LoadStates(rms); },
+              {rms, "index 0", "tuple of 1", "a tuple of 3 NDArrays (n, g, delta)"});
+  // Shapes are checked against the weight at the first update, naming the file.
+  auto opt = Optimizer::Create({"adam", {}});
+  opt->LoadStates(adam);
+  ExpectError([&] { opt->Update(0, NDArray::Zeros(TShape{4}, Context::CPU()), NDArray::Zeros(TShape{4}, Context::CPU())); },
+              {"index 0", "(5,3)", "(4,)", adam});
+}
+
+TEST(OptimizerTest, MXNetStatesKeyedByName) {
+  // MXNet's Module with a KVStore that updates keys the states by parameter name; they load as the indices
+  // of those names and are written back with them. (The store's arrays are on cpu_pinned, which loads as
+  // cpu(0), so the records differ from MXNet's in the device field; keys and values are the same.)
+  const std::string path = kStatesDir + "/sgd_mom-kv-0001.states";
+  std::map<int, std::string> names;
+  for (std::size_t i = 0; i < kMlpParams.size(); ++i) names[static_cast<int>(i)] = kMlpParams[i];
+  auto opt = Optimizer::Create({"sgd", {{"momentum", "0.9"}}});
+  opt->LoadStates(path, names);
+  const std::string again = TempPath("kv_again.states");
+  opt->SaveStates(again, Optimizer::StatesFormat::kMXNet, names);
+  const auto ours = internal::ParsePickle(ReadFile(again), again);
+  const auto theirs = internal::ParsePickle(ReadFile(path), path);
+  ASSERT_EQ(ours->items.size(), theirs->items.size());
+  auto values = [](const std::string& record) {
+    std::string list;
+    const std::uint64_t header[3] = {0x112, 0, 1};
+    list.append(reinterpret_cast<const char*>(header), sizeof(header));
+    list += record;
+    list.append(8, '\0');
+    std::vector<NDArray> arrays;
+    NDArray::LoadFromBytes(list.data(), list.size(), "record", &arrays, nullptr);
+    return std::make_pair(arrays.at(0).shape(), arrays.at(0).ToVector<float>());
+  };
+  for (std::size_t i = 0; i < theirs->items.size(); i += 2) {
+    EXPECT_EQ(ours->items[i]->text, theirs->items[i]->text);
+    EXPECT_EQ(values(ours->items[i + 1]->text), values(theirs->items[i + 1]->text)) << theirs->items[i]->text;
+  }
+  // Index 2 is fc2_weight, (2, 5): a weight of another shape is refused.
+  ExpectError([&] { opt->Update(2, NDArray::Zeros(TShape{5, 3}, Context::CPU()), NDArray::Zeros(TShape{5, 3}, Context::CPU())); },
+              {"index 2", "(2,5)", "(5,3)", path});
+  std::remove(again.c_str());
+  // Without the names, or with names that do not include the key, the key is refused, named.
+  ExpectError([&] { Optimizer::Create({"sgd", {{"momentum", "0.9"}}})->LoadStates(path); },
+              {path, "str 'fc1_weight'", "no parameter names"});
+  ExpectError([&] { Optimizer::Create({"sgd", {{"momentum", "0.9"}}})->LoadStates(path, {{0, "w"}}); },
+              {path, "str 'fc1_weight'", "(w)"});
+}
+
+// A string literal's bytes, zeros included.
+template <std::size_t N>
+std::string Bytes(const char (&s)[N]) {
+  return std::string(s, N - 1);
+}
+
+TEST(OptimizerTest, MXNetStatesOfOlderProtocolsRead) {
+  // make_states.py re-pickles adam's states with protocols 2 (bytes as _codecs.encode(str, 'latin1'),
+  // GLOBAL, BINPUT) and 3 (BINBYTES): they load as the protocol 4 file does.
+  const std::string p4 = kStatesDir + "/adam-0001.states";
+  for (const char* proto : {"p2", "p3"}) {
+    SCOPED_TRACE(proto);
+    auto opt = Optimizer::Create({"adam", {}});
+    opt->LoadStates(kStatesDir + "/adam-0001." + proto + ".states");
+    const std::string again = TempPath(std::string("adam_") + proto + ".states");
+    opt->SaveStates(again);
+    EXPECT_EQ(ReadFile(again), ReadFile(p4));
+    std::remove(again.c_str());
+  }
+}
+
+TEST(OptimizerTest, MalformedPicklesAreRefused) {
+  const std::string good = ReadFile(kStatesDir + "/sgd_mom-0001.states");
+  const std::string path = TempPath("bad.states");
+  auto load = [&](const std::string& bytes) {
+    WriteFile(path, bytes);
+    Optimizer::Create({"sgd", {{"momentum", "0.9"}}})->LoadStates(path);
+  };
+  // Truncated anywhere: a clear error naming the file and a byte offset, never a crash.
+  for (std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{11}, std::size_t{60}, good.size() / 2,
+                        good.size() - 1}) {
+    SCOPED_TRACE(n);
+    ExpectError([&] { load(good.substr(0, n)); }, {path, "byte"});
+  }
+  // Trailing bytes.
+  ExpectError([&] { load(good + "x"); }, {path, "follow STOP"});
+  // Another global (an arbitrary callable must never be accepted).
+  ExpectError([&] { load(Bytes("\x80\x02" "cos\nsystem\n" "X\x02\x00\x00\x00ls\x85R.")); },
+              {path, "byte 2", "GLOBAL", "os.system", "does not accept"});
+  // An opcode outside the subset (INST, protocol 0's object call), with its offset.
+  ExpectError([&] { load(Bytes("\x80\x02(i__main__\nX\n.")); }, {path, "byte 3", "INST (0x69)"});
+  // Protocol 0 (Python 2's default).
+  ExpectError([&] { load("(dp0\nI0\nNs."); }, {path, "byte 0", "protocol 0 or 1"});
+  // Protocol 6 does not exist.
+  ExpectError([&] { load(Bytes("\x80\x06}.")); }, {path, "protocol 6"});
+  // A memo entry never stored.
+  ExpectError([&] { load(Bytes("\x80\x02h\x05.")); }, {path, "memo entry 5"});
+  // An NDArray without its handle, and a handle that is not an array record.
+  const std::string ndarray_call = Bytes("\x80\x02}K\x00" "cmxnet.ndarray.ndarray\nNDArray\nN\x85R");
+  ExpectError([&] { load(ndarray_call + "s."); }, {path, "NDArray without its state"});
+  ExpectError([&] { load(ndarray_call + Bytes("}X\x06\x00\x00\x00handleC\x03xyzsbs.")); }, {path, "index 0"});
+  // A dict with a str key (a KVStore's string keys are not Module's indices).
+  ExpectError([&] { load(Bytes("\x80\x04}\x8c\x01wNs.")); }, {path, "str 'w'", "parameter index"});
+  // Tuples nested without end.
+  std::string deep = "\x80\x02}K\x00";
+  for (int i = 0; i < 100; ++i) deep += "N";
+  for (int i = 0; i < 99; ++i) deep += "\x86";
+  ExpectError([&] { load(deep + "s."); }, {path, "nested deeper"});
+  // A (states, optimizer) pair of dump_optimizer=True: the optimizer's class is refused by name.
+  ExpectError([&] { load(Bytes("\x80\x02}cmxnet.optimizer.optimizer\nSGD\n)\x81\x86.")); },
+              {path, "mxnet.optimizer.optimizer.SGD", "dump_optimizer"});
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 #include "base/error.h"
 #include "io/io.h"
 #include "graph/models.h"
+#include "op/internal/pickle.h"
 #include "train/train.h"
 
 namespace troupe {
@@ -479,6 +481,106 @@ TEST(ModuleTrainTest, FashionMNISTSubsetMLP) {
   // summation orders; chance is 0.10.
   constexpr double kMinAccuracy = 0.80;
   EXPECT_GE(acc, kMinAccuracy);
+}
+
+// ---- optimizer states as MXNet's Module keeps them -----------------------------------------------------
+
+// tests/op/data/states (make_states.py): the same MLP trained three steps by MXNet 1.9.1's Module.
+const std::string kStatesDir = TROUPE_STATES_DATA_DIR;
+
+std::map<std::string, NDArray> LoadNamed(const std::string& path) {
+  std::vector<NDArray> arrays;
+  std::vector<std::string> names;
+  NDArray::Load(path, &arrays, &names);
+  std::map<std::string, NDArray> out;
+  for (std::size_t i = 0; i < arrays.size(); ++i) out[names[i]] = arrays[i];
+  return out;
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// index -> the state's arrays (flattened, in order) of a .states pickle.
+std::map<std::int64_t, std::vector<std::vector<float>>> StatesOf(const std::string& path) {
+  const auto top = internal::ParsePickle(FileBytes(path), path);
+  std::map<std::int64_t, std::vector<std::vector<float>>> out;
+  auto values = [](const std::string& record) {
+    std::string list;
+    const std::uint64_t header[3] = {0x112, 0, 1};
+    list.append(reinterpret_cast<const char*>(header), sizeof(header));
+    list += record;
+    list.append(8, '\0');
+    std::vector<NDArray> arrays;
+    NDArray::LoadFromBytes(list.data(), list.size(), "record", &arrays, nullptr);
+    return arrays.at(0).ToVector<float>();
+  };
+  for (std::size_t i = 0; i < top->items.size(); i += 2) {
+    auto& dst = out[top->items[i]->integer];
+    const auto& v = *top->items[i + 1];
+    if (v.kind == internal::PickleValue::Kind::kNDArray) dst.push_back(values(v.text));
+    if (v.kind == internal::PickleValue::Kind::kTuple) {
+      for (const auto& e : v.items) dst.push_back(values(e->text));
+    }
+  }
+  return out;
+}
+
+TEST(ModuleTest, CheckpointStatesAreMXNetsModuleStates) {
+  // Trained on MXNet's batches from MXNet's initial weights, troupe's Module lands on MXNet's weights, and
+  // its checkpoint's .states has MXNet's keys (the parameter's position in the module's list) holding
+  // MXNet's states.
+  const auto batches = LoadNamed(kStatesDir + "/batches.params");
+  const auto init_args = LoadNamed(kStatesDir + "/init.params");
+  std::map<std::string, NDArray> init;
+  for (const auto& [name, a] : init_args) init[name.substr(4)] = a;  // "arg:fc1_weight"
+  const std::vector<std::pair<std::string, OptimizerConfig>> cases = {
+      {"sgd_mom", {"sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}, {"wd", "0.001"}, {"rescale_grad", "0.25"}}}},
+      {"adam", {"adam", {{"learning_rate", "0.01"}, {"wd", "0.001"}, {"rescale_grad", "0.25"}}}},
+      {"rmsprop_centered",
+       {"rmsprop", {{"learning_rate", "0.01"}, {"centered", "True"}, {"wd", "0.001"}, {"rescale_grad", "0.25"}}}},
+  };
+  TempDir dir;
+  for (const auto& [name, config] : cases) {
+    SCOPED_TRACE(name);
+    Module m(SmallMLP(5, 2));
+    m.Bind({TShape{4, 3}}, {TShape{4}});
+    m.InitParams(*Initializer::Create("zero"), init);
+    m.InitOptimizer(config);
+    for (int s = 0; s < 3; ++s) {
+      DataBatch batch;
+      batch.data = {batches.at("data" + std::to_string(s))};
+      batch.label = {batches.at("label" + std::to_string(s))};
+      m.Forward(batch, true);
+      m.Backward();
+      m.Update();
+    }
+    std::map<std::string, NDArray> args;
+    m.GetParams(&args, nullptr);
+    const auto want = LoadNamed(kStatesDir + "/" + name + "-0001.params");
+    for (const auto& [pname, a] : args) {
+      const auto got = a.ToVector<float>();
+      const auto ref = want.at("arg:" + pname).ToVector<float>();
+      ASSERT_EQ(got.size(), ref.size());
+      for (std::size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], ref[k], 1e-5) << pname << "[" << k << "]";
+    }
+    const std::string prefix = (dir.path / name).string();
+    m.SaveCheckpoint(prefix, 1);
+    const auto ours = StatesOf(prefix + "-0001.states");
+    const auto theirs = StatesOf(kStatesDir + "/" + name + "-0001.states");
+    ASSERT_EQ(ours.size(), theirs.size());
+    for (const auto& [index, arrays] : theirs) {
+      ASSERT_TRUE(ours.count(index)) << "index " << index;
+      ASSERT_EQ(ours.at(index).size(), arrays.size()) << "index " << index;
+      for (std::size_t j = 0; j < arrays.size(); ++j) {
+        ASSERT_EQ(ours.at(index)[j].size(), arrays[j].size()) << "index " << index;
+        for (std::size_t k = 0; k < arrays[j].size(); ++k) {
+          EXPECT_NEAR(ours.at(index)[j][k], arrays[j][k], 1e-5) << "index " << index << " state " << j;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

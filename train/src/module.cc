@@ -156,6 +156,12 @@ struct Module::Impl {
   bool dist() const { return kvstore_type.rfind("dist", 0) == 0; }
   // Update goes through the store: several contexts, or a cluster.
   bool uses_store() const { return multi() || dist(); }
+  // Parameter position -> name: the keys of MXNet's states when a KVStore updates.
+  std::map<int, std::string> ParamKeyNames() const {
+    std::map<int, std::string> out;
+    for (std::size_t p = 0; p < param_names.size(); ++p) out[static_cast<int>(p)] = param_names[p];
+    return out;
+  }
 
   // The store's values are stale (the parameters were replaced, or the updater changed): a local store is
   // recreated on the next Update. A dist store cannot be re-initialised (the servers hold rank 0's values and
@@ -784,7 +790,12 @@ void Module::SaveCheckpoint(const std::string& prefix, int epoch) const {
   // save_optimizer_states refuses for dist stores.
   const bool states_on_servers = m.dist() && m.kv_ready && m.update_place == UpdatePlace::kStore;
   if (m.optimizer && !states_on_servers) {
-    m.optimizer->SaveStates(checkpoint_detail::CheckpointStatesPath(prefix, epoch));
+    // MXNet's format. A local store that updates keys the states by the parameter's name there (MXNet's
+    // update_on_kvstore), the other cases by the index the optimizer sees.
+    std::map<int, std::string> key_names;
+    if (m.multi() && !m.dist() && m.kv_ready && m.update_place == UpdatePlace::kStore) key_names = m.ParamKeyNames();
+    m.optimizer->SaveStates(checkpoint_detail::CheckpointStatesPath(prefix, epoch), Optimizer::StatesFormat::kMXNet,
+                            key_names);
   }
 }
 
@@ -883,7 +894,7 @@ void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
     const std::string states = checkpoint_detail::CheckpointStatesPath(options.checkpoint_prefix, options.begin_epoch);
     if (std::FILE* f = std::fopen(states.c_str(), "rb")) {
       std::fclose(f);
-      m.optimizer->LoadStates(states);
+      m.optimizer->LoadStates(states, m.ParamKeyNames());  // a name key is the parameter's store key
     } else if (!StatelessSgd(options.optimizer) && !m.dist()) {
       // An optimizer with state cannot resume exactly without it. (A cluster's servers start with fresh
       // states, as in MXNet's dist training; their own checkpoints keep states across server restarts.)
