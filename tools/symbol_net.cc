@@ -3,13 +3,15 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
-#include "graph/internal/graph.h"  // the head node's operator and inputs
+#include "op/operator.h"
 
 namespace troupe::tools {
 namespace {
@@ -42,18 +44,24 @@ SymbolNet LoadSymbolNet(const std::string& symbol_path, const std::string& param
     throw Error(symbol_path + " has " + std::to_string(sym.NumOutputs()) + " outputs (" + Join(sym.ListOutputs()) +
                 "); a classifier here needs one (pick one output and save that symbol)");
   }
-  const graph::NodeEntry& head = sym.outputs()[0];
-  if (!head.node->is_variable() && IsLossHead(head.node->op->TypeString())) {
-    net.head_op = head.node->op->TypeString();
-    const std::vector<std::string> args = head.node->op->ListArguments();
+  // The head node's operator and inputs, from the symbol's JSON (MXNet's layout: nodes with "op", "name" and
+  // "inputs" as [node, output, version], and "heads").
+  const nlohmann::json graph = nlohmann::json::parse(sym.ToJSON());
+  const nlohmann::json& head = graph["nodes"][graph["heads"][0][0].get<std::size_t>()];
+  const std::string head_op = head["op"].get<std::string>();
+  if (head_op != "null" && IsLossHead(head_op)) {
+    net.head_op = head_op;
+    const std::vector<std::string> args = OperatorProperty::Create(head_op)->ListArguments();
     const auto at = std::find(args.begin(), args.end(), "label");
     if (at != args.end()) {
       const auto i = static_cast<std::size_t>(at - args.begin());
-      if (i >= head.node->inputs.size() || !head.node->inputs[i].node->is_variable()) {
-        throw Error(symbol_path + ": the label input of " + net.head_op + " '" + head.node->name +
+      const nlohmann::json& inputs = head["inputs"];
+      const nlohmann::json* label = i < inputs.size() ? &graph["nodes"][inputs[i][0].get<std::size_t>()] : nullptr;
+      if (label == nullptr || (*label)["op"].get<std::string>() != "null") {
+        throw Error(symbol_path + ": the label input of " + net.head_op + " '" + head["name"].get<std::string>() +
                     "' is computed, not an input of the symbol; it cannot be fed from the data's labels");
       }
-      net.label_name = head.node->inputs[i].node->name;
+      net.label_name = (*label)["name"].get<std::string>();
     }
   } else {
     sym = Symbol::Create("SoftmaxOutput", {}, {sym}, "softmax");
