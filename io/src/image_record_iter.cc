@@ -275,30 +275,36 @@ void ResizeBilinear(const std::vector<unsigned char>& src, int sw, int sh, int c
     xa[2 * static_cast<std::size_t>(x)] = weight(1.f - fx);
     xa[2 * static_cast<std::size_t>(x) + 1] = weight(fx);
   }
-  // One horizontally resized row, in ints of scale 2048.
-  auto horizontal = [&](int row, std::vector<int>* out) {
-    out->resize(static_cast<std::size_t>(dw) * channels);
+  // Source rows resized horizontally, in ints of scale 2048; each once, when an output row first needs it
+  // (neighbouring output rows share source rows).
+  const std::size_t width = static_cast<std::size_t>(dw) * channels;
+  std::vector<int> rows(static_cast<std::size_t>(sh) * width);
+  std::vector<bool> done(static_cast<std::size_t>(sh), false);
+  auto horizontal = [&](int row) -> const int* {
+    int* out = rows.data() + static_cast<std::size_t>(row) * width;
+    if (done[static_cast<std::size_t>(row)]) return out;
+    done[static_cast<std::size_t>(row)] = true;
     const unsigned char* r = src.data() + static_cast<std::size_t>(row) * sw * channels;
     for (int x = 0; x < dw; ++x) {
       const int sx = xofs[static_cast<std::size_t>(x)];
       const int a0 = xa[2 * static_cast<std::size_t>(x)], a1 = xa[2 * static_cast<std::size_t>(x) + 1];
       for (int c = 0; c < channels; ++c) {
         const int p0 = r[sx * channels + c];
-        (*out)[static_cast<std::size_t>(x) * channels + c] =
+        out[static_cast<std::size_t>(x) * channels + c] =
             sx + 1 < sw ? p0 * a0 + r[(sx + 1) * channels + c] * a1 : p0 * kOne;
       }
     }
+    return out;
   };
-  std::vector<int> row0, row1;
   for (int y = 0; y < dh; ++y) {
     float fy = static_cast<float>((y + 0.5) * scale_y - 0.5);
     const int sy = static_cast<int>(std::floor(fy));
     fy -= static_cast<float>(sy);
     const int b0 = weight(1.f - fy), b1 = weight(fy);
-    horizontal(std::clamp(sy, 0, sh - 1), &row0);
-    horizontal(std::clamp(sy + 1, 0, sh - 1), &row1);
-    unsigned char* o = dst->data() + static_cast<std::size_t>(y) * dw * channels;
-    for (std::size_t i = 0; i < row0.size(); ++i) {
+    const int* row0 = horizontal(std::clamp(sy, 0, sh - 1));
+    const int* row1 = horizontal(std::clamp(sy + 1, 0, sh - 1));
+    unsigned char* o = dst->data() + static_cast<std::size_t>(y) * width;
+    for (std::size_t i = 0; i < width; ++i) {
       const int v = (((b0 * (row0[i] >> 4)) >> 16) + ((b1 * (row1[i] >> 4)) >> 16) + 2) >> 2;
       o[i] = static_cast<unsigned char>(std::clamp(v, 0, 255));
     }

@@ -1,7 +1,8 @@
 // The element-wise binary operators of binary.h on the CPU (equal-shape and broadcasting forms), the
 // broadcasts of one array (broadcast_to, broadcast_axis, broadcast_like), where and add_n. Every kernel
 // here walks the output with tensor_ops::BroadcastIndexer (op/nn/common/broadcast.h); a gradient of a
-// broadcast operand is the output-shaped term summed over the dimensions it was broadcast along.
+// broadcast operand is the output-shaped term summed over the dimensions it was broadcast along
+// (tensor_ops::SumToSmall, as broadcast_add's).
 #include "op/nn/binary/binary.h"
 
 #include <cstdint>
@@ -18,15 +19,6 @@ namespace troupe {
 namespace {
 
 using binary::BinaryMath;
-
-// Writes (req) the sums of f(i) over the output elements i that read each element of a broadcast operand.
-template <typename T, typename F>
-void ReduceInto(T* dst, const tensor_ops::BroadcastIndexer& ix, OpReqType req, F&& f) {
-  if (req == kNullOp) return;
-  std::vector<double> acc(static_cast<std::size_t>(ix.small_size), 0.0);
-  for (std::int64_t i = 0; i < ix.big_size; ++i) acc[static_cast<std::size_t>(ix.SmallOffset(i))] += f(i);
-  for (std::int64_t j = 0; j < ix.small_size; ++j) Assign(dst + j, req, static_cast<T>(acc[static_cast<std::size_t>(j)]));
-}
 
 BinaryFunction MathForward(BinaryMath op, std::string name) {
   return [op, name](const TBlob& lhs, const TBlob& rhs, const EnvArguments&, TBlob* ret, OpReqType req,
@@ -60,10 +52,10 @@ BinaryGradT1 MathBackward(BinaryMath op, std::string name) {
       auto grads = [&](std::int64_t i, bool want_lhs) {
         T ga, gb;
         binary::Gradients(op, g[i], a[li.SmallOffset(i)], b[ri.SmallOffset(i)], &ga, &gb);
-        return static_cast<double>(want_lhs ? ga : gb);
+        return want_lhs ? ga : gb;
       };
-      ReduceInto(static_cast<T*>(lhs_grad->dptr), li, req_l, [&](std::int64_t i) { return grads(i, true); });
-      ReduceInto(static_cast<T*>(rhs_grad->dptr), ri, req_r, [&](std::int64_t i) { return grads(i, false); });
+      tensor_ops::SumToSmall(static_cast<T*>(lhs_grad->dptr), li, req_l, [&](std::int64_t i) { return grads(i, true); });
+      tensor_ops::SumToSmall(static_cast<T*>(rhs_grad->dptr), ri, req_r, [&](std::int64_t i) { return grads(i, false); });
     });
   };
 }
@@ -160,7 +152,7 @@ class BroadcastOneOp final : public Operator {
     internal::FloatSwitch(in_grad[0].dtype, name_, [&](auto tag) {
       using T = decltype(tag);
       const T* g = static_cast<const T*>(out_grad[0].dptr);
-      ReduceInto(static_cast<T*>(in_grad[0].dptr), ix, req[0], [&](std::int64_t i) { return static_cast<double>(g[i]); });
+      tensor_ops::SumToSmall(static_cast<T*>(in_grad[0].dptr), ix, req[0], [&](std::int64_t i) { return g[i]; });
       // broadcast_like's second input only lends its shape: its gradient is zero.
       for (std::size_t k = 1; k < in_grad.size(); ++k) {
         T* z = static_cast<T*>(in_grad[k].dptr);

@@ -60,6 +60,19 @@ struct BroadcastIndexer {
   }
 };
 
+// dst[o] = (req) the sum, in double, of f(i) over the big elements i that read small element o, for every o:
+// the gradient of a broadcast operand (f the output-shaped term), a sum over reduced dimensions. The terms of
+// one element are added in increasing big index. Host code.
+template <typename T, typename F>
+void SumToSmall(T* dst, const BroadcastIndexer& ix, OpReqType req, F&& f) {
+  if (req == kNullOp) return;
+  for (std::int64_t o = 0; o < ix.small_size; ++o) {
+    double acc = 0;
+    for (std::int64_t r = 0; r < ix.reduce_size; ++r) acc += static_cast<double>(f(ix.BigOffset(o, r)));
+    Assign(dst + o, req, static_cast<T>(acc));
+  }
+}
+
 // small is padded with leading 1s to big's rank; each of its dimensions must be 1 or big's (checked by the
 // callers' shape inference; violated here it throws troupe::Error).
 BroadcastIndexer MakeBroadcastIndexer(const TShape& big, const TShape& small);

@@ -183,28 +183,10 @@ void BroadcastBackwardCpu(BinaryOp op, const TBlob& og, const T* a, const T* b, 
   const T* g = static_cast<const T*>(og.dptr);
   const auto li = tensor_ops::MakeBroadcastIndexer(og.shape, lshape);
   const auto ri = tensor_ops::MakeBroadcastIndexer(og.shape, rshape);
-  if (req_l != kNullOp) {
-    for (std::int64_t o = 0; o < li.small_size; ++o) {
-      double acc = 0;
-      for (std::int64_t r = 0; r < li.reduce_size; ++r) {
-        const std::int64_t big = li.BigOffset(o, r);
-        const T x = a != nullptr ? a[o] : T(0), y = b != nullptr ? b[ri.SmallOffset(big)] : T(0);
-        acc += tensor_ops::BinaryGradLhs(op, g[big], x, y);
-      }
-      Assign(lg + o, req_l, static_cast<T>(acc));
-    }
-  }
-  if (req_r != kNullOp) {
-    for (std::int64_t o = 0; o < ri.small_size; ++o) {
-      double acc = 0;
-      for (std::int64_t r = 0; r < ri.reduce_size; ++r) {
-        const std::int64_t big = ri.BigOffset(o, r);
-        const T x = a != nullptr ? a[li.SmallOffset(big)] : T(0), y = b != nullptr ? b[o] : T(0);
-        acc += tensor_ops::BinaryGradRhs(op, g[big], x, y);
-      }
-      Assign(rg + o, req_r, static_cast<T>(acc));
-    }
-  }
+  auto lhs = [&](std::int64_t i) { return a != nullptr ? a[li.SmallOffset(i)] : T(0); };
+  auto rhs = [&](std::int64_t i) { return b != nullptr ? b[ri.SmallOffset(i)] : T(0); };
+  tensor_ops::SumToSmall(lg, li, req_l, [&](std::int64_t i) { return tensor_ops::BinaryGradLhs(op, g[i], lhs(i), rhs(i)); });
+  tensor_ops::SumToSmall(rg, ri, req_r, [&](std::int64_t i) { return tensor_ops::BinaryGradRhs(op, g[i], lhs(i), rhs(i)); });
 }
 
 BinaryGradT0 BroadcastBackwardOutOnly(BinaryOp op, std::string name) {
