@@ -70,6 +70,9 @@ std::string Describe(const std::string& label, const std::string& where, int pid
   if (!stopped_by.empty()) return s + "stopped by " + stopped_by;
   if (status == 0) return s + "exited 0";
   if (status > 128) return s + "killed by signal " + std::to_string(status - 128);
+  // 126 and 127 are what a shell (and proc::Process) report when the command cannot be run at all.
+  if (status == 127) return s + "exited 127 (its command was not found, or could not be started)";
+  if (status == 126) return s + "exited 126 (its command is not executable)";
   return s + "exited " + std::to_string(status);
 }
 
@@ -170,6 +173,51 @@ int CheckLauncher(const LaunchOptions& o, std::vector<SshHost>* hosts) {
   return 0;
 }
 
+// The worker command, checked before anything starts when it runs on this machine: a path must be an
+// executable file, a name must be on PATH. Returns 0 or 2 with the message printed.
+int CheckCommand(const LaunchOptions& o) {
+  if (o.launcher != "local") return 0;  // it runs on other hosts, whose files launch cannot see
+  const std::string& program = o.command.front();
+  const std::string found = proc::FindProgram(program);
+  std::error_code ec;
+  if (found.empty()) {
+    std::fprintf(stderr, "troupe launch: the worker command '%s' is not on PATH (give its path, e.g. ./%s)\n",
+                 program.c_str(), program.c_str());
+    return 2;
+  }
+  if (!std::filesystem::exists(found, ec)) {
+    std::fprintf(stderr, "troupe launch: the worker command '%s' does not exist\n", program.c_str());
+    return 2;
+  }
+  if (std::filesystem::is_directory(found, ec) || ::access(found.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "troupe launch: the worker command '%s' is not an executable file\n", program.c_str());
+    return 2;
+  }
+  return 0;
+}
+
+// True when the worker command is `troupe train` without a distributed KVStore: every worker would then
+// train alone, next to servers nobody talks to.
+bool TrainsAlone(const std::vector<std::string>& command) {
+  if (command.size() < 2 || command[1] != "train") return false;
+  if (std::filesystem::path(command[0]).filename() != "troupe") return false;
+  for (std::size_t i = 2; i < command.size(); ++i) {
+    std::string value;
+    if (command[i] == "--kvstore" && i + 1 < command.size()) {
+      value = command[i + 1];
+    } else if (command[i].rfind("--kvstore=", 0) == 0) {
+      value = command[i].substr(10);
+    }
+    if (value.rfind("dist", 0) == 0) return false;
+  }
+  return true;
+}
+
+constexpr const char* kFormedLine = "troupe scheduler: the cluster formed";
+constexpr const char* kHowToJoin =
+    "a worker joins the cluster when it creates a distributed KVStore (troupe train: --kvstore dist_sync, "
+    "dist_async or dist_device_sync; a program of your own: a KVStore of one of those types)";
+
 }  // namespace
 
 LaunchCommand::LaunchCommand(CLI::App* root) {
@@ -214,7 +262,11 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       "  troupe launch --launcher ssh -H hosts.txt --launcher-args '-i /home/me/.ssh/cluster_key' -n 2 -- ./my_worker\n"
       "  troupe launch --launcher mpi --launcher-args=--oversubscribe -n 2 -s 1 -- ./my_worker\n"
       "  troupe launch --launcher mpi -H mpi_hosts --host 10.0.0.1 --env DMLC_INTERFACE=eth0 -n 8 -s 2 -- ./my_worker\n"
-      "  salloc -N 4 troupe launch --launcher slurm --host $(hostname -i) -n 6 -s 2 -- ./my_worker\n");
+      "  salloc -N 4 troupe launch --launcher slurm --host $(hostname -i) -n 6 -s 2 -- ./my_worker\n\n"
+      "Everything after the first word that is not one of launch's options is the worker command (the '--' "
+      "before it is optional). Workers that never create a distributed KVStore (e.g. troupe train without "
+      "--kvstore dist_sync) each run alone: launch warns when it can tell from the command, and ends the job "
+      "with an explanation when every worker ended without joining the cluster.\n");
   app_->add_option("-n,--num-workers", options_.workers, "Workers (copies of CMD)")->required()->check(CLI::Range(1, 10000));
   app_->add_option("-s,--num-servers", options_.servers, "Servers")->check(CLI::Range(1, 10000))->capture_default_str();
   app_->add_option("--launcher", options_.launcher, "Where processes run: local, ssh, mpi or slurm")
@@ -236,6 +288,9 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       ->capture_default_str();
   app_->add_option("command", options_.command, "The worker command and its arguments (after --)")->required();
   app_->allow_extras(false);
+  // The first positional word starts the worker command: what follows is its own, even when it looks like an
+  // option or names a troupe subcommand ("troupe launch -n 2 troupe train --epochs 3" without the '--').
+  app_->positionals_at_end();
 
   // What each task of launch's mpirun/srun job runs; not for people, so hidden from --help.
   task_ = root->add_subcommand("launch-task", "One task of an mpi/slurm launch (started by troupe launch)");
@@ -245,6 +300,7 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
   task_->add_option("-s,--num-servers", task_options_.servers)->required()->check(CLI::Range(1, 10000));
   task_->add_option("command", task_options_.command)->required();
   task_->allow_extras(false);
+  task_->positionals_at_end();
 }
 
 bool LaunchCommand::chosen() const { return app_->parsed() || task_->parsed(); }
@@ -259,6 +315,13 @@ int LaunchCommand::Run() {
 int RunLaunch(const LaunchOptions& o) {
   std::vector<SshHost> hosts;
   if (const int status = CheckLauncher(o, &hosts); status != 0) return status;
+  if (const int status = CheckCommand(o); status != 0) return status;
+  if (TrainsAlone(o.command)) {
+    std::fprintf(stderr,
+                 "troupe launch: warning: the workers run 'troupe train' without --kvstore dist_sync (or dist_async, "
+                 "dist_device_sync): each will train alone on its own copy of the model while the servers stay "
+                 "idle. Add --kvstore dist_sync to the worker command to train together.\n");
+  }
   std::map<std::string, std::string> env{{"DMLC_PS_ROOT_URI", o.host},
                                          {"DMLC_NUM_SERVER", std::to_string(o.servers)},
                                          {"DMLC_NUM_WORKER", std::to_string(o.workers)}};
@@ -414,6 +477,15 @@ int RunLaunch(const LaunchOptions& o) {
 
   // Watch: output lines, exits, signals.
   bool failed = false;
+  bool formed = false;  // the scheduler said the cluster formed: every server and worker joined
+  const auto show_output = [&](Proc& p) {  // one read of what p printed
+    std::vector<std::string> lines;
+    p.output_open = p.child->ReadSome(&lines);
+    if (&p == &procs.front()) {  // the scheduler
+      for (const std::string& l : lines) formed = formed || l.rfind(kFormedLine, 0) == 0;
+    }
+    Print(p, lines);
+  };
   Clock::time_point workers_done{};
   for (;;) {
     std::vector<pollfd> fds{{proc::TerminationSignalFd(), POLLIN, 0}};
@@ -438,9 +510,7 @@ int RunLaunch(const LaunchOptions& o) {
     for (Proc& p : procs) {
       for (const pollfd& f : fds) {
         if (f.fd == p.child->out_fd() && p.output_open && (f.revents & (POLLIN | POLLHUP)) != 0) {
-          std::vector<std::string> lines;
-          p.output_open = p.child->ReadSome(&lines);
-          Print(p, lines);
+          show_output(p);
         }
       }
       if (p.status < 0) {
@@ -471,7 +541,24 @@ int RunLaunch(const LaunchOptions& o) {
       }
     }
     const bool workers_left = std::any_of(procs.begin(), procs.end(), [](const Proc& p) { return p.worker && p.status < 0; });
-    if (!workers_left && workers_done == Clock::time_point{}) workers_done = Clock::now();
+    if (!workers_left && workers_done == Clock::time_point{}) {
+      workers_done = Clock::now();
+      // The scheduler says "formed" before any worker can start, so its line is in the pipe by now: read
+      // what the poll above did not see yet before deciding.
+      Proc& sched = procs.front();
+      for (pollfd f{sched.child->out_fd(), POLLIN, 0}; !formed && sched.output_open && ::poll(&f, 1, 0) == 1;) {
+        show_output(sched);
+      }
+      if (!formed && !failed) {
+        // Every worker ended without joining: the scheduler would wait for them until its timeout.
+        failed = true;
+        std::fprintf(stderr,
+                     "troupe launch: every worker ended without joining the cluster, so the servers were never "
+                     "used; %s. Stopping the scheduler and servers.\n",
+                     kHowToJoin);
+        StopAll(procs);
+      }
+    }
     // Once every worker is done the scheduler ends the cluster; one that does not within the timeout is stopped.
     if (!workers_left && Clock::now() - workers_done > std::chrono::milliseconds(kEndTimeoutMs)) {
       failed = true;

@@ -194,6 +194,10 @@ class Scheduler {
       members_[static_cast<std::size_t>(workers[r])].rank = static_cast<int>(r);
     }
     started_ = true;
+    // `troupe launch` reads this line: a job whose workers all end before it came never used the cluster.
+    std::printf("troupe scheduler: the cluster formed: %d server%s, %d worker%s\n", config_.num_servers,
+                config_.num_servers == 1 ? "" : "s", config_.num_workers, config_.num_workers == 1 ? "" : "s");
+    std::fflush(stdout);
     // Servers first: a worker connects to them as soon as it has its own start.
     for (const net::Role role : {net::Role::kServer, net::Role::kWorker}) {
       for (const Member& m : members_) {

@@ -3,7 +3,9 @@
 //   - 1 scheduler, 2 servers, 3 workers: every worker's rounds are exact, every process exits 0;
 //   - one worker exits 1: launch stops the others and exits non-zero with a line per process;
 //   - SIGINT to launch: it stops everything; no process it started is left (checked by pid);
-//   - `troupe scheduler` by hand without a token refuses to start unless --insecure (then warns).
+//   - `troupe scheduler` by hand without a token refuses to start unless --insecure (then warns);
+//   - the worker command: '--' optional, checked before anything starts, and workers that never join the
+//     cluster explained (with a warning up front for `troupe train` without a dist_* KVStore).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -102,6 +104,53 @@ TEST(Launch, SigintLeavesNoProcessBehind) {
     EXPECT_EQ(::kill(pid, 0), -1) << "process " << pid << " is still there";
     EXPECT_EQ(errno, ESRCH);
   }
+}
+
+// The '--' before the worker command is optional: the first word that is not one of launch's options starts
+// the command, and what follows stays the worker's, even options and words that name troupe subcommands.
+TEST(Launch, TheWorkerCommandNeedsNoDoubleDash) {
+  const std::string worker = std::string("echo \"worker sees $1 $2 $3\"; exec ") + TROUPE_DIST_NODE + " any_workers";
+  const auto [status, lines] = Launch({"-n", "2", "-s", "1", "sh", "-c", worker, "sh", "train", "--epochs", "-n"});
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(Count(lines, "worker sees train --epochs -n"), 2);
+}
+
+// A worker command that cannot run is named before any process starts.
+TEST(Launch, AMissingWorkerCommandIsNamedBeforeAnythingStarts) {
+  const auto [status, lines] = Launch({"-n", "2", "-s", "1", "--", "/nonexistent/worker", "--x"});
+  EXPECT_EQ(status, 2);
+  EXPECT_EQ(Count(lines, "troupe launch: the worker command '/nonexistent/worker' does not exist"), 1);
+  EXPECT_EQ(Count(lines, "troupe launch: started"), 0);
+  const auto [status2, lines2] = Launch({"-n", "1", "--", "no-such-program-here"});
+  EXPECT_EQ(status2, 2);
+  EXPECT_EQ(Count(lines2, "'no-such-program-here' is not on PATH"), 1);
+}
+
+// Workers that never create a distributed KVStore never join: launch says so as soon as they have ended
+// (instead of the scheduler waiting for them until its timeout), and warns up front when the command is
+// `troupe train` without --kvstore dist_*.
+TEST(Launch, WorkersThatNeverJoinAreExplained) {
+  const auto [status, lines] = Launch({"-n", "2", "-s", "1", "--", "true"});
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(Count(lines, "troupe launch: every worker ended without joining the cluster"), 1);
+  EXPECT_EQ(Count(lines, "--kvstore dist_sync"), 1) << "it says how to join";
+  EXPECT_EQ(Count(lines, "the cluster did not form within"), 0) << "launch did not wait for the scheduler's timeout";
+  EXPECT_EQ(Count(lines, "stopped by launch"), 2) << "the scheduler and the server";
+
+  // A joining job is not told anything of the kind.
+  const auto [ok, ok_lines] = Launch({"-n", "1", "-s", "1", "--", TROUPE_DIST_NODE, "any_workers"});
+  EXPECT_EQ(ok, 0);
+  EXPECT_EQ(Count(ok_lines, "without joining"), 0);
+  EXPECT_EQ(Count(ok_lines, "[scheduler] troupe scheduler: the cluster formed: 1 server, 1 worker"), 1);
+
+  // `troupe train` without a dist store: the warning comes before anything runs (--help: the worker ends at
+  // once, so the job ends by the rule above).
+  const auto [train, train_lines] = Launch({"-n", "1", "-s", "1", TROUPE_CLI_PATH, "train", "--help"});
+  EXPECT_EQ(train, 1);
+  EXPECT_EQ(Count(train_lines, "troupe launch: warning: the workers run 'troupe train' without --kvstore dist_sync"), 1);
+  const auto [dist, dist_lines] =
+      Launch({"-n", "1", "-s", "1", TROUPE_CLI_PATH, "train", "--kvstore=dist_sync", "--help"});
+  EXPECT_EQ(Count(dist_lines, "troupe launch: warning"), 0);
 }
 
 TEST(Launch, BadUsageIsAUsageError) {
