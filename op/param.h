@@ -37,7 +37,9 @@ namespace troupe {
 // Operator arguments as given by a user or a symbol file, in order.
 using Kwargs = std::vector<std::pair<std::string, std::string>>;
 
-// Names among `candidates` that look like `name` (equal ignoring case, one a prefix or part of the other):
+// Names among `candidates` that look like `name` (equal ignoring case, the same first three letters, one part
+// of the other when both have three letters or more, or a typo away: one edit in a name of up to 4 letters,
+// two in a longer one):
 // what the registries suggest for an unknown operator or iterator. Comma-separated; empty when none.
 std::string SimilarNames(const std::string& name, const std::vector<std::string>& candidates);
 

@@ -11,12 +11,14 @@
 // Exit status: 0 success (and --help/--version), 1 a failed run (e.g. a benchmark's in-run check),
 // 2 bad usage (unknown subcommand, workload or option; missing or bad value).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "kvstore/dist.h"
+#include "op/param.h"
 #include "tools/bench_command.h"
 #include "tools/dist_command.h"
 #include "tools/im2rec_command.h"
@@ -33,7 +35,76 @@
 namespace {
 
 constexpr int kExitUsage = 2;
-constexpr const char* kCommands = "bench, im2rec, launch, ops, predict, scheduler, score, server, shell, train";
+
+// The commands a user can name (hidden ones, in the group "", left out), in the order they were added.
+std::vector<std::string> CommandNames(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (!sub->get_group().empty()) names.push_back(sub->get_name());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string Join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// "a, b" -> {"a", "b"}.
+std::vector<std::string> Split(const std::string& list) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at < list.size();) {
+    const std::size_t end = std::min(list.find(", ", at), list.size());
+    out.push_back(list.substr(at, end - at));
+    at = end + 2;
+  }
+  return out;
+}
+
+// The deepest (sub)command the parse reached, and its name as the user typed it ("troupe bench engine").
+const CLI::App* ParsedCommand(const CLI::App& app, std::string* name) {
+  const CLI::App* at = &app;
+  *name = "troupe";
+  for (;;) {
+    const std::vector<const CLI::App*> subs = at->get_subcommands([](const CLI::App* a) { return a->parsed(); });
+    if (subs.empty()) return at;
+    at = subs.front();
+    *name += " " + at->get_name();
+  }
+}
+
+// A parse error in words a user acts on: the unknown option with the close ones, an option given twice;
+// CLI11's own message otherwise. Returns the exit status (0 for --help and --version).
+int ReportParseError(CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() == 0) return app.exit(e);
+  std::string name;
+  const CLI::App* command = ParsedCommand(app, &name);
+  std::string message = e.what();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    const std::vector<std::string> extras = command->remaining();
+    const auto option = std::find_if(extras.begin(), extras.end(), [](const std::string& a) { return a.rfind('-', 0) == 0; });
+    if (option != extras.end()) {
+      const std::string given = option->substr(0, option->find('='));
+      std::vector<std::string> known;  // long names, compared without their dashes
+      for (const CLI::Option* o : command->get_options()) {
+        for (const std::string& l : o->get_lnames()) known.push_back(l);
+      }
+      std::string similar;
+      for (std::string& n : Split(troupe::SimilarNames(given.substr(given.find_first_not_of('-')), known))) {
+        similar += (similar.empty() ? "--" : ", --") + n;
+      }
+      message = "unknown option '" + given + "'" + (similar.empty() ? "" : "; did you mean " + similar + "?");
+    } else if (!extras.empty()) {
+      message = "unexpected argument '" + extras.front() + "'";
+    }
+  } else if (const auto at = message.find(": At Most 1 required but received "); at != std::string::npos) {
+    message = message.substr(0, at) + " was given more than once; it takes one value";
+  }
+  std::fprintf(stderr, "%s: %s\nRun '%s --help' for more information.\n", name.c_str(), message.c_str(), name.c_str());
+  return kExitUsage;
+}
 
 }  // namespace
 
@@ -80,7 +151,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // Help and version exit 0; every other parse error is a usage error.
-    return app.exit(e) == 0 ? 0 : kExitUsage;
+    return ReportParseError(app, e);
   }
 
   try {
@@ -98,12 +169,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::vector<std::string> rest = app.remaining();
+  const std::vector<std::string> commands = CommandNames(app);
   if (rest.empty()) {
-    std::fprintf(stderr, "troupe: name a command. Known commands: %s\n", kCommands);
+    std::fprintf(stderr, "troupe: name a command. Known commands: %s\n", Join(commands).c_str());
   } else if (rest.front().rfind('-', 0) == 0) {
     std::fprintf(stderr, "troupe: unknown option '%s'\n", rest.front().c_str());
   } else {
-    std::fprintf(stderr, "troupe: unknown command '%s'. Known commands: %s\n", rest.front().c_str(), kCommands);
+    const std::string similar = troupe::SimilarNames(rest.front(), commands);
+    std::fprintf(stderr, "troupe: unknown command '%s'%s. Known commands: %s\n", rest.front().c_str(),
+                 similar.empty() ? "" : (" (did you mean " + similar + "?)").c_str(), Join(commands).c_str());
   }
   std::fprintf(stderr, "Run 'troupe --help' for more information.\n");
   return kExitUsage;

@@ -16,6 +16,26 @@
 
 namespace troupe {
 
+namespace {
+
+// Optimal-string-alignment distance (insertions, deletions, substitutions and swaps of neighbours), at most
+// `limit + 1`: enough to tell whether two names are within `limit` edits.
+std::size_t EditDistance(const std::string& a, const std::string& b, std::size_t limit) {
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > limit) return limit + 1;
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return std::min(d[a.size()][b.size()], limit + 1);
+}
+
+}  // namespace
+
 std::string SimilarNames(const std::string& name, const std::vector<std::string>& candidates) {
   auto lower = [](std::string x) {
     for (auto& c : x) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -24,11 +44,14 @@ std::string SimilarNames(const std::string& name, const std::vector<std::string>
   const std::string l = lower(name);
   std::string out;
   if (l.empty()) return out;
+  // Typos: one edit in a short name, two in a longer one ("trian" -> "train", "epocs" -> "epochs").
+  const std::size_t typos = l.size() <= 4 ? 1 : 2;
   for (const auto& c : candidates) {
     const std::string lc = lower(c);
     const std::size_t k = std::min<std::size_t>(3, std::min(lc.size(), l.size()));
-    if (lc == l || lc.compare(0, k, l, 0, k) == 0 || lc.find(l) != std::string::npos ||
-        l.find(lc) != std::string::npos) {
+    // One name part of the other counts from three letters on ("a" is part of too many names).
+    const bool part = std::min(l.size(), lc.size()) >= 3 && (lc.find(l) != std::string::npos || l.find(lc) != std::string::npos);
+    if (lc == l || lc.compare(0, k, l, 0, k) == 0 || part || EditDistance(l, lc, typos) <= typos) {
       out += (out.empty() ? "" : ", ") + c;
     }
   }
