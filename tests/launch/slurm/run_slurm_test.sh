@@ -28,7 +28,7 @@ fail() { log "FAILED: $*"; status=1; exit 1; }
 
 troupe="${1:-}"
 [[ -x "$troupe" ]] || { echo "usage: $0 TROUPE_EXECUTABLE" >&2; exit 2; }
-troupe="$(cd "$(dirname "$troupe")" && pwd)/$(basename "$troupe")"
+troupe="$(cd "$(dirname "$troupe")" && pwd -P)/$(basename "$troupe")"  # as /proc/self/exe names it
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 [[ "$(uname -s)" == Linux ]] || skip "Slurm daemons run on Linux only"
@@ -220,10 +220,10 @@ salloc_pid=$!
 trained() { [[ $(grep -c '^\[worker [01]\] Epoch\[0\]' "$dir/interrupt.out") -eq 2 ]]; }
 wait_for 120 "the interrupted job's first epoch" trained
 troupe_pids() {  # this cluster's processes running troupe, with ARG as their first argument when given
-  local p
+  local p exe arg
   for p in $(marked_pids); do
-    { tr '\0' '\n' <"/proc/$p/cmdline"; } 2>/dev/null | head -n 2 | paste -sd ' ' |
-      grep -qxE "$(printf '%q' "$troupe")( ${1:-.*})" && echo "$p"
+    { read -r -d "" exe && read -r -d "" arg; } 2>/dev/null <"/proc/$p/cmdline" || continue
+    [[ "$exe" == "$troupe" && ( -z "${1:-}" || "$arg" == "$1" ) ]] && echo "$p"
   done
 }
 launch_pid="$(troupe_pids launch)"
