@@ -7,7 +7,9 @@
 #   2. sbatch --export=NONE --wait + launch: the same job from a batch script whose environment is Slurm's
 #      alone (SLURM_EXPORT_ENV=NONE reaches launch's srun, which must still hand its tasks the variables);
 #   3. Ctrl-C: launch interrupted while the workers train must exit 130, every task must say it was stopped
-#      (srun forwards the SIGINT to them), and no troupe process may be left.
+#      (srun forwards the SIGINT to them), and no troupe process may be left;
+#   4. a failing worker: worker 1 exits 3 after its first epoch; srun (--kill-on-bad-exit) stops the
+#      others, launch exits 1 and names it, and no troupe process may be left.
 # Nothing global is touched: the daemons get the config path explicitly (-f, SLURM_CONF), munged its own key
 # and socket, and ports are picked free. Whatever happens, everything is stopped at the end (trap), processes
 # found by a marker in their environment, never by name.
@@ -243,5 +245,24 @@ wait_for 30 "the interrupted job's end" no_job
 no_troupe() { [[ -z "$(troupe_pids)" ]]; }
 wait_for 30 "the interrupted job's troupe processes' end" no_troupe
 log "interrupt: passed (exit 130, every task printed its last line, nothing left) in $((SECONDS - t0)) s"
+
+# --- 4. a failing worker ---------------------------------------------------------------------------------
+t0=$SECONDS
+# Worker 1 trains one epoch and exits 3; worker 0 would train for long.
+fail_cmd='if [ "$TROUPE_LAUNCH_INDEX" = 1 ]; then "$@" --epochs 1 && exit 3; exit 4; fi; exec "$@" --epochs 1000'
+mapfile -t base < <(train 1)
+base=("${base[@]:0:6}" "${base[@]:8}")  # without --epochs 1
+timeout 300 salloc --quiet -J troupe-failure -N1 -n 3 --overcommit "${launch[@]}" sh -c "$fail_cmd" sh "${base[@]}" \
+  </dev/null >"$dir/failure.out" 2>&1
+rc=$?
+sed 's/^/  failure| /' "$dir/failure.out"
+((rc == 1)) || fail "failure: exit status $rc, not 1"
+grep -qE '^troupe launch: worker 1 on .* exited 3 \(task 2\)$' "$dir/failure.out" ||
+  fail "failure: no 'worker 1 ... exited 3 (task 2)' line"
+ended=$(grep -cE '^troupe launch: (server 0|worker [01]) on .* \(task [0-2]\)$' "$dir/failure.out")
+((ended == 3)) || fail "failure: $ended of 3 tasks printed their last line"
+wait_for 30 "the failed job's end" no_job
+wait_for 30 "the failed job's troupe processes' end" no_troupe
+log "failure: passed (exit 1, worker 1's exit 3 named, every task printed its last line, nothing left) in $((SECONDS - t0)) s"
 
 status=0
