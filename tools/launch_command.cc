@@ -87,12 +87,21 @@ struct Proc {
   bool worker = false;  // its end is the workers' end (a worker, or the mpirun/srun job)
   bool ssh = false;     // stopped by closing its stdin (the remote watchdog then stops the command)
   bool tasks = false;   // mpirun/srun: the tasks prefix their own lines
+  // How launch stops it. srun turns SIGTERM into SIGKILL of its tasks ("forcing job termination"); with
+  // --disable-status it forwards SIGINT to them instead, so each task stops its process and says so.
+  int stop_signal = SIGTERM;
   bool output_open = true;
   int status = -1;  // -1 running
   bool stopped_by_launch = false;
 };
 
 std::string Describe(const Proc& p) {
+  if (p.tasks && p.status > 128 && !p.stopped_by_launch) {
+    // mpirun's and srun's status is the highest of their tasks' (a task stopped by SIGTERM exits 143), not
+    // a signal that ended them.
+    return "troupe launch: " + p.label + " (pid " + std::to_string(p.child->pid()) + ") exited " +
+           std::to_string(p.status) + " (the highest of its tasks' exit statuses)";
+  }
   std::string s = Describe(p.label, p.where, p.child->pid(), p.status, p.stopped_by_launch ? "launch" : "");
   if (p.ssh && p.status == 255 && !p.stopped_by_launch) s += " (ssh could not connect, log in or run the command)";
   return s;
@@ -121,7 +130,7 @@ void StopAll(std::vector<Proc>& procs) {
       if (p.ssh) {
         p.child->CloseInput();
       } else {
-        p.child->Signal(SIGTERM);
+        p.child->Signal(p.stop_signal);
       }
     }
   }
@@ -252,8 +261,9 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       "  mpi    one 'mpirun -np S+N' job (Open MPI; -H is passed as --hostfile; the variables go with -x); "
       "task rank r < S is server r, the rest are workers; needs mpirun on PATH and troupe at the same path "
       "on every node.\n"
-      "  slurm  one 'srun --kill-on-bad-exit=1 --ntasks S+N' job, roles from SLURM_PROCID/SLURM_NTASKS as "
-      "for mpi; run launch inside an allocation (salloc/sbatch) with --host set to this node's address.\n\n"
+      "  slurm  one 'srun --kill-on-bad-exit=1 --export=ALL --disable-status --ntasks S+N' job, roles from "
+      "SLURM_PROCID/SLURM_NTASKS as for mpi; run launch inside an allocation (salloc/sbatch) of at least S+N "
+      "tasks (more tasks than CPUs: salloc --overcommit) with --host set to this node's address.\n\n"
       "Examples:\n"
       "  troupe launch -n 2 -s 1 -- ./my_worker --epochs 3\n"
       "  troupe launch -n 4 -s 2 --env OMP_NUM_THREADS=1 -- ./my_worker\n"
@@ -460,14 +470,19 @@ int RunLaunch(const LaunchOptions& o) {
       argv.insert(argv.end(), {"-np", tasks});
       for (const auto& kv : env) argv.insert(argv.end(), {"-x", kv.first});  // the name only: values stay off ps
     } else {
-      argv = {"srun", "--kill-on-bad-exit=1"};
+      // --export=ALL: the DMLC_* variables and the token travel in srun's environment, and an
+      // SLURM_EXPORT_ENV=NONE inherited from 'sbatch --export=NONE' would drop them. --disable-status: a
+      // SIGINT (how launch stops srun) goes to the tasks rather than printing their status.
+      argv = {"srun", "--kill-on-bad-exit=1", "--export=ALL", "--disable-status"};
       argv.insert(argv.end(), extra.begin(), extra.end());
       argv.insert(argv.end(), {"--ntasks", tasks});
     }
     argv.insert(argv.end(), {self, "launch-task", "--launcher", o.launcher, "-s", std::to_string(o.servers), "-n",
                              std::to_string(o.workers), "--"});
     argv.insert(argv.end(), o.command.begin(), o.command.end());
-    start(argv.front(), argv, env, true).tasks = true;
+    Proc& job = start(argv.front(), argv, env, true);
+    job.tasks = true;
+    if (o.launcher == "slurm") job.stop_signal = SIGINT;
   }
   std::string pids;
   for (const Proc& p : procs) pids += " " + std::to_string(p.child->pid());

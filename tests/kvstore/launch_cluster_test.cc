@@ -342,10 +342,10 @@ TEST(LaunchSlurm, WithoutSrunIsAClearError) {
   EXPECT_EQ(Count(keep_lines, "--keep-going is for --launcher local or ssh"), 1);
 }
 
-// No Slurm here: a stand-in srun (a shell script) starts --ntasks copies of the command with SLURM_PROCID
+// Without Slurm: a stand-in srun (a shell script) starts --ntasks copies of the command with SLURM_PROCID
 // and SLURM_NTASKS, as srun does, so that launch's slurm path (its srun command line, launch-task's roles
-// from Slurm's variables) runs end to end. srun's own behaviour (placement, --kill-on-bad-exit) is not
-// tested by this.
+// from Slurm's variables) runs end to end. srun's own behaviour (placement, --kill-on-bad-exit, --export,
+// signals) is tested through a real single-node Slurm by tests/launch/slurm/run_slurm_test.sh (label slurm).
 TEST(LaunchSlurm, JobRunsUnderAStandInSrun) {
   char tmpl[] = "/tmp/troupe-srun-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
