@@ -170,6 +170,8 @@ struct ClusterServerStats {
 class ClusterObserver {
  public:
   // Throws troupe::Error when the scheduler cannot be reached or refuses (wrong token, other version).
+  // timeout_ms bounds every call below: one that gets no answer within it throws. A call on a connection
+  // that has closed (the cluster ended) throws at once.
   static std::unique_ptr<ClusterObserver> Connect(const std::string& scheduler_host, int scheduler_port,
                                                   const std::string& token, int timeout_ms = 5000);
   ~ClusterObserver();
@@ -183,9 +185,9 @@ class ClusterObserver {
                                      std::int64_t* barriers = nullptr);
   // Waits until the workers have completed barrier round `round` (1, 2, ...; 0: the round after those
   // completed when the scheduler gets the request) and returns it. The observer is not a worker: it neither
-  // joins nor delays the round. Waits as long as the round may still come; throws troupe::Error when it
-  // cannot (a worker died, every worker left, the scheduler went away) or when `cancelled` (asked every
-  // 100 ms) returns true.
+  // joins nor delays the round. Waits up to the timeout while the round may still come; throws
+  // troupe::Error when it cannot (a worker died, every worker left, the scheduler went away), when the
+  // timeout passes, or when `cancelled` (asked every 100 ms) returns true.
   std::int64_t Barrier(std::int64_t round = 0, const std::function<bool()>& cancelled = {});
   // Every key of every live server, by key then part.
   std::vector<ClusterKeyInfo> Keys();

@@ -242,7 +242,8 @@ ShellCommand::ShellCommand(CLI::App* root) {
                    "HOST:PORT of a running cluster's scheduler: adds nodes, kv and checkpoint (the token is "
                    "TROUPE_CLUSTER_TOKEN, else --token-file, else the file troupe launch wrote for HOST:PORT)");
   app_->add_option("--token-file", token_file_, "A file holding the cluster token (its first line)");
-  app_->add_option("--timeout-ms", timeout_ms_, "How long a cluster command waits for an answer")
+  app_->add_option("--timeout-ms", timeout_ms_,
+                   "How long a cluster command (barrier too) waits for an answer before it fails")
       ->check(CLI::Range(1, 3600000))
       ->capture_default_str();
   app_->footer(
@@ -254,7 +255,8 @@ ShellCommand::ShellCommand(CLI::App* root) {
       "an operator's inputs and parameters. With --connect the shell observes a running cluster (it takes no "
       "part in rounds and is not counted) and gains: nodes (role, rank, address, state, last heard), kv keys, "
       "kv pull KEY [NAME], kv stats (per server), checkpoint (to each server's own --checkpoint-dir) and barrier [ROUND] (waits until the "
-      "workers complete that barrier round, by default their next; the shell neither joins nor delays it).\n"
+      "workers complete that barrier round, by default their next; the shell neither joins nor delays it). Each "
+      "cluster command fails after --timeout-ms without an answer, and at once once the cluster has ended.\n"
       "Exit status: 0 when every statement succeeded (an interactive session always exits 0), 1 when one "
       "failed, 2 on bad usage.\n\n"
       "Examples:\n"

@@ -68,20 +68,19 @@ struct ClusterObserver::Impl {
 
   bool IsClosed(const caf::actor& conn) const { return std::find(closed.begin(), closed.end(), conn) != closed.end(); }
 
-  // Waits for the frame from `conn` that answers request `id` (a Hello when id is 0). An error frame for
-  // the request (or for the connection) and a closed connection throw, naming `who`. With `cancelled`, it
-  // waits without a deadline, asking `cancelled` every 100 ms (true: throws "interrupted").
+  // Waits up to timeout_ms for the frame from `conn` that answers request `id` (a Hello when id is 0). An
+  // error frame for the request (or for the connection) and a closed connection throw, naming `who`. With
+  // `cancelled`, it also asks `cancelled` every 100 ms (true: throws "interrupted").
   net::Message Await(const caf::actor& conn, std::uint64_t id, const std::string& who,
                      const std::function<bool()>& cancelled = {}) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (cancelled) {
-        if (cancelled()) throw Error("ClusterObserver: interrupted while waiting for " + who);
-        left = std::chrono::milliseconds(100);
-      } else if (left.count() <= 0) {
+      if (cancelled && cancelled()) throw Error("ClusterObserver: interrupted while waiting for " + who);
+      if (left.count() <= 0) {
         throw Error("ClusterObserver: no answer from " + who + " within " + std::to_string(timeout_ms) + " ms");
       }
+      if (cancelled) left = std::min(left, std::chrono::milliseconds(100));
       std::optional<net::Message> got;
       std::string error;
       (*self)->receive(
@@ -121,6 +120,8 @@ struct ClusterObserver::Impl {
 
   net::Message Request(const caf::actor& conn, net::Message m, std::uint64_t id, const std::string& who,
                        const std::function<bool()>& cancelled = {}) {
+    // A connection that closed earlier answers nothing: say so now instead of waiting out the timeout.
+    if (IsClosed(conn)) throw Error("ClusterObserver: " + who + " closed the connection earlier (the cluster ended, or that node went away)");
     net::Send(conn, m);
     return Await(conn, id, who, cancelled);
   }

@@ -4,10 +4,10 @@
 //     values the workers pushed (and keeps one as a variable the shell computes with); `kv stats` counts the
 //     pushes; a wrong token is refused; on a terminal, Ctrl-C interrupts a `barrier`; `barrier` waits until the workers complete their next barrier
 //     round (the test releases them only once the scheduler logs the shell's wait); then the workers leave
-//     and launch exits 0;
+//     and launch exits 0, and a shell still connected fails its commands at once (not after its timeout);
 //   - a cluster started by `troupe launch --keep-going` (without it launch stops everything when a worker
-//     dies): after kill -9 of a worker, `nodes` shows it dead within the heartbeat timeout, and `barrier`
-//     says no round can come.
+//     dies): `barrier` on a round the workers do not reach fails after --timeout-ms; after kill -9 of a
+//     worker, `nodes` shows it dead within the heartbeat timeout, and `barrier` says no round can come.
 // The workers are tests/kvstore/dist_node's push_then_wait (push_wait_barrier in the launched cluster): they
 // hold still on a FIFO until the test is done.
 #include <gmock/gmock.h>
@@ -61,11 +61,11 @@ class ShellCluster : public ::testing::Test {
 
   // `troupe shell --connect 127.0.0.1:PORT -c TEXT` with the token (unless another is given; none: the
   // shell finds the file troupe launch wrote in TokenDir()).
-  Result Shell(int port, const std::string& text, const std::string& token = kToken) {
+  Result Shell(int port, const std::string& text, const std::string& token = kToken, const std::string& options = "") {
     const std::string out = (dir_ / "shell.txt").string();
     const std::string with = token.empty() ? "env -u TROUPE_CLUSTER_TOKEN TROUPE_TOKEN_DIR=" + TokenDir()
                                            : "TROUPE_CLUSTER_TOKEN=" + token;
-    const std::string cmd = with + " " + TROUPE_CLI_PATH + " shell --connect 127.0.0.1:" +
+    const std::string cmd = with + " " + TROUPE_CLI_PATH + " shell " + options + " --connect 127.0.0.1:" +
                             std::to_string(port) + " -c '" + text + "' > " + out + " 2>&1 < /dev/null";
     const int raw = std::system(cmd.c_str());
     Result r;
@@ -149,7 +149,8 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
   // Interactively, on a terminal: Ctrl-C interrupts a barrier no worker will reach (they wait on the
   // FIFO), the shell is back, and the next command works.
   {
-    test::Pty pty({TROUPE_CLI_PATH, "shell", "--no-history", "--connect", "127.0.0.1:" + std::to_string(port)},
+    test::Pty pty({TROUPE_CLI_PATH, "shell", "--no-history", "--timeout-ms", "600000", "--connect",
+                   "127.0.0.1:" + std::to_string(port)},
                   dir_.string(), {{"TROUPE_CLUSTER_TOKEN", kToken}});
     ASSERT_TRUE(pty.started());
     ASSERT_TRUE(pty.WaitForPrompt()) << pty.seen();
@@ -169,9 +170,15 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
 
   // `barrier` waits for the workers' next round (round 1 was Init's): they reach it only after the test
   // releases them, which it does once the scheduler has logged the shell's wait.
+  // A shell that stays connected while the cluster ends (below), with a timeout far beyond the test's.
+  test::Pty after({TROUPE_CLI_PATH, "shell", "--no-history", "--timeout-ms", "3600000", "--connect",
+                   "127.0.0.1:" + std::to_string(port)},
+                  dir_.string(), {{"TROUPE_CLUSTER_TOKEN", kToken}});
+  ASSERT_TRUE(after.started());
+  ASSERT_TRUE(after.WaitForPrompt()) << after.seen();
   proc::Process waiter("shell barrier",
-                             {TROUPE_CLI_PATH, "shell", "--connect", "127.0.0.1:" + std::to_string(port), "-c",
-                              "barrier"},
+                             {TROUPE_CLI_PATH, "shell", "--timeout-ms", "600000", "--connect",
+                              "127.0.0.1:" + std::to_string(port), "-c", "barrier"},
                              {{"TROUPE_CLUSTER_TOKEN", kToken}}, /*merge_stderr=*/true);
   ASSERT_TRUE(launch.ReadLine("[scheduler] troupe scheduler: an observer waits for the workers' barrier round 2 (1 "
                               "completed)", kTimeoutMs).has_value());
@@ -187,6 +194,17 @@ TEST_F(ShellCluster, SeesALaunchedClustersNodesKeysAndValues) {
   while (launch.ReadSome(&lines)) {
   }
   EXPECT_EQ(launch.Wait(kTimeoutMs), 0);
+
+  // The cluster has ended: the connected shell's commands fail at once (its timeout is an hour; the harness
+  // waits 20 s), the first with the closed connection, the next ones without asking a dead connection again.
+  after.Send("nodes\r");
+  ASSERT_TRUE(after.WaitFor("closed the connection")) << after.seen();
+  ASSERT_TRUE(after.WaitForPrompt()) << after.seen();
+  after.Send("kv stats\r");
+  ASSERT_TRUE(after.WaitFor("closed the connection earlier (the cluster ended")) << after.seen();
+  ASSERT_TRUE(after.WaitForPrompt()) << after.seen();
+  after.Send("\x04");
+  EXPECT_EQ(after.WaitExit(), 0) << after.seen();
 }
 
 // Without TROUPE_CLUSTER_TOKEN, launch makes a 256-bit token, leaves it in a file only the user can read,
@@ -248,6 +266,11 @@ TEST_F(ShellCluster, ShowsAKilledWorkerDeadWithinTheHeartbeatTimeout) {
   ASSERT_EQ(pids.size(), 4u) << *started;
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(launch.ReadLine("[worker ", kTimeoutMs).has_value());  // READY
   EXPECT_EQ(Count(Shell(port, "nodes").out, " alive "), 4);  // the scheduler, the server, two workers
+  // A round the workers do not reach (they wait on the FIFO) fails after --timeout-ms, as every command does.
+  const Result timed_out = Shell(port, "barrier", kToken, "--timeout-ms 1500");
+  EXPECT_EQ(timed_out.status, 1);
+  EXPECT_THAT(timed_out.out,
+              HasSubstr("no answer from the scheduler at 127.0.0.1:" + std::to_string(port) + " within 1500 ms"));
 
   const auto killed = Clock::now();
   ASSERT_EQ(::kill(pids[2], SIGKILL), 0);  // worker 0

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -16,6 +18,7 @@
 #include "base/error.h"
 #include "engine/engine.h"
 #include "engine/profiler.h"
+#include "io/io.h"
 #include "op/imperative.h"
 #include "op/operator.h"
 #include "op/param.h"
@@ -247,7 +250,7 @@ class Parser {
         }
       }
       if (!parsed) {
-        if (arg.key.empty()) Fail("expected ',' or ')'");
+        if (arg.key.empty() && t_[start].kind != Tok::kString) Fail("expected ',' or ')'");
         arg.expr.reset();
         i_ = start;
         SkipBalanced();
@@ -338,7 +341,16 @@ constexpr Builtin kBuiltins[] = {
     {"normal", "normal(d0, d1, ...)", "standard normal samples"},
     {"dot", "dot(a, b)", "matrix product of 2-D arrays"},
     {"reshape", "reshape(a, d0, d1, ...)", "a view with another shape (0 copies a dimension, -1 infers one)"},
+    {"astype", "astype(a, dtype)", "a copy in another type: float32, float64, float16, uint8, int8, int32, int64"},
+    {"mnist", "mnist(batch_size=100, train=1, shuffle=0, flat=0, seed=0)",
+     "an iterator over Fashion-MNIST (Debian's dataset-fashion-mnist); train=0: the test set"},
+    {"next", "next(it)", "the next batch of an iterator: its data (an error at the end of the epoch)"},
+    {"label", "label(it)", "the label of the batch next(it) gave last"},
+    {"reset", "reset(it)", "rewinds an iterator to the first batch of a new epoch"},
 };
+
+// Where mnist() reads Fashion-MNIST: the files of Debian's dataset-fashion-mnist.
+constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 const Builtin* FindBuiltin(const std::string& name) {
   for (const auto& b : kBuiltins) {
@@ -373,10 +385,28 @@ std::vector<std::string> BuiltinNames() {
 // ---------------------------------------------------------------------------------------------------------
 // Evaluation.
 
+// A data iterator held by a variable: it = mnist(...) or any registered iterator (MNISTIter, CSVIter,
+// ImageRecordIter, ...); next(it) advances it.
+struct Interpreter::Iterator {
+  std::string type;  // the registered name
+  std::unique_ptr<DataIter> it;
+  bool has_batch = false;  // next() gave a batch this epoch
+  std::int64_t batches = 0;
+
+  std::string Describe() const {
+    std::string shapes;
+    for (const TShape& d : it->DataShapes()) shapes += (shapes.empty() ? "data " : ", data ") + ShapeText(d);
+    for (const TShape& l : it->LabelShapes()) shapes += ", label " + ShapeText(l);
+    return "<DataIter " + type + ": " + shapes + "; " + std::to_string(batches) + " batch" +
+           (batches == 1 ? "" : "es") + " given this epoch>";
+  }
+};
+
 struct Interpreter::Value {
   bool is_array = false;
   double number = 0;
   NDArray array;
+  std::shared_ptr<Iterator> iter;  // set: the value is a data iterator
 };
 
 namespace {
@@ -403,15 +433,22 @@ struct EvalError {
 
 class Evaluator {
  public:
-  explicit Evaluator(const std::map<std::string, NDArray>& vars) : vars_(vars) {}
+  using Iterators = std::map<std::string, std::shared_ptr<Interpreter::Iterator>>;
+  Evaluator(const std::map<std::string, NDArray>& vars, const Iterators& iters) : vars_(vars), iters_(iters) {}
 
   // Errors of the array layer (troupe::Error) become EvalErrors at the innermost expression they come from.
-  Value Eval(const Expr& e) {
+  // A data iterator is a value only where `iterator_ok` (a statement's whole expression, next(it)'s argument).
+  Value Eval(const Expr& e, bool iterator_ok = false) {
+    Value v;
     try {
-      return EvalUnchecked(e);
+      v = EvalUnchecked(e);
     } catch (const Error& err) {
       throw EvalError{e.pos, err.what()};
     }
+    if (v.iter && !iterator_ok) {
+      throw EvalError{e.pos, "this is a data iterator, not an array: next(it) gives its next batch's data"};
+    }
+    return v;
   }
 
  private:
@@ -421,12 +458,18 @@ class Evaluator {
         return Num(e.number);
       case Expr::kVar: {
         const auto it = vars_.find(e.name);
-        if (it == vars_.end()) {
-          std::vector<std::string> names;
-          for (const auto& [n, _] : vars_) names.push_back(n);
-          throw EvalError{e.pos, "undefined variable '" + e.name + "'" + Suggest(e.name, names)};
+        if (it != vars_.end()) return Arr(it->second);
+        if (const auto iter = iters_.find(e.name); iter != iters_.end()) {
+          Value v;
+          v.iter = iter->second;
+          return v;
         }
-        return Arr(it->second);
+        if (e.name == "nan") return Num(std::numeric_limits<double>::quiet_NaN());
+        if (e.name == "inf") return Num(std::numeric_limits<double>::infinity());
+        std::vector<std::string> names;
+        for (const auto& [n, _] : vars_) names.push_back(n);
+        for (const auto& [n, _] : iters_) names.push_back(n);
+        throw EvalError{e.pos, "undefined variable '" + e.name + "'" + Suggest(e.name, names)};
       }
       case Expr::kNeg: {
         Value v = Eval(*e.lhs);
@@ -516,10 +559,13 @@ class Evaluator {
   }
 
   Value Call(const Expr& e) {
+    if (e.name == "mnist" || DataIterRegistry::Get().Find(e.name) != nullptr) return CallIterator(e);
+    if (e.name == "next" || e.name == "label" || e.name == "reset") return CallOnIterator(e);
     if (FindBuiltin(e.name) != nullptr) return CallBuiltin(e);
     if (OperatorRegistry::Get().Find(e.name) != nullptr) return CallOperator(e);
     std::vector<std::string> names = OperatorRegistry::Get().ListNames();
     for (const auto& b : BuiltinNames()) names.push_back(b);
+    for (const auto& i : DataIterRegistry::Get().ListNames()) names.push_back(i);
     throw EvalError{e.pos, "unknown function or operator '" + e.name + "'" + Suggest(e.name, names) +
                                " ('help' lists the built-ins, 'help OP' shows an operator)"};
   }
@@ -535,8 +581,88 @@ class Evaluator {
     return TShape(dims);
   }
 
+  // mnist(...) or a registered iterator by name: keyword arguments only, as MXNet's mx.io.XIter(...) takes them.
+  Value CallIterator(const Expr& e) {
+    Kwargs kwargs;
+    bool train = true;
+    for (const auto& a : e.args) {
+      if (a.key.empty()) {
+        throw EvalError{a.pos, e.name + " takes keyword arguments only (e.g. batch_size=100; 'help' lists them)"};
+      }
+      std::string value = Trim(a.raw);
+      if (a.expr && (a.expr->kind == Expr::kNumber || a.expr->kind == Expr::kNeg)) value = NumberText(Eval(*a.expr).number);
+      if (e.name == "mnist" && a.key == "train") {
+        train = value != "0" && value != "false" && value != "False";
+        continue;
+      }
+      kwargs.emplace_back(a.key, value);
+    }
+    std::string type = e.name;
+    if (e.name == "mnist") {
+      type = "MNISTIter";
+      const std::string prefix = std::string(kFashionMnistDir) + (train ? "/train" : "/t10k");
+      if (std::FILE* f = std::fopen((prefix + "-images-idx3-ubyte.gz").c_str(), "rb")) {
+        std::fclose(f);
+      } else {
+        throw EvalError{e.pos, std::string("mnist: Fashion-MNIST is not in ") + kFashionMnistDir +
+                                   " (install Debian's dataset-fashion-mnist, or use MNISTIter(image=..., label=...))"};
+      }
+      kwargs.emplace_back("image", prefix + "-images-idx3-ubyte.gz");
+      kwargs.emplace_back("label", prefix + "-labels-idx1-ubyte.gz");
+      const auto given = [&](const char* key) {
+        return std::any_of(kwargs.begin(), kwargs.end(), [&](const auto& kv) { return kv.first == key; });
+      };
+      if (!given("batch_size")) kwargs.emplace_back("batch_size", "100");
+      if (!given("shuffle")) kwargs.emplace_back("shuffle", "0");  // MNISTIter's own default shuffles
+    }
+    Value v;
+    v.iter = std::make_shared<Interpreter::Iterator>();
+    v.iter->type = type;
+    v.iter->it = CreateDataIter(type, kwargs);
+    return v;
+  }
+
+  // next(it), label(it), reset(it).
+  Value CallOnIterator(const Expr& e) {
+    if (e.args.size() != 1 || !e.args[0].key.empty() || !e.args[0].expr) {
+      throw EvalError{e.pos, "usage: " + std::string(FindBuiltin(e.name)->usage)};
+    }
+    const Value target = Eval(*e.args[0].expr, /*iterator_ok=*/true);
+    if (!target.iter) throw EvalError{e.args[0].pos, e.name + ": give it an iterator, e.g. it = mnist(batch_size=10)"};
+    Interpreter::Iterator& it = *target.iter;
+    if (e.name == "reset") {
+      it.it->BeforeFirst();
+      it.has_batch = false;
+      it.batches = 0;
+      return target;
+    }
+    if (e.name == "next") {
+      if (!it.it->Next()) {
+        it.has_batch = false;
+        throw EvalError{e.pos, "the iterator has given all " + std::to_string(it.batches) +
+                                   " batches of this epoch; reset(it) starts the next"};
+      }
+      it.has_batch = true;
+      ++it.batches;
+    } else if (!it.has_batch) {
+      throw EvalError{e.pos, "label: no batch yet this epoch; next(it) gives one"};
+    }
+    const DataBatch& batch = it.it->Value();
+    const std::vector<NDArray>& arrays = e.name == "next" ? batch.data : batch.label;
+    if (arrays.empty()) throw EvalError{e.pos, e.name + ": this iterator's batches have none"};
+    return Arr(arrays[0].CopyTo(Context::CPU()));  // the iterator may reuse its batch's memory
+  }
+
   Value CallBuiltin(const Expr& e) {
     const Builtin& b = *FindBuiltin(e.name);
+    if (e.name == "astype") {  // through the registry's Cast, as MXNet's NDArray.astype
+      if (e.args.size() != 2 || !e.args[0].key.empty() || !e.args[1].key.empty() || !e.args[0].expr) {
+        throw EvalError{e.pos, std::string("usage: ") + b.usage};
+      }
+      const Value a = Eval(*e.args[0].expr);
+      if (!a.is_array) throw EvalError{e.args[0].pos, "astype: argument 1 must be an array"};
+      return Arr(Invoke("Cast", {a.array}, {{"dtype", Trim(e.args[1].raw)}}).at(0));
+    }
     for (const auto& a : e.args) {
       if (!a.key.empty() || !a.expr) {
         throw EvalError{a.pos, std::string(b.name) + " takes no keyword arguments (usage: " + b.usage + ")"};
@@ -664,6 +790,7 @@ class Evaluator {
   }
 
   const std::map<std::string, NDArray>& vars_;
+  const Iterators& iters_;
 };
 
 // "error text\n  statement\n      ^" for an error at byte `pos`.
@@ -681,28 +808,97 @@ std::string Located(const std::string& statement, std::size_t pos, const std::st
 
 namespace {
 
-std::string FormatElement(double v, bool is_float) {
+// The fewest significant digits that read back to `v` (of the array's precision: `single` for float32 and
+// narrower), as NumPy's dragon4 finds them.
+int ShortestDigits(double v, bool single) {
   char buf[64];
-  if (!is_float) {
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-    return buf;
+  int digits = 1;
+  for (; digits < 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    const double back = std::strtod(buf, nullptr);
+    if (single ? static_cast<float>(back) == static_cast<float>(v) : back == v) break;
   }
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  std::snprintf(buf, sizeof buf, "%.8g", v);
-  std::string s = buf;
-  if (s.find_first_of(".e") == std::string::npos) s += ".";
-  return s;
+  return digits;
 }
 
+// NumPy's rule for a float array: scientific notation when a finite non-zero magnitude is >= 1e8 or < 1e-4,
+// or the largest is over 1000 times the smallest.
+bool NeedsScientific(const std::vector<double>& values) {
+  double lo = std::numeric_limits<double>::infinity(), hi = 0;
+  for (double v : values) {
+    if (!std::isfinite(v) || v == 0) continue;
+    lo = std::min(lo, std::abs(v));
+    hi = std::max(hi, std::abs(v));
+  }
+  return hi > 0 && (hi >= 1e8 || lo < 1e-4 || hi / lo > 1000);
+}
+
+// The elements as NumPy prints them: integers as they are; floats in the fewest digits that read back to
+// the same value, at most 8 after the point, positional with the point always shown ("2.", "0.1"), or, when
+// NeedsScientific, every element with as many digits as the longest needs ("1.000e-01 2.500e+02").
+std::vector<std::string> FormatElements(const std::vector<double>& values, bool is_float, bool single) {
+  std::vector<std::string> out;
+  out.reserve(values.size());
+  char buf[400];
+  const auto special = [](double v) -> const char* { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; };
+  if (!is_float) {
+    for (double v : values) {
+      std::snprintf(buf, sizeof buf, "%.0f", v);
+      out.push_back(buf);
+    }
+    return out;
+  }
+  if (NeedsScientific(values)) {
+    int precision = 0;
+    for (double v : values) {
+      if (std::isfinite(v)) precision = std::max(precision, std::min(ShortestDigits(v, single) - 1, 8));
+    }
+    for (double v : values) {
+      if (!std::isfinite(v)) {
+        out.push_back(special(v));
+        continue;
+      }
+      std::snprintf(buf, sizeof buf, "%.*e", precision, v);
+      std::string e = buf;
+      if (precision == 0) e.insert(e.find('e'), ".");  // NumPy's "1.e-05"
+      out.push_back(e);
+    }
+    return out;
+  }
+  for (double v : values) {
+    if (!std::isfinite(v)) {
+      out.push_back(special(v));
+      continue;
+    }
+    const int digits = ShortestDigits(v, single);
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    const int exponent = v == 0 ? 0 : static_cast<int>(std::floor(std::log10(std::abs(std::strtod(buf, nullptr)))));
+    std::snprintf(buf, sizeof buf, "%.*f", std::clamp(digits - 1 - exponent, 0, 8), v);
+    std::string s = buf;
+    if (s.find('.') == std::string::npos) {
+      s += ".";
+    } else {
+      while (s.back() == '0') s.pop_back();
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+// NumPy's _formatArray for str() (numpy/core/arrayprint.py, legacy off): 75 columns, rows wrapped between
+// elements, a hanging indent of one space per level, every element padded to the same integer and
+// fraction widths.
 struct Printer {
+  static constexpr std::size_t kLineWidth = 75;
   const std::vector<std::string>* cells;
   const TShape* shape;
   bool summarise;
   std::size_t int_width = 0, frac_width = 0;
 
+  static bool IsSpecial(const std::string& s) { return s == "nan" || s == "inf" || s == "-inf"; }
   std::string Cell(std::size_t i) const {
     const std::string& s = (*cells)[i];
+    if (IsSpecial(s)) return std::string(int_width + frac_width - s.size(), ' ') + s;
     const std::size_t dot = s.find('.');
     const std::string ip = dot == std::string::npos ? s : s.substr(0, dot);
     const std::string fp = dot == std::string::npos ? "" : s.substr(dot);
@@ -719,28 +915,37 @@ struct Printer {
     }
     return out;
   }
-  void Print(int axis, std::size_t offset, std::string* out) const {
+  // The sub-array at `offset` from `axis` on; `hanging` starts its continuation lines, `width` is what is left
+  // of the line for it.
+  std::string Format(int axis, std::size_t offset, const std::string& hanging, std::size_t width) const {
     const int ndim = shape->ndim();
-    const std::int64_t n = (*shape)[axis];
     const std::size_t stride = static_cast<std::size_t>(shape->ProdDims(axis + 1, ndim));
-    *out += "[";
-    bool first = true;
-    for (std::int64_t i : Shown(n)) {
-      if (!first) {
-        if (axis == ndim - 1)
-          *out += " ";
-        else
-          *out += std::string(static_cast<std::size_t>(ndim - axis - 1), '\n') + std::string(axis + 1, ' ');
+    const std::vector<std::int64_t> shown = Shown((*shape)[axis]);
+    std::string s;
+    if (axis == ndim - 1) {
+      const std::size_t elem_width = width - 1;  // room for the closing ']'
+      std::string line = hanging;
+      for (std::size_t k = 0; k < shown.size(); ++k) {
+        const std::string word = shown[k] < 0 ? "..." : Cell(offset + static_cast<std::size_t>(shown[k]));
+        if (line.size() + word.size() > elem_width && line.size() > hanging.size()) {
+          while (!line.empty() && line.back() == ' ') line.pop_back();
+          s += line + "\n";
+          line = hanging;
+        }
+        line += word;
+        if (k + 1 < shown.size()) line += " ";
       }
-      first = false;
-      if (i < 0)
-        *out += "...";
-      else if (axis == ndim - 1)
-        *out += Cell(offset + static_cast<std::size_t>(i));
-      else
-        Print(axis + 1, offset + static_cast<std::size_t>(i) * stride, out);
+      s += line;
+    } else {
+      const std::string rows_apart(static_cast<std::size_t>(ndim - axis - 1), '\n');
+      for (std::size_t k = 0; k < shown.size(); ++k) {
+        s += hanging;
+        s += shown[k] < 0 ? "..." : Format(axis + 1, offset + static_cast<std::size_t>(shown[k]) * stride,
+                                           hanging + " ", width - 1);
+        if (k + 1 < shown.size()) s += rows_apart;
+      }
     }
-    *out += "]";
+    return "[" + s.substr(hanging.size()) + "]";
   }
 };
 
@@ -753,9 +958,7 @@ std::string Interpreter::Format(const NDArray& array) {
   NDArray host = array.ctx().dev_type == DeviceType::kGPU ? array.CopyTo(Context::CPU()) : array;
   const std::vector<double> values =
       t == DType::kFloat64 ? host.ToVector<double>() : host.AsType(DType::kFloat64).ToVector<double>();
-  std::vector<std::string> cells;
-  cells.reserve(values.size());
-  for (double v : values) cells.push_back(FormatElement(v, is_float));
+  const std::vector<std::string> cells = FormatElements(values, is_float, t != DType::kFloat64);
   std::string out;
   const TShape& shape = array.shape();
   if (shape.ndim() == 0) {
@@ -764,12 +967,18 @@ std::string Interpreter::Format(const NDArray& array) {
     out = "[]";
   } else {
     Printer p{&cells, &shape, array.Size() > 1000};
+    std::size_t special_width = 0;  // nan, inf, -inf: right-aligned in the numbers' width, as NumPy does
     for (const auto& s : cells) {
+      if (Printer::IsSpecial(s)) {
+        special_width = std::max(special_width, s.size());
+        continue;
+      }
       const std::size_t dot = s.find('.');
       p.int_width = std::max(p.int_width, dot == std::string::npos ? s.size() : dot);
       p.frac_width = std::max(p.frac_width, dot == std::string::npos ? 0 : s.size() - dot);
     }
-    p.Print(0, 0, &out);
+    if (special_width > p.int_width + p.frac_width) p.int_width = special_width - p.frac_width;
+    out = p.Format(0, 0, " ", Printer::kLineWidth);
   }
   out += "\n<NDArray " + ShapeText(shape);
   if (t != DType::kFloat32) out += std::string(" ") + DTypeName(t);
@@ -876,16 +1085,23 @@ Outcome Interpreter::Run(const std::string& raw) {
     }
     Value v;
     try {
-      v = Evaluator(vars_).Eval(*expr);
+      v = Evaluator(vars_, iters_).Eval(*expr, /*iterator_ok=*/true);
     } catch (const EvalError& e) {
       return {false, Located(statement, e.pos, e.message)};
     }
     if (!target.empty()) {
+      if (v.iter) {
+        iters_[target] = v.iter;
+        vars_.erase(target);
+        return {};
+      }
       if (!v.is_array) v = Arr(NDArray::Full(TShape({1}), v.number, Context::CPU()));
       vars_[target] = v.array;
+      iters_.erase(target);
       return {};
     }
     if (!print) return {};
+    if (v.iter) return {true, v.iter->Describe()};
     if (v.is_array) {
       const NDArray a = v.array;
       Block([a] { a.WaitToRead(); });  // interruptible (SetWaiter); Format then finds it ready
@@ -914,12 +1130,18 @@ void Interpreter::AddBuiltinCommands() {
       out += (out.empty() ? "" : "\n") + name + "  " + ShapeText(a.shape()) + " " + DTypeName(a.dtype()) + " @" +
              a.ctx().ToString();
     }
+    for (const auto& [name, it] : iters_) out += (out.empty() ? "" : "\n") + name + "  " + it->Describe();
     return out.empty() ? std::string("(no variables)") : out;
   });
   AddCommand("del", "del NAME...", "forgets variables", [this](const std::vector<std::string>& a) {
     if (a.empty()) throw Error("usage: del NAME...");
-    for (const auto& n : a) Require(n);  // all or nothing
-    for (const auto& n : a) vars_.erase(n);
+    for (const auto& n : a) {  // all or nothing
+      if (iters_.count(n) == 0) Require(n);
+    }
+    for (const auto& n : a) {
+      vars_.erase(n);
+      iters_.erase(n);
+    }
     return std::string();
   });
   AddCommand("wait", "wait [NAME...]", "waits for the engine (or for the named arrays); reports a failed function",
@@ -1049,9 +1271,11 @@ std::string Interpreter::HelpText() const {
     }
     line += " " + n;
   }
-  out += line +
-         "\n\nThe cluster commands (nodes, kv, barrier, checkpoint) come with cluster mode (--connect), "
-         "which is not there yet.";
+  out += line;
+  if (commands_.count("nodes") == 0) {
+    out += "\n\nA running cluster: start the shell with --connect HOST:PORT (the scheduler's address, which troupe "
+           "launch prints) to add the cluster commands nodes, kv, checkpoint and barrier.";
+  }
   return out;
 }
 
@@ -1098,7 +1322,9 @@ std::vector<std::string> Interpreter::Completions(const std::string& prefix) con
     add(n);
     for (const auto& alias : OperatorRegistry::Get().Find(n)->aliases) add(alias);
   }
+  for (const auto& n : DataIterRegistry::Get().ListNames()) add(n);
   for (const auto& [n, _] : vars_) add(n);
+  for (const auto& [n, _] : iters_) add(n);
   return {out.begin(), out.end()};
 }
 

@@ -1,14 +1,17 @@
 // The language of `troupe shell` (tools/shell_command.h is its front end: line editing, history, `-c`).
 //
 // A statement is one of
-//   name = expr          assigns (prints nothing)
+//   name = expr          assigns (prints nothing); a variable holds an array or a data iterator
 //   print expr | expr    prints the value: a number, or an NDArray as MXNet shows it
 //   COMMAND words...     help [OP], vars, del NAME..., wait, engine stats, profile start|stop|table|dump FILE,
 //                        load FILE, save FILE NAME..., quit (see Interpreter::HelpText)
 // Expressions: numbers, variables, + - * / with the usual precedence (arrays of different shapes broadcast
 // as in NumPy, through the broadcast_* operators), unary minus, parentheses, slices on the
 // first axis (a[1], a[-1], a[0:2], a[:2]), built-in constructors (ones(2,3), zeros(2,3), full(2,3, 7),
-// arange(5), arange(1, 7, 2), uniform(2,3), normal(2,3), dot(a, b), reshape(a, 3, 2)) and every registered
+// arange(5), arange(1, 7, 2), uniform(2,3), normal(2,3), dot(a, b), reshape(a, 3, 2), astype(a, int32)), nan
+// and inf, data iterators (it = mnist(batch_size=10), or any registered iterator by name with its keyword
+// arguments, e.g. CSVIter(data_csv='x.csv', data_shape=(3,), batch_size=2); next(it) gives the next batch's
+// data, label(it) its label, reset(it) rewinds) and every registered
 // operator: Op(expr, ..., input=expr, key=value, ...). Positional arguments and keywords whose value is an
 // array are the operator's inputs (ListArguments, then ListAuxiliaryStates); other keywords are parameters,
 // passed as text (quotes are removed: act_type=relu and act_type='relu' are the same; quote a value that is
@@ -21,7 +24,8 @@
 // keep their troupe::Error message) are returned as a failed Outcome: a failed statement changes no
 // variable, and the interpreter stays usable. Run never throws for user input.
 //
-// Commands are a table: the future cluster mode adds its own (AddCommand) without touching the language.
+// Commands are a table: cluster mode (--connect, tools/shell/cluster_commands.h) adds its own (AddCommand)
+// without touching the language.
 //
 // Thread-safety: none; one interpreter is used from one thread. Arrays live on cpu(0) of Engine::Get().
 #pragma once
@@ -107,11 +111,14 @@ class Interpreter {
   const NDArray& Require(const std::string& name) const;
   void Set(const std::string& name, NDArray value);
 
-  // MXNet's NDArray text: the values (NumPy style, summarised with "..." beyond 1000 elements) and
-  // "<NDArray 2x3 @cpu(0)>". Waits for the array (rethrows its producer's error).
+  // MXNet's NDArray text: the values as NumPy prints them (str(a.asnumpy()): each float in its shortest
+  // round-trip digits, at most 8 after the point, or in scientific notation when the magnitudes call for it;
+  // rows wrapped between elements at 75 columns; summarised with "..." beyond 1000 elements, 3 at each end of
+  // an axis) and "<NDArray 2x3 @cpu(0)>". Waits for the array (rethrows its producer's error).
   static std::string Format(const NDArray& array);
 
   struct Value;
+  struct Iterator;
 
  private:
   struct Command {
@@ -122,6 +129,7 @@ class Interpreter {
   std::string RunCommand(const Command& command, const std::string& rest);
 
   std::map<std::string, NDArray> vars_;
+  std::map<std::string, std::shared_ptr<Iterator>> iters_;  // variables that hold a data iterator
   std::map<std::string, Command> commands_;
   bool quit_ = false;
   Waiter waiter_;

@@ -43,7 +43,102 @@ TEST(ShellInterpreter, PrintsLikeMXNet) {
   EXPECT_EQ(Ok(&in, "print arange(4) / 2").text, "[0.  0.5 1.  1.5]\n<NDArray 4 @cpu(0)>");
   EXPECT_EQ(Ok(&in, "full(2,2,1, 7)").text, "[[[7.]\n  [7.]]\n\n [[7.]\n  [7.]]]\n<NDArray 2x2x1 @cpu(0)>");
   const std::string big = Ok(&in, "arange(2000)").text;
-  EXPECT_EQ(big, "[   0.    1.    2. ... 1997. 1998. 1999.]\n<NDArray 2000 @cpu(0)>");
+  EXPECT_EQ(big, "[0.000e+00 1.000e+00 2.000e+00 ... 1.997e+03 1.998e+03 1.999e+03]\n<NDArray 2000 @cpu(0)>");
+}
+
+// The expected texts are NumPy 1.23.5's str() of the same float32 arrays (MXNet prints an NDArray that way):
+// rows wrapped between elements at 75 columns, shortest round-trip digits, scientific notation when the
+// magnitudes are far apart, nan and inf aligned.
+TEST(ShellInterpreter, PrintsLongRowsAsNumPyDoes) {
+  Interpreter in;
+  const auto values = [&](const std::string& expr) {
+    const std::string t = Ok(&in, expr).text;
+    return t.substr(0, t.rfind("\n<NDArray"));
+  };
+  EXPECT_EQ(values("arange(40) * 1.5"),
+            "[ 0.   1.5  3.   4.5  6.   7.5  9.  10.5 12.  13.5 15.  16.5 18.  19.5\n 21.  22.5 24.  25.5 27.  28.5 "
+            "30.  31.5 33.  34.5 36.  37.5 39.  40.5\n 42.  43.5 45.  46.5 48.  49.5 51.  52.5 54.  55.5 57.  58.5]");
+  EXPECT_EQ(values("reshape(arange(60) / 7, 2, 30)"),
+            "[[0.         0.14285715 0.2857143  0.42857143 0.5714286  0.71428573\n  0.85714287 1.         1.1428572  "
+            "1.2857143  1.4285715  1.5714285\n  1.7142857  1.8571428  2.         2.142857   2.2857144  2.4285715\n  "
+            "2.5714285  2.7142856  2.857143   3.         3.142857   3.2857144\n  3.4285715  3.5714285  3.7142856  "
+            "3.857143   4.         4.142857  ]\n [4.285714   4.428571   4.571429   4.714286   4.857143   5.\n  "
+            "5.142857   5.285714   5.428571   5.571429   5.714286   5.857143\n  6.         6.142857   6.285714   "
+            "6.428571   6.571429   6.714286\n  6.857143   7.         7.142857   7.285714   7.428571   7.571429\n  "
+            "7.714286   7.857143   8.         8.142858   8.285714   8.428572  ]]");
+  EXPECT_EQ(values("reshape(arange(24) / 3, 2, 3, 4)"),
+            "[[[0.         0.33333334 0.6666667  1.        ]\n  [1.3333334  1.6666666  2.         2.3333333 ]\n  "
+            "[2.6666667  3.         3.3333333  3.6666667 ]]\n\n [[4.         4.3333335  4.6666665  5.        ]\n  "
+            "[5.3333335  5.6666665  6.         6.3333335 ]\n  [6.6666665  7.         7.3333335  7.6666665 ]]]");
+  EXPECT_EQ(values("Concat(full(1, 0.00001), ones(1), full(1, nan), full(1, -inf), dim=0, num_args=4)"),
+            "[1.e-05 1.e+00    nan   -inf]");
+  // No line is longer than NumPy's 75 columns, whatever the shape.
+  const std::string wide = values("uniform(3, 50) * 1000");
+  std::size_t longest = 0;
+  for (std::size_t at = 0, nl; at < wide.size(); at = nl + 1) {
+    nl = std::min(wide.find('\n', at), wide.size());
+    longest = std::max(longest, nl - at);
+  }
+  EXPECT_LE(longest, 75u) << wide;
+}
+
+TEST(ShellInterpreter, AstypeNanAndInf) {
+  Interpreter in;
+  EXPECT_EQ(Ok(&in, "astype(arange(5) * 1.7, int32)").text, "[0 1 3 5 6]\n<NDArray 5 int32 @cpu(0)>");
+  EXPECT_EQ(Ok(&in, "astype(ones(2), 'float64') / 3").text, "[0.33333333 0.33333333]\n<NDArray 2 float64 @cpu(0)>");
+  EXPECT_EQ(Ok(&in, "print -inf").text, "-inf");
+  EXPECT_EQ(Ok(&in, "full(2, nan)").text, "[nan nan]\n<NDArray 2 @cpu(0)>");
+  Ok(&in, "c = clip(arange(4), a_min=-inf, a_max=2)");
+  EXPECT_EQ(Values(in, "c"), (std::vector<float>{0, 1, 2, 2}));
+  const Outcome bad = in.Run("astype(ones(2), int33)");
+  EXPECT_FALSE(bad.ok);
+  EXPECT_NE(bad.text.find("int33"), std::string::npos) << bad.text;
+}
+
+// A registered iterator by name (CSVIter here, on a file the test writes), and mnist() when Debian's
+// Fashion-MNIST is installed: next(it) gives the data, label(it) the label, reset(it) rewinds.
+TEST(ShellInterpreter, IteratorsGiveBatches) {
+  const std::string csv = ::testing::TempDir() + "shell_iter.csv";
+  {
+    std::FILE* f = std::fopen(csv.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("1,2\n3,4\n5,6\n", f);
+    std::fclose(f);
+  }
+  Interpreter in;
+  Ok(&in, "it = CSVIter(data_csv='" + csv + "', data_shape=(2,), batch_size=2)");
+  EXPECT_NE(Ok(&in, "it").text.find("<DataIter CSVIter: data 2x2"), std::string::npos);
+  Ok(&in, "x = next(it)");
+  EXPECT_EQ(Values(in, "x"), (std::vector<float>{1, 2, 3, 4}));
+  Ok(&in, "y = next(it)");  // the last batch, padded from the start as MXNet pads it
+  EXPECT_EQ(Values(in, "y"), (std::vector<float>{5, 6, 1, 2}));
+  Outcome end = in.Run("next(it)");
+  EXPECT_FALSE(end.ok);
+  EXPECT_NE(end.text.find("all 2 batches of this epoch; reset(it)"), std::string::npos) << end.text;
+  // MXNet's round_batch: the rows that padded the last batch are not read again, the epoch goes on after them.
+  Ok(&in, "reset(it)");
+  Ok(&in, "z = next(it) * 10");
+  EXPECT_EQ(Values(in, "z"), (std::vector<float>{30, 40, 50, 60}));
+  EXPECT_NE(Ok(&in, "vars").text.find("it  <DataIter CSVIter"), std::string::npos);
+  Outcome not_array = in.Run("it + 1");
+  EXPECT_FALSE(not_array.ok);
+  EXPECT_NE(not_array.text.find("data iterator, not an array"), std::string::npos) << not_array.text;
+  EXPECT_FALSE(in.Run("next(x)").ok);
+  EXPECT_FALSE(in.Run("CSVIter(2)").ok);
+  Ok(&in, "del it");
+  EXPECT_FALSE(in.Run("it").ok);
+
+  if (std::FILE* f = std::fopen("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz", "rb")) {
+    std::fclose(f);
+    Ok(&in, "m = mnist(batch_size=3, train=0)");
+    const Outcome no_batch = in.Run("label(m)");
+    EXPECT_FALSE(no_batch.ok);
+    EXPECT_NE(no_batch.text.find("next(it) gives one"), std::string::npos) << no_batch.text;
+    Ok(&in, "d = next(m)");
+    Ok(&in, "l = label(m)");
+    EXPECT_EQ(in.Find("d")->shape(), TShape({3, 1, 28, 28}));
+    EXPECT_EQ(Values(in, "l"), (std::vector<float>{9, 2, 1}));  // the first labels of Fashion-MNIST's test set
+  }
 }
 
 TEST(ShellInterpreter, SlicesTheFirstAxis) {
@@ -133,8 +228,14 @@ TEST(ShellInterpreter, HelpComesFromTheRegistry) {
   EXPECT_NE(fc.find("weight (NDArray-or-Symbol)"), std::string::npos) << fc;
   const std::string all = Ok(&in, "help").text;
   EXPECT_NE(all.find("profile start|stop|table|dump FILE"), std::string::npos);
-  EXPECT_NE(all.find("come with cluster mode"), std::string::npos);
+  EXPECT_NE(all.find("start the shell with --connect HOST:PORT"), std::string::npos) << all;
+  EXPECT_EQ(all.find("not there yet"), std::string::npos) << all;
   EXPECT_EQ(all.find("kv push"), std::string::npos);
+  // Connected (cluster_commands.h adds its commands): they are listed, with no word of how to get them.
+  in.AddCommand("nodes", "nodes", "the cluster's nodes", [](const std::vector<std::string>&) { return std::string(); });
+  const std::string connected = Ok(&in, "help").text;
+  EXPECT_NE(connected.find("the cluster's nodes"), std::string::npos) << connected;
+  EXPECT_EQ(connected.find("--connect"), std::string::npos) << connected;
   const Outcome o = in.Run("help FullyConected");
   EXPECT_FALSE(o.ok);
   EXPECT_NE(o.text.find("FullyConnected"), std::string::npos) << o.text;
