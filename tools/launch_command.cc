@@ -296,7 +296,8 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
                    "server fails the job); the workers resend what its checkpoint lacks")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
-  app_->add_option("command", options_.command, "The worker command and its arguments (after --)")->required();
+  // Not ->required(): RunLaunch says what is missing in words of its own, with an example.
+  app_->add_option("command", options_.command, "The worker command and its arguments (after --)");
   app_->allow_extras(false);
   // The first positional word starts the worker command: what follows is its own, even when it looks like an
   // option or names a troupe subcommand ("troupe launch -n 2 troupe train --epochs 3" without the '--').
@@ -323,6 +324,12 @@ int LaunchCommand::Run() {
 }
 
 int RunLaunch(const LaunchOptions& o) {
+  if (o.command.empty()) {
+    std::fprintf(stderr,
+                 "troupe launch: name the workers' command after the options, e.g. troupe launch -n 2 -s 1 -- troupe "
+                 "train --kvstore dist_sync\n");
+    return 2;
+  }
   std::vector<SshHost> hosts;
   if (const int status = CheckLauncher(o, &hosts); status != 0) return status;
   if (const int status = CheckCommand(o); status != 0) return status;

@@ -62,7 +62,7 @@ void CheckArray(const char* op, const char* role, const NDArray& a) {
   if (a.is_none()) throw Error(std::string(op) + ": the " + role + " array is none (give an allocated array)");
   if (a.dtype() != DType::kFloat32) {
     throw Error(std::string(op) + ": the " + role + " array has dtype " + DTypeName(a.dtype()) +
-                "; 2-bit compression works on float32 only (convert with AsType)");
+                "; 2-bit compression works on float32 only (convert the array to float32 first)");
   }
   if (a.ctx().is_gpu()) {
     // There are no GPU kernels for the 2-bit codes yet: say so rather than run on the wrong device.

@@ -23,7 +23,7 @@ const char* BinaryOpName(BinaryOp op) {
 namespace {
 
 [[noreturn]] void ThrowBoolArithmetic(BinaryOp op) {
-  throw Error(std::string("arithmetic '") + BinaryOpName(op) + "' is not defined for dtype bool; convert with AsType");
+  throw Error(std::string("arithmetic '") + BinaryOpName(op) + "' is not defined for dtype bool; convert it to a number type first (NDArray::AsType; astype() in troupe shell)");
 }
 
 template <typename T, typename C, typename Op>

@@ -49,11 +49,11 @@ void CheckSame(const char* op, const NDArray& a, const NDArray& b) {
   }
   if (a.dtype() != b.dtype()) {
     throw Error(std::string(op) + ": dtypes differ: " + DTypeName(a.dtype()) + " and " + DTypeName(b.dtype()) +
-                "; convert one with AsType");
+                "; convert one to the other's dtype first (NDArray::AsType; astype() in troupe shell)");
   }
   if (a.ctx() != b.ctx()) {
     throw Error(std::string(op) + ": arrays are on different devices: " + a.ctx().ToString() + " and " +
-                b.ctx().ToString() + "; copy one with CopyTo");
+                b.ctx().ToString() + "; copy one to the other's device first (NDArray::CopyTo)");
   }
   if (a.engine() != b.engine()) throw Error(std::string(op) + ": arrays belong to different engines");
 }
@@ -61,7 +61,7 @@ void CheckSame(const char* op, const NDArray& a, const NDArray& b) {
 void CheckArithmetic(const NDArray& a, BinaryOp op) {
   if (a.dtype() == DType::kBool) {
     throw Error(std::string("arithmetic '") + internal::BinaryOpName(op) +
-                "' is not defined for dtype bool; convert with AsType");
+                "' is not defined for dtype bool; convert it to a number type first (NDArray::AsType; astype() in troupe shell)");
   }
 }
 

@@ -157,6 +157,9 @@ TEST(Launch, BadUsageIsAUsageError) {
   EXPECT_EQ(Launch({"-n", "2", "--launcher", "carrier-pigeon", "--", "true"}).first, 2);
   EXPECT_EQ(Launch({"-n", "2", "--env", "NOEQUALS", "--", "true"}).first, 2);
   EXPECT_EQ(Launch({"--", "true"}).first, 2) << "-n is required";
+  const auto [status, lines] = Launch({"-n", "2"});
+  EXPECT_EQ(status, 2);
+  EXPECT_EQ(Count(lines, "troupe launch: name the workers' command after the options"), 1);
 }
 
 }  // namespace
