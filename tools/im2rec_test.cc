@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,72 @@ TEST_F(Im2RecTest, MissingListAndUsage) {
   EXPECT_NE(r.err.find("nope.lst"), std::string::npos) << r.err;
   r = RunIm2Rec("only_one_arg", dir_);
   EXPECT_EQ(r.status, 2) << r.err;
+  r = RunIm2Rec("--list only_a_prefix", dir_);
+  EXPECT_EQ(r.status, 2) << r.err;
+}
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  EXPECT_TRUE(in.good()) << p;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// `im2rec --list` against MXNet 1.9.1's tools/im2rec.py --list on the same folder (its output pasted below):
+// the walk's order, the class labels, the shuffle (Python's random.seed(100)), the chunks and the
+// train/val/test split.
+TEST_F(Im2RecTest, ListsAFolderAsMXNetDoes) {
+  const fs::path root = dir_ / "root";
+  for (const char* f : {"a.jpg", "notes.txt", "cat/001.jpg", "cat/002.JPG", "cat/003.png", "cat/004.gif",
+                        "dog/010.jpeg", "dog/011.jpg", "dog/puppy/020.jpg", "zebra/1.jpg", "zebra/2.jpg",
+                        "zebra/3.jpg", "zebra/4.jpg", "zebra/5.jpg"}) {
+    WriteFile(root / f, "x");
+  }
+  fs::create_directories(root / "empty");
+  const std::string in = " '" + (dir_ / "out" / "r").string() + "' '" + root.string() + "'";
+  fs::create_directories(dir_ / "out");
+  // python im2rec.py --list --recursive --train-ratio 0.5 --test-ratio 0.25 out/r root
+  Result r = RunIm2Rec("--list --recursive --train-ratio 0.5 --test-ratio 0.25" + in, dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(Slurp(dir_ / "out" / "r_test.lst"), "1\t1.000000\tcat/001.jpg\n4\t2.000000\tdog/010.jpeg\n9\t4.000000\tzebra/3.jpg\n");
+  EXPECT_EQ(Slurp(dir_ / "out" / "r_train.lst"),
+            "0\t0.000000\ta.jpg\n3\t1.000000\tcat/003.png\n8\t4.000000\tzebra/2.jpg\n5\t2.000000\tdog/011.jpg\n"
+            "6\t3.000000\tdog/puppy/020.jpg\n11\t4.000000\tzebra/5.jpg\n");
+  EXPECT_EQ(Slurp(dir_ / "out" / "r_val.lst"), "10\t4.000000\tzebra/4.jpg\n7\t4.000000\tzebra/1.jpg\n2\t1.000000\tcat/002.JPG\n");
+
+  // python im2rec.py --list out/flat root: the root's own images only, label 0.
+  r = RunIm2Rec("--list '" + (dir_ / "out" / "flat").string() + "' '" + root.string() + "'", dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(Slurp(dir_ / "out" / "flat.lst"), "0\t0.000000\ta.jpg\n");
+
+  // python im2rec.py --list --recursive --no-shuffle --chunks 2 out/c root
+  r = RunIm2Rec("--list --recursive --no-shuffle --chunks 2 '" + (dir_ / "out" / "c").string() + "' '" + root.string() + "'", dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(Slurp(dir_ / "out" / "c_0.lst"),
+            "0\t0.000000\ta.jpg\n1\t1.000000\tcat/001.jpg\n2\t1.000000\tcat/002.JPG\n3\t1.000000\tcat/003.png\n"
+            "4\t2.000000\tdog/010.jpeg\n5\t2.000000\tdog/011.jpg\n");
+  EXPECT_EQ(Slurp(dir_ / "out" / "c_1.lst"),
+            "6\t3.000000\tdog/puppy/020.jpg\n7\t4.000000\tzebra/1.jpg\n8\t4.000000\tzebra/2.jpg\n"
+            "9\t4.000000\tzebra/3.jpg\n10\t4.000000\tzebra/4.jpg\n11\t4.000000\tzebra/5.jpg\n");
+
+  // 50 images: a longer shuffle, where Python's rejection sampling (_randbelow) comes into play.
+  const fs::path many = dir_ / "many";
+  for (int i = 0; i < 50; ++i) WriteFile(many / ((i < 10 ? "img_0" : "img_") + std::to_string(i) + ".jpg"), "x");
+  r = RunIm2Rec("--list '" + (dir_ / "out" / "many").string() + "' '" + many.string() + "'", dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string order;
+  std::istringstream lines(Slurp(dir_ / "out" / "many.lst"));
+  for (std::string line; std::getline(lines, line);) order += line.substr(0, line.find('\t')) + ",";
+  EXPECT_EQ(order, "39,30,35,36,38,44,43,19,0,17,1,15,10,41,2,18,8,31,12,28,33,20,23,46,42,4,37,6,24,26,49,14,21,13,3,"
+                   "16,47,5,40,34,7,32,27,22,25,45,11,48,29,9,");
+
+  // The lists pack: the train list of the first run goes through im2rec as any list does.
+  r = RunIm2Rec("'" + (dir_ / "out" / "r_train.lst").string() + "' '" + root.string() + "' '" + (dir_ / "out" / "r").string() + "'", dir_);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "r.rec"));
+
+  r = RunIm2Rec("--list --train-ratio 0.8 --test-ratio 0.5" + in, dir_);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("add up to at most 1"), std::string::npos) << r.err;
 }
 
 }  // namespace
