@@ -82,6 +82,23 @@ TEST(ShellInterpreter, PrintsLongRowsAsNumPyDoes) {
   EXPECT_LE(longest, 75u) << wide;
 }
 
+// The functions a NumPy or MXNet user reaches for first come from the operator registry, not from copies.
+TEST(ShellInterpreter, EverydayFunctionsComeFromTheRegistry) {
+  Interpreter in;
+  Ok(&in, "a = reshape(arange(6) - 2, 2, 3)");
+  Ok(&in, "r = relu(a)");
+  EXPECT_EQ(Values(in, "r"), (std::vector<float>{0, 0, 0, 1, 2, 3}));
+  Ok(&in, "t = transpose(a)");
+  EXPECT_EQ(Values(in, "t"), (std::vector<float>{-2, 1, -1, 2, 0, 3}));
+  Ok(&in, "m = argmax(a, axis=1)");
+  EXPECT_EQ(Values(in, "m"), (std::vector<float>{2, 2}));
+  Ok(&in, "e = log(exp(a))");
+  const std::vector<float> e = Values(in, "e");
+  for (std::size_t i = 0; i < e.size(); ++i) EXPECT_NEAR(e[i], static_cast<float>(i) - 2, 1e-5);
+  Ok(&in, "s = sigmoid(a * 0)");
+  EXPECT_EQ(Values(in, "s"), std::vector<float>(6, 0.5f));
+}
+
 TEST(ShellInterpreter, AstypeNanAndInf) {
   Interpreter in;
   EXPECT_EQ(Ok(&in, "astype(arange(5) * 1.7, int32)").text, "[0 1 3 5 6]\n<NDArray 5 int32 @cpu(0)>");
