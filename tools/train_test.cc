@@ -401,6 +401,25 @@ TEST_F(TrainCommandTest, OptimizerAndScheduleSettingsReachTheUpdate) {
   EXPECT_GT(std::stod(acc[2]), 0.4) << warm.out;
 }
 
+// A resumed run's schedule: a checkpoint's optimizer states keep no update count, so the count restarts at
+// the resumed epoch and the decays before it apply to the starting rate (MXNet's fit.py). With --lr-factor 0
+// after epoch 1, the run resumed from epoch 1 trains at rate 0: its epochs end with the checkpoint's
+// accuracy. (Steps counted from update 0 would train 20 more updates at the full rate.)
+TEST_F(TrainCommandTest, ResumedScheduleCountsFromTheResumedEpoch) {
+  const std::string prefix = (dir_ / "ckpt" / "sched").string();
+  const std::string args = "--data " + Data("idx") + " --momentum 0 --lr 0.1 --lr-step-epochs 1 --lr-factor 0 "
+                           "--progress none --checkpoint " + prefix;
+  Result r = Train(args + " --epochs 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto first = EpochTestAccuracies(r.out);
+  ASSERT_EQ(first.size(), 1u) << r.out;
+  r = Train(args + " --epochs 3 --resume 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("optimizer sgd learning_rate=0 "));
+  const auto later = EpochTestAccuracies(r.out);
+  EXPECT_EQ(later, (std::vector<std::string>{first[0], first[0]})) << r.out;
+}
+
 // Bad combinations are refused with a message and the usage status before anything is trained.
 TEST_F(TrainCommandTest, RefusesBadOptimizerSettingsBeforeTraining) {
   const std::vector<std::pair<std::string, std::string>> cases = {

@@ -27,6 +27,14 @@ std::vector<double> HostValues(const NDArray& a) {
   return c.AsType(DType::kFloat64).ToVector<double>();
 }
 
+// num_pad (the batch's last rows that are padding) within [0, batch].
+void CheckPad(const std::string& metric, int num_pad, std::int64_t batch) {
+  if (num_pad < 0 || num_pad > batch) {
+    throw Error("metric " + metric + ": num_pad " + std::to_string(num_pad) + " outside [0, batch size " +
+                std::to_string(batch) + "]");
+  }
+}
+
 // Shared checks of one (label, pred) pair of a classifier: pred (batch, classes), label (batch,) or
 // (batch, 1). Returns the number of rows to count (batch - num_pad).
 std::int64_t CheckPair(const std::string& metric, const NDArray& label, const NDArray& pred, int num_pad,
@@ -41,10 +49,7 @@ std::int64_t CheckPair(const std::string& metric, const NDArray& label, const ND
                 pred.shape().ToString() + " (expected one label per row of the prediction)");
   }
   *classes = batch == 0 ? 0 : pred.Size() / batch;
-  if (num_pad < 0 || num_pad > batch) {
-    throw Error("metric " + metric + ": num_pad " + std::to_string(num_pad) + " outside [0, batch size " +
-                std::to_string(batch) + "]");
-  }
+  CheckPad(metric, num_pad, batch);
   return batch - num_pad;
 }
 
@@ -141,10 +146,7 @@ class RegressionMetric : public EvalMetric {
                     pred.shape().ToString() + " differ in the batch (first) dimension");
       }
       const std::int64_t batch = pred.shape()[0];
-      if (num_pad < 0 || num_pad > batch) {
-        throw Error("metric " + name_ + ": num_pad " + std::to_string(num_pad) + " outside [0, batch size " +
-                    std::to_string(batch) + "]");
-      }
+      CheckPad(name_, num_pad, batch);
       const std::int64_t rows = batch - num_pad;
       const std::int64_t lc = batch == 0 ? 1 : label.Size() / batch;
       const std::int64_t pc = batch == 0 ? 1 : pred.Size() / batch;
@@ -250,10 +252,7 @@ class Perplexity : public EvalMetric {
       }
       // Rows of the batch's padding: the label count per batch row times num_pad, at the end.
       const std::int64_t batch = pred.shape()[0];
-      if (num_pad < 0 || num_pad > batch) {
-        throw Error("metric perplexity: num_pad " + std::to_string(num_pad) + " outside [0, batch size " +
-                    std::to_string(batch) + "]");
-      }
+      CheckPad(name_, num_pad, batch);
       const std::int64_t per_row = batch == 0 ? 0 : label.Size() / batch;
       const std::int64_t count = label.Size() - per_row * num_pad;
       const std::vector<double> l = HostValues(label);
