@@ -650,7 +650,8 @@ std::string ForCommandLine(const std::string& library_message) {
       {"; call Bind first (or Fit)", ""},
       {" or set label_width=1", " (troupe reads one label per image)"},
   };
-  std::string msg = library_message;
+  // "Module::Fit: " and the like name the C++ call that failed, which says nothing to a command-line user.
+  std::string msg = std::regex_replace(library_message, std::regex("^Module::[A-Za-z]+: "), "");
   for (const auto& [from, to] : kRewrites) {
     for (auto at = msg.find(from); at != std::string::npos; at = msg.find(from, at + std::strlen(to))) {
       msg.replace(at, std::strlen(from), to);

@@ -100,8 +100,8 @@ std::unique_ptr<DataIter> MakeDataIter(const std::string& data, bool train, int 
 int RunTrain(const TrainOptions& options);
 
 // A library error's message as the command-line user should read it: fixes that name C++ API calls
-// ("convert one with AsType", "pass allow_extra") said in terms of files and options. Used by train, score
-// and predict.
+// ("convert one with AsType", "pass allow_extra") said in terms of files and options, and a leading
+// "Module::Fit: " left out. Used by train, score and predict.
 std::string ForCommandLine(const std::string& library_message);
 
 }  // namespace troupe::tools

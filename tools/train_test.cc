@@ -602,6 +602,7 @@ TEST_F(TrainCommandTest, ErrorsSpeakCommandLine) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_THAT(r.out, HasSubstr("the file holds arrays of another network"));
   EXPECT_THAT(r.out, Not(HasSubstr("allow_extra")));
+  EXPECT_THAT(r.out, Not(HasSubstr("Module::")));
 }
 
 
