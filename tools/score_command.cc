@@ -114,7 +114,13 @@ ScoreCommand::ScoreCommand(CLI::App* root, bool predict) : predict_(predict) {
 
 bool ScoreCommand::chosen() const { return app_->parsed(); }
 
-int ScoreCommand::Run() { return predict_ ? RunPredict(options_) : RunScore(options_); }
+int ScoreCommand::Run() {
+  try {
+    return predict_ ? RunPredict(options_) : RunScore(options_);
+  } catch (const std::exception& e) {
+    throw Error(ForCommandLine(e.what()));  // library fixes said in command-line terms
+  }
+}
 
 int RunScore(const ScoreOptions& o) {
   Loaded l = Load(o, "score");

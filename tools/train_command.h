@@ -2,8 +2,11 @@
 // file with optional starting parameters (--symbol, tools/symbol_net.h), with the Module (train/train.h)
 // on Fashion-MNIST or the user's idx, CSV or RecordIO files, on one or several devices, or as a worker of a
 // distributed KVStore cluster started by `troupe launch` (each worker reads its own part of the training
-// data). Per epoch: a progress bar (images/s, loss, accuracy) when stdout is a terminal, plain lines
-// otherwise, then the test accuracy; checkpoints in MXNet's naming; --resume continues from one.
+// data). Optimizers, schedules and metrics by MXNet's names; per epoch MXNet's log lines (Epoch[e]
+// Train-accuracy=..., Time cost=..., Validation-... with --val-fraction) and the test metrics; within an
+// epoch a progress bar on a terminal or MXNet's Speedometer lines; checkpoints in MXNet's naming every
+// --save-period epochs and after the last; --resume continues from one. docs/train.md has the options and
+// log formats.
 //
 // Exit status: 0 when the final test accuracy reaches --min-accuracy (default 0), 1 when it does not or
 // training failed (the message names the cause), 2 on bad usage.
@@ -14,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "io/io.h"
 
@@ -32,13 +36,30 @@ struct TrainOptions {
   std::string devices = "cpu:0";         // cpu:0,cpu:1 | gpu:0 ...
   int epochs = 10;
   int batch_size = 100;                  // per worker (MXNet's fit.py)
-  std::string optimizer = "sgd";         // sgd | adam
-  double lr = -1;                        // < 0: the optimizer's default here (sgd 0.05, adam 0.001)
-  double momentum = 0.9;                 // sgd
+  // Optimizer (op/optimizer.h), MXNet's names: sgd | nag | adam | adagrad | rmsprop.
+  std::string optimizer = "sgd";
+  double lr = -1;                        // < 0: the default here (sgd, nag 0.05; adam, rmsprop 0.001; adagrad 0.01)
+  double momentum = 0.9;                 // sgd and nag
+  bool momentum_given = false;           // --momentum on the command line (an error with the others)
   double wd = 0.0001;
-  std::string lr_step_epochs;            // "10,15": multiply the rate by lr_factor after these epochs
+  std::vector<std::string> optimizer_params;  // "key=value" (MXNet's optimizer_params: beta1, epsilon, ...)
+  // Learning-rate schedule (MXNet's mx.lr_scheduler); epochs are converted to update counts.
+  std::string lr_scheduler;              // "" (constant; multifactor when lr_step_epochs is given) | factor |
+                                         // multifactor | cosine
+  std::string lr_step_epochs;            // "10,15": multiply the rate by lr_factor after these epochs (factor:
+                                         // one value, the epochs between two decays)
   double lr_factor = 0.1;
-  std::string checkpoint;                // PREFIX: PREFIX-symbol.json, PREFIX-%04d.params after every epoch
+  int warmup_epochs = 0;                 // warm-up of the schedule (warmup_steps = epochs x updates per epoch)
+  double warmup_begin_lr = 0;
+  std::string warmup_mode = "linear";    // linear | constant
+  std::vector<std::string> lr_scheduler_params;  // "key=value" (final_lr, stop_factor_lr)
+  // Metrics (EvalMetric::Create names), each entry one name or a comma list.
+  std::vector<std::string> metrics = {"acc,ce"};
+  int top_k = 0;                         // k of top_k_acc (0: 5); > 0 without top_k_acc in metrics adds it
+  double val_fraction = 0;               // held out of the training images for per-epoch validation
+  int save_period = 1;                   // checkpoint every N epochs, and after the last
+  int log_interval = 100;                // batches between two Speedometer lines (--progress lines)
+  std::string checkpoint;                // PREFIX: PREFIX-symbol.json, PREFIX-%04d.params (see save_period)
   int resume = 0;                        // > 0: continue from PREFIX-<resume>
   std::int64_t train_images = 0;         // 0: all; else the first N (split over the workers)
   std::int64_t test_images = 0;          // 0: all
@@ -74,7 +95,13 @@ std::unique_ptr<DataIter> MakeDataIter(const std::string& data, bool train, int 
                                        std::uint64_t seed, const std::string& data_shape, bool shuffle,
                                        std::int64_t max_images);
 
-// Runs a training job (what `troupe train` does after parsing). Returns the exit status.
+// Runs a training job (what `troupe train` does after parsing). Returns the exit status. Throws
+// troupe::Error for bad options (before any work) or a failed run.
 int RunTrain(const TrainOptions& options);
+
+// A library error's message as the command-line user should read it: fixes that name C++ API calls
+// ("convert one with AsType", "pass allow_extra") said in terms of files and options, and a leading
+// "Module::Fit: " left out. Used by train, score and predict.
+std::string ForCommandLine(const std::string& library_message);
 
 }  // namespace troupe::tools

@@ -124,11 +124,26 @@ std::vector<std::string> FinalAccuracies(const std::string& out) {
   return found;
 }
 
-// The Test-accuracy of every "Epoch[E] ..." line (of `who`'s lines when given, e.g. "[worker 0] "), in order.
+// The value of every "Epoch[E] <what>=X" line (of `who`'s lines when given, e.g. "[worker 0] "), in order;
+// what: "Test-accuracy", "Validation-cross-entropy" ...
+std::vector<std::string> EpochValues(const std::string& out, const std::string& what, const std::string& who = "") {
+  std::vector<std::string> found;
+  std::istringstream lines(out);
+  const std::regex re(R"(Epoch\[\d+\] )" + what + R"(=([-0-9.a-z]+))");
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (line.rfind(who, 0) != 0) continue;
+    const std::string rest = line.substr(who.size());
+    if (std::regex_match(rest, m, re)) found.push_back(m[1].str());
+  }
+  return found;
+}
+
+// The Test-accuracy of every epoch (of `who`'s lines when given, e.g. "[worker 0] "), in order.
 std::vector<std::string> EpochTestAccuracies(const std::string& out, const std::string& who = "") {
   std::vector<std::string> found;
   std::istringstream lines(out);
-  const std::regex re(R"(Epoch\[\d+\] Train-accuracy=.* Test-accuracy=([0-9.]+))");
+  const std::regex re(R"(Epoch\[\d+\] Test-accuracy=([0-9.]+)$)");
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
     if (line.rfind(who, 0) == 0 && std::regex_search(line, m, re)) found.push_back(m[1].str());
@@ -219,7 +234,8 @@ TEST_F(TrainCommandTest, DrawsAProgressBar) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("\rEpoch 1/1 ["));
   EXPECT_THAT(r.out, HasSubstr("100% 20/20"));  // 2000 images in batches of 100
-  EXPECT_THAT(r.out, HasSubstr("img/s  loss "));
+  EXPECT_THAT(r.out, HasSubstr("img/s  acc "));
+  EXPECT_THAT(r.out, HasSubstr("  loss "));
 }
 
 TEST_F(TrainCommandTest, RefusesBadUsageWithAMessage) {
@@ -331,6 +347,262 @@ TEST_F(TrainCommandTest, DistAsyncTrains) {
                             Data("idx") + " --epochs 2 --momentum 0 --lr 0.1 --progress none --min-accuracy 0.5");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(FinalAccuracies(r.out).size(), 2u) << r.out;
+}
+
+
+// ------------------------------------------------------------------------------------------ MXNet's options
+// Issue 25: the optimizers, schedules, metrics, validation split, save period and log lines an MXNet user knows.
+
+// Every optimizer by MXNet's name with its own parameters (--optimizer-param), and a schedule with a warm-up:
+// each learns (chance is 0.1), and the start-up line shows the configuration the Module got, with epochs
+// converted to update counts (20 batches of 100 per epoch).
+TEST_F(TrainCommandTest, EveryOptimizerAndScheduleByMXNetsNames) {
+  Result r = Train("--data " + Data("idx") + " --optimizer nag --momentum 0.9 --wd 1e-4 --lr-scheduler cosine "
+                   "--warmup-epochs 1 --epochs 2 --progress none --min-accuracy 0.5");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("optimizer nag learning_rate=0.05 wd=0.0001 momentum=0.9; lr_scheduler cosine "
+                               "max_update=40 warmup_steps=20 warmup_begin_lr=0 warmup_mode=linear (update counts, "
+                               "20 per epoch)"));
+  r = Train("--data " + Data("idx") + " --lr-scheduler factor --lr-step-epochs 1 --lr-factor 0.5 "
+            "--lr-scheduler-param stop_factor_lr=0.001 --epochs 1 --progress none");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("lr_scheduler factor step=20 factor=0.5 stop_factor_lr=0.001"));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"adam --optimizer-param beta1=0.8 --optimizer-param epsilon=1e-6", "beta1=0.8 epsilon=1e-6"},
+      {"adagrad --optimizer-param eps=1e-6", "eps=1e-6"},
+      {"rmsprop --optimizer-param centered=True --optimizer-param gamma2=0.95", "centered=True gamma2=0.95"},
+  };
+  for (const auto& [args, shown] : cases) {
+    SCOPED_TRACE(args);
+    r = Train("--data " + Data("idx") + " --epochs 1 --progress none --min-accuracy 0.5 --optimizer " + args);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(shown)) << r.out;
+  }
+}
+
+// The settings reach the update: clip_gradient 0 (and no weight decay) leaves every weight where it started,
+// so both epochs end with the initial parameters' test accuracy. A constant warm-up from rate 0 over two
+// epochs does the same for epoch 0 (the same seed: the same initial parameters; MXNet counts updates from 1,
+// so the warm-up's last update, the 40th, already has the full rate), then the last epoch learns.
+TEST_F(TrainCommandTest, OptimizerAndScheduleSettingsReachTheUpdate) {
+  const Result frozen = Train("--data " + Data("idx") + " --epochs 2 --momentum 0 --wd 0 --optimizer-param "
+                              "clip_gradient=0 --progress none --seed 4");
+  ASSERT_EQ(frozen.status, 0) << frozen.out;
+  const auto still = EpochTestAccuracies(frozen.out);
+  ASSERT_EQ(still.size(), 2u) << frozen.out;
+  EXPECT_EQ(still[1], still[0]) << frozen.out;
+  const Result warm = Train("--data " + Data("idx") + " --epochs 3 --momentum 0 --lr-step-epochs 5 --warmup-epochs 2 "
+                            "--warmup-mode constant --warmup-begin-lr 0 --progress none --seed 4");
+  ASSERT_EQ(warm.status, 0) << warm.out;
+  EXPECT_THAT(warm.out, HasSubstr("warmup_steps=40 warmup_begin_lr=0 warmup_mode=constant"));
+  const auto acc = EpochTestAccuracies(warm.out);
+  ASSERT_EQ(acc.size(), 3u) << warm.out;
+  EXPECT_EQ(acc[0], still[0]) << warm.out;
+  EXPECT_GT(std::stod(acc[2]), 0.4) << warm.out;
+}
+
+// A resumed run's schedule: a checkpoint's optimizer states keep no update count, so the count restarts at
+// the resumed epoch and the decays before it apply to the starting rate (MXNet's fit.py). With --lr-factor 0
+// after epoch 1, the run resumed from epoch 1 trains at rate 0: its epochs end with the checkpoint's
+// accuracy. (Steps counted from update 0 would train 20 more updates at the full rate.)
+TEST_F(TrainCommandTest, ResumedScheduleCountsFromTheResumedEpoch) {
+  const std::string prefix = (dir_ / "ckpt" / "sched").string();
+  const std::string args = "--data " + Data("idx") + " --momentum 0 --lr 0.1 --lr-step-epochs 1 --lr-factor 0 "
+                           "--progress none --checkpoint " + prefix;
+  Result r = Train(args + " --epochs 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto first = EpochTestAccuracies(r.out);
+  ASSERT_EQ(first.size(), 1u) << r.out;
+  r = Train(args + " --epochs 3 --resume 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("optimizer sgd learning_rate=0 "));
+  const auto later = EpochTestAccuracies(r.out);
+  EXPECT_EQ(later, (std::vector<std::string>{first[0], first[0]})) << r.out;
+}
+
+// Bad combinations are refused with a message and the usage status before anything is trained.
+TEST_F(TrainCommandTest, RefusesBadOptimizerSettingsBeforeTraining) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--optimizer adam --momentum 0.9", "--momentum is a parameter of sgd and nag, not of adam"},
+      {"--optimizer-param bogus=1", "bogus"},
+      {"--optimizer adam --optimizer-param beta1=2", "beta1"},
+      {"--optimizer-param beta1", "want key=value"},
+      {"--optimizer-param learning_rate=0.1", "use --lr instead"},
+      {"--lr-scheduler cosine --lr-step-epochs 2", "not cosine"},
+      {"--lr-scheduler factor", "--lr-scheduler factor needs --lr-step-epochs N"},
+      {"--lr-scheduler multifactor", "--lr-scheduler multifactor needs --lr-step-epochs"},
+      {"--warmup-epochs 1", "--warmup-epochs needs a schedule"},
+      {"--lr-scheduler cosine --warmup-epochs 3 --epochs 2", "must be below --epochs 2"},
+      {"--lr-scheduler-param final_lr=0.1", "needs --lr-scheduler"},
+      {"--lr-scheduler cosine --lr-scheduler-param max_update=5", "--lr-scheduler-param max_update: set by"},
+      {"--lr-scheduler cosine --lr-scheduler-param bogus=5", "bogus"},
+      {"--lr-scheduler cosine --checkpoint x --resume 1 --epochs 3", "cosine cannot continue"},
+      {"--metric acc,bogus", "--metric bogus: unknown"},
+      {"--metric acc --metric accuracy", "given twice"},
+      {"--save-period 2", "--save-period needs --checkpoint"},
+      {"--optimizer sgdd", "sgdd"},
+  };
+  for (const auto& [args, message] : cases) {
+    SCOPED_TRACE(args);
+    const Result r = Train("--data " + Data("idx") + " --progress none " + args);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(message));
+    EXPECT_THAT(r.out, Not(HasSubstr("Epoch[")));
+  }
+}
+
+// A cluster's servers run the optimizer: the settings travel in its configuration. rmsprop with
+// clip_gradient 0 on the servers leaves the weights alone (the same test accuracy after both epochs), and
+// nag with a warmed-up cosine schedule learns.
+TEST_F(TrainCommandTest, DistServersGetEveryOptimizerSetting) {
+  const std::string cli = TROUPE_CLI_PATH;
+  const std::string job = cli + " launch -n 2 -s 1 -- " + cli + " train --kvstore dist_sync --batch-size 50 --data " +
+                          Data("idx") + " --epochs 2 --progress none ";
+  Result r = RunShell(job + "--optimizer rmsprop --wd 0 --optimizer-param clip_gradient=0 --lr-scheduler cosine");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto acc = EpochTestAccuracies(r.out, "[worker 0] ");
+  ASSERT_EQ(acc.size(), 2u) << r.out;
+  EXPECT_EQ(acc[1], acc[0]) << r.out;
+  r = RunShell(job + "--optimizer nag --lr-scheduler cosine --warmup-epochs 1 --min-accuracy 0.5");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("lr_scheduler cosine max_update=40 warmup_steps=20"));  // rounds of 2 x 50
+}
+
+double Value(const std::vector<std::string>& v, std::size_t i) { return i < v.size() ? std::stod(v[i]) : std::nan(""); }
+
+// Several metrics by MXNet's names, on the training, validation and test data; the figures agree with
+// each other as their definitions say (top-3 accuracy >= accuracy; perplexity = exp(cross-entropy)).
+TEST_F(TrainCommandTest, MetricsByMXNetsNames) {
+  const Result r = Train("--data " + Data("idx") + " --epochs 1 --progress none --val-fraction 0.2 "
+                         "--metric acc,ce --metric mse,mae,rmse --metric perplexity --top-k 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("metrics accuracy, cross-entropy, mse, mae, rmse, perplexity, top_k_accuracy_3"));
+  for (const std::string split : {"Train", "Validation", "Test"}) {
+    SCOPED_TRACE(split);
+    for (const char* name : {"accuracy", "cross-entropy", "mse", "mae", "rmse", "perplexity", "top_k_accuracy_3"}) {
+      EXPECT_EQ(EpochValues(r.out, split + "-" + name).size(), 1u) << name << "\n" << r.out;
+    }
+    const double acc = Value(EpochValues(r.out, split + "-accuracy"), 0);
+    EXPECT_GE(Value(EpochValues(r.out, split + "-top_k_accuracy_3"), 0), acc);
+    const double ce = Value(EpochValues(r.out, split + "-cross-entropy"), 0);
+    EXPECT_NEAR(Value(EpochValues(r.out, split + "-perplexity"), 0), std::exp(ce), 1e-4 * std::exp(ce));
+    EXPECT_GT(Value(EpochValues(r.out, split + "-mse"), 0), 0);
+  }
+  // f1 is binary: the 10 classes of the built-in models are refused before training.
+  const Result f1 = Train("--data " + Data("idx") + " --epochs 1 --progress none --metric f1");
+  EXPECT_EQ(f1.status, 1) << f1.out;
+  EXPECT_THAT(f1.out, HasSubstr("--metric f1 is binary"));
+  EXPECT_THAT(f1.out, Not(HasSubstr("Epoch[")));
+}
+
+// --val-fraction holds training images out (the same ones for the same seed), validates on them every epoch,
+// and leaves the test set for the test lines and the final test accuracy.
+TEST_F(TrainCommandTest, ValidationSplitIsHeldOutOfTraining) {
+  const std::string args = "--data " + Data("idx") + " --epochs 2 --progress none --val-fraction 0.25 --seed 5";
+  const Result a = Train(args);
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_THAT(a.out, HasSubstr("validation: 500 of 2000 training images held out (--val-fraction 0.25)"));
+  const auto val = EpochValues(a.out, "Validation-accuracy");
+  ASSERT_EQ(val.size(), 2u) << a.out;
+  const auto test = EpochTestAccuracies(a.out);
+  ASSERT_EQ(test.size(), 2u) << a.out;
+  std::smatch final_line;
+  ASSERT_TRUE(std::regex_search(a.out, final_line, std::regex(R"(final test accuracy ([0-9.]+))"))) << a.out;
+  EXPECT_NEAR(std::stod(final_line[1].str()), std::stod(test[1]), 5e-5);
+  const Result b = Train(args);
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_EQ(EpochValues(b.out, "Validation-accuracy"), val) << b.out;
+  // Without it: no validation lines.
+  const Result none = Train("--data " + Data("idx") + " --epochs 1 --progress none");
+  EXPECT_THAT(none.out, Not(HasSubstr("Validation-")));
+  const Result tiny = Train("--data " + Data("idx") + " --epochs 1 --progress none --val-fraction 0.0001");
+  EXPECT_EQ(tiny.status, 1) << tiny.out;
+  EXPECT_THAT(tiny.out, HasSubstr("want at least one image for validation"));
+}
+
+// --save-period 2 over 3 epochs: checkpoints 2 and 3 (the last), not 1.
+TEST_F(TrainCommandTest, SavePeriodAndTheLastEpoch) {
+  const std::string prefix = (dir_ / "ckpt" / "period").string();
+  const Result r = Train("--data " + Data("idx") + " --epochs 3 --progress none --save-period 2 --checkpoint " + prefix);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(fs::exists(prefix + "-0001.params"));
+  for (const char* f : {"-0002.params", "-0002.states", "-0003.params", "-0003.states", "-symbol.json"}) {
+    EXPECT_TRUE(fs::exists(prefix + f)) << f;
+  }
+  EXPECT_THAT(r.out, HasSubstr("Saved checkpoint to \"" + prefix + "-0002.params\""));
+  EXPECT_THAT(r.out, HasSubstr("Saved checkpoint to \"" + prefix + "-0003.params\""));
+}
+
+// MXNet 1.9.1's lines, byte for byte in their format: Speedometer (auto_reset, as fit.py) every
+// --log-interval batches, then Train-<metric>, Time cost and the test lines; the Train lines read by MXNet's
+// tools/parse_log.py regular expression give the metric's value.
+TEST_F(TrainCommandTest, LogLinesInMXNetsFormat) {
+  const Result r = Train("--data " + Data("idx") + " --epochs 1 --progress lines --log-interval 5");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> batch_lines, train_lines;
+  std::istringstream lines(r.out);
+  const std::regex speedometer(
+      R"(Epoch\[0\] Batch \[(\d+)-(\d+)\]\tSpeed: \d+\.\d\d samples/sec\taccuracy=\d\.\d{6}\tcross-entropy=\d+\.\d{6})");
+  const std::regex parse_log_train(R"(.*Epoch\[(\d+)\] Train.*=([.\d]+))");  // tools/parse_log.py
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (line.find("Batch [") != std::string::npos) {
+      EXPECT_TRUE(std::regex_match(line, m, speedometer)) << line;
+      batch_lines.push_back(m[1].str() + "-" + m[2].str());
+    }
+    if (std::regex_match(line, m, parse_log_train)) {
+      train_lines.push_back(line);
+      const auto eq = line.find('=');
+      EXPECT_EQ(m[2].str(), line.substr(eq + 1)) << line;  // the whole value, nothing after it
+    }
+  }
+  // 20 batches: MXNet counts from 0 and logs at 5, 10, 15.
+  EXPECT_EQ(batch_lines, (std::vector<std::string>{"0-5", "5-10", "10-15"})) << r.out;
+  EXPECT_EQ(train_lines.size(), 2u) << r.out;  // accuracy, cross-entropy
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nEpoch\[0\] Train-accuracy=\d\.\d{6}\n)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nEpoch\[0\] Time cost=\d+\.\d{3}\n)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nEpoch\[0\] Test-accuracy=\d\.\d{6}\n)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nEpoch\[0\] Speed: \d+\.\d\d samples/sec\n)"))) << r.out;
+}
+
+// --progress none (scripts/demo): no bar and no batch lines, but every per-epoch line.
+TEST_F(TrainCommandTest, ProgressNoneKeepsTheEpochLines) {
+  const Result r = Train("--data " + Data("idx") + " --epochs 1 --progress none --log-interval 5");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* line : {"Epoch[0] Train-accuracy=", "Epoch[0] Train-cross-entropy=", "Epoch[0] Time cost=",
+                           "Epoch[0] Test-accuracy=", "Epoch[0] Test-cross-entropy="}) {
+    EXPECT_THAT(r.out, HasSubstr(line));
+  }
+  EXPECT_THAT(r.out, Not(HasSubstr("Batch [")));
+  EXPECT_THAT(r.out, Not(HasSubstr("\r")));
+}
+
+// Output paths are checked before any work: a checkpoint prefix in a missing directory, or under a file.
+TEST_F(TrainCommandTest, RefusesAnUnwritableCheckpointBeforeTraining) {
+  const std::string missing = (dir_ / "no-such-dir" / "mlp").string();
+  Result r = Train("--data " + Data("idx") + " --epochs 1 --progress none --checkpoint " + missing);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("the directory " + (dir_ / "no-such-dir").string() + " does not exist"));
+  EXPECT_THAT(r.out, Not(HasSubstr("Epoch[")));
+  const std::string file = (dir_ / "a-file").string();
+  std::ofstream(file) << "x";
+  r = Train("--data " + Data("idx") + " --epochs 1 --progress none --checkpoint " + file + "/mlp");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(file + " is not a directory"));
+  EXPECT_THAT(r.out, Not(HasSubstr("Epoch[")));
+}
+
+// A library error that reaches the command line names no C++ call as its fix: resuming a LeNet from an
+// MLP's checkpoint.
+TEST_F(TrainCommandTest, ErrorsSpeakCommandLine) {
+  const std::string prefix = (dir_ / "ckpt" / "other").string();
+  Result r = Train("--data " + Data("idx") + " --epochs 1 --progress none --checkpoint " + prefix);
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = Train("--model lenet --data " + Data("idx") + " --epochs 2 --resume 1 --progress none --checkpoint " + prefix);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("the file holds arrays of another network"));
+  EXPECT_THAT(r.out, Not(HasSubstr("allow_extra")));
+  EXPECT_THAT(r.out, Not(HasSubstr("Module::")));
 }
 
 

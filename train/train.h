@@ -57,15 +57,37 @@ namespace troupe {
 // classifier are (batch, classes) probabilities. num_pad: the last rows of the batch to leave out.
 class EvalMetric {
  public:
-  // "acc" / "accuracy", "top_k_accuracy" (params {"top_k", "5"}), "ce" / "cross-entropy". Throws
-  // troupe::Error for an unknown name (listing the known ones).
+  // MXNet 1.9's metrics (python/mxnet/metric.py) by their names and aliases:
+  //   "acc" / "accuracy"                 accuracy: argmax of the row == label
+  //   "top_k_acc" / "top_k_accuracy"     top_k_accuracy_<k> (params {"top_k", "5"}, default 1): the label
+  //                                      among the k highest scores
+  //   "ce" / "cross-entropy"             cross-entropy: mean of -log(p[label] + eps) (param eps, 1e-12)
+  //   "mse", "mae", "rmse"               per batch the mean over every element of (label - pred)^2,
+  //                                      |label - pred| or its root, labels and predictions of one dimension
+  //                                      reshaped to (batch, 1) and broadcast against each other as numpy does
+  //                                      (so a (batch,) label against (batch, classes) scores compares the
+  //                                      label with every column); the metric is the mean of the batches'
+  //                                      values (num_samples() counts batches, as MXNet's num_inst)
+  //   "f1"                               binary F1 of class 1 (argmax of the row; labels with more than two
+  //                                      distinct values in a batch are an error); param average "macro"
+  //                                      (default: the mean of the batches' F1) or "micro" (F1 of all counts)
+  //   "perplexity"                       exp(mean over the labels of -log(max(1e-10, p[label]))), p picked
+  //                                      along the last axis; param ignore_label (default none): labels of
+  //                                      that value are not counted
+  // Throws troupe::Error for an unknown name (listing the known ones) or a bad parameter.
   static std::unique_ptr<EvalMetric> Create(const std::string& name, const Kwargs& params = {});
+  // The names Create knows, aliases included.
+  static std::vector<std::string> ListNames();
   virtual ~EvalMetric() = default;
   virtual void Update(const std::vector<NDArray>& labels, const std::vector<NDArray>& preds, int num_pad = 0) = 0;
   virtual void Reset();
-  const std::string& name() const { return name_; }  // "accuracy", "top_k_accuracy_5", "cross-entropy"
-  // The mean over the samples seen since Reset (NaN when none).
-  double Get() const;
+  // "accuracy", "top_k_accuracy_5", "cross-entropy", "mse", "mae", "rmse", "f1", "perplexity"; a
+  // composite's is "composite".
+  const std::string& name() const { return name_; }
+  // The mean over the samples (or batches) seen since Reset (NaN when none); perplexity: exp of the mean.
+  virtual double Get() const;
+  // (name, value) of every metric this one holds (MXNet's get_name_value): one pair, or a composite's.
+  virtual std::vector<std::pair<std::string, double>> GetNameValue() const { return {{name_, Get()}}; }
   std::int64_t num_samples() const { return num_inst_; }
 
  protected:
@@ -73,6 +95,23 @@ class EvalMetric {
   std::string name_;
   double sum_metric_ = 0;
   std::int64_t num_inst_ = 0;
+};
+
+// Several metrics updated together (MXNet's CompositeEvalMetric, what mx.metric.create(["acc", "ce"])
+// makes). Get() is the first metric's value; GetNameValue() gives every metric's, in the order added.
+class CompositeEvalMetric : public EvalMetric {
+ public:
+  CompositeEvalMetric() : EvalMetric("composite") {}
+  // Throws troupe::Error for a null metric.
+  void Add(std::unique_ptr<EvalMetric> metric);
+  const std::vector<std::unique_ptr<EvalMetric>>& metrics() const { return metrics_; }
+  void Update(const std::vector<NDArray>& labels, const std::vector<NDArray>& preds, int num_pad = 0) override;
+  void Reset() override;
+  double Get() const override;
+  std::vector<std::pair<std::string, double>> GetNameValue() const override;
+
+ private:
+  std::vector<std::unique_ptr<EvalMetric>> metrics_;
 };
 
 // ------------------------------------------------------------------------------------------ checkpoints
@@ -97,7 +136,8 @@ using BatchEndCallback = std::function<void(const BatchEndParam&)>;
 // eval data).
 using EpochEndCallback = std::function<void(int epoch, const EvalMetric& train, const EvalMetric* eval)>;
 
-// MXNet's Speedometer: logs "Epoch[e] Batch [n] Speed: x samples/sec accuracy=y" every `frequent`
+// MXNet's Speedometer (auto_reset=False): logs "Epoch[e] Batch [0-n]\tSpeed: x samples/sec\taccuracy=y" (a
+// "\tname=value" per metric of a composite) every `frequent`
 // batches through `log` (stderr when null).
 BatchEndCallback Speedometer(int batch_size, int frequent = 50, std::function<void(const std::string&)> log = {});
 
@@ -121,6 +161,9 @@ struct FitOptions {
   std::string initializer = "xavier";        // Initializer::Create name
   Kwargs initializer_params;
   std::string eval_metric = "acc";           // EvalMetric::Create name
+  // When set, the training and the evaluation metric are each made by it (a CompositeEvalMetric for several,
+  // MXNet's fit(eval_metric=[...])), and eval_metric is not used.
+  std::function<std::unique_ptr<EvalMetric>()> make_metric;
   int begin_epoch = 0;                       // > 0 with checkpoint_prefix: resume from that checkpoint
   int num_epoch = 1;                         // train epochs begin_epoch .. num_epoch - 1
   std::uint64_t seed = 0;                    // ResourceManager::SeedRandom before initialising

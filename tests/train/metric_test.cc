@@ -1,4 +1,5 @@
-// Metrics (train/train.h): accuracy, top-k accuracy and cross-entropy against values computed by hand,
+// Metrics (train/train.h): accuracy, top-k accuracy, cross-entropy, mse / mae / rmse, f1 and perplexity
+// against values computed by hand (and checked with MXNet 1.9.1's mx.metric), the composite metric,
 // MXNet's metric names, padding left out, accumulation over batches, Reset, and errors.
 #include <gtest/gtest.h>
 
@@ -115,10 +116,101 @@ void ExpectErrorWith(F&& f, const std::string& part) {
   }
 }
 
+// MXNet's regression metrics: per batch the mean over its elements, the metric the mean of the batches.
+// Batch 1: label (1, 2), prediction (1.5, 1): squared errors 0.25, 1 (mean 0.625), absolute 0.5, 1 (0.75);
+// batch 2: label 0, prediction 2: 4 and 2. mse (0.625 + 4) / 2, mae (0.75 + 2) / 2, rmse (sqrt(0.625) + 2) / 2
+// (MXNet 1.9.1: 2.3125, 1.375, 1.3952847).
+TEST(MetricTest, RegressionMetricsByHand) {
+  const std::vector<std::pair<std::string, double>> want = {
+      {"mse", 2.3125}, {"mae", 1.375}, {"rmse", (std::sqrt(0.625) + 2) / 2}};
+  for (const auto& [name, value] : want) {
+    SCOPED_TRACE(name);
+    auto m = EvalMetric::Create(name);
+    EXPECT_EQ(m->name(), name);
+    m->Update({Arr({1, 2}, {2})}, {Arr({1.5f, 1}, {2})});
+    m->Update({Arr({0}, {1})}, {Arr({2}, {1})});
+    EXPECT_EQ(m->num_samples(), 2);  // batches, as MXNet's num_inst
+    EXPECT_NEAR(m->Get(), value, 1e-12);
+  }
+  // A (batch,) label against (batch, 2) scores broadcasts as numpy: (1 - 0.5)^2, (1 - 1)^2, 0^2, (0 - 2)^2 -> 4.25 / 4.
+  auto mse = EvalMetric::Create("mse");
+  mse->Update({Arr({1, 0}, {2})}, {Arr({0.5f, 1, 0, 2}, {2, 2})});
+  EXPECT_NEAR(mse->Get(), 1.0625, 1e-12);
+  // Padding rows are left out: only row 0, (1 - 1.5)^2.
+  auto padded = EvalMetric::Create("mse");
+  padded->Update({Arr({1, 2}, {2})}, {Arr({1.5f, 1}, {2})}, 1);
+  EXPECT_NEAR(padded->Get(), 0.25, 1e-12);
+}
+
+// Binary F1 of class 1. Batch 1: predicted 1, 1, 0, 0 against labels 1, 0, 1, 0: tp 1, fp 1, fn 1 -> 0.5.
+// Batch 2: predicted 1, 0 against 1, 1: tp 1, fn 1 -> precision 1, recall 0.5, F1 2/3. macro: the mean of
+// the batches' (0.5 + 2/3) / 2; micro: tp 2, fp 1, fn 2 -> 4/7 (MXNet 1.9.1: 0.583333, 0.571429).
+TEST(MetricTest, F1ByHand) {
+  for (const std::string average : {"macro", "micro"}) {
+    SCOPED_TRACE(average);
+    auto m = EvalMetric::Create("f1", {{"average", average}});
+    EXPECT_EQ(m->name(), "f1");
+    m->Update({Arr({1, 0, 1, 0}, {4})}, {Arr({0, 1, 0.2f, 0.8f, 0.9f, 0.1f, 0.6f, 0.4f}, {4, 2})});
+    EXPECT_NEAR(m->Get(), 0.5, 1e-12);
+    m->Update({Arr({1, 1}, {2})}, {Arr({0.3f, 0.7f, 0.9f, 0.1f}, {2, 2})});
+    EXPECT_NEAR(m->Get(), average == "macro" ? (0.5 + 2.0 / 3.0) / 2 : 4.0 / 7.0, 1e-12);
+    m->Reset();
+    EXPECT_TRUE(std::isnan(m->Get()));
+  }
+  ExpectErrorWith([] { EvalMetric::Create("f1", {{"average", "weighted"}}); }, "average");
+  auto f1 = EvalMetric::Create("f1");
+  ExpectErrorWith([&] { f1->Update({Arr(kLabel, {4})}, {Arr(kPred, {4, 3})}); }, "binary");
+}
+
+// exp of the mean negative log-probability of the labels: -log 0.5 - log 0.8 over 2 -> 1 / sqrt(0.4);
+// ignore_label 1 leaves label 0 alone: exp(-log 0.5) = 2.
+TEST(MetricTest, PerplexityByHand) {
+  const auto pred = Arr({0.5f, 0.25f, 0.25f, 0.1f, 0.8f, 0.1f}, {2, 3});
+  auto m = EvalMetric::Create("perplexity");
+  EXPECT_EQ(m->name(), "perplexity");
+  m->Update({Arr({0, 1}, {2})}, {pred});
+  EXPECT_EQ(m->num_samples(), 2);
+  EXPECT_NEAR(m->Get(), 1 / std::sqrt(0.4), 1e-6);
+  auto ignoring = EvalMetric::Create("perplexity", {{"ignore_label", "1"}});
+  ignoring->Update({Arr({0, 1}, {2})}, {pred});
+  EXPECT_EQ(ignoring->num_samples(), 1);
+  EXPECT_NEAR(ignoring->Get(), 2.0, 1e-6);
+  // A zero probability counts as 1e-10 (MXNet's floor), not as infinity.
+  auto floor = EvalMetric::Create("perplexity");
+  floor->Update({Arr({2}, {1})}, {Arr({1, 0, 0}, {1, 3})});
+  EXPECT_NEAR(std::log(floor->Get()), -std::log(1e-10), 1e-6);
+}
+
+// Several metrics together: each keeps its own figures; Get is the first one's.
+TEST(MetricTest, CompositeHoldsEveryMetric) {
+  CompositeEvalMetric all;
+  all.Add(EvalMetric::Create("acc"));
+  all.Add(EvalMetric::Create("top_k_acc", {{"top_k", "2"}}));
+  all.Add(EvalMetric::Create("ce"));
+  all.Update({Arr(kLabel, {4})}, {Arr(kPred, {4, 3})});
+  const auto nv = all.GetNameValue();
+  ASSERT_EQ(nv.size(), 3u);
+  EXPECT_EQ(nv[0].first, "accuracy");
+  EXPECT_DOUBLE_EQ(nv[0].second, 0.5);
+  EXPECT_EQ(nv[1].first, "top_k_accuracy_2");
+  EXPECT_DOUBLE_EQ(nv[1].second, 1.0);  // every label is first or second in its row
+  EXPECT_EQ(nv[2].first, "cross-entropy");
+  EXPECT_NEAR(nv[2].second,
+              -(std::log(0.7 + 1e-12) + std::log(0.3 + 1e-12) + std::log(0.6 + 1e-12) + std::log(0.3 + 1e-12)) / 4,
+              1e-6);
+  EXPECT_DOUBLE_EQ(all.Get(), 0.5);
+  all.Reset();
+  EXPECT_TRUE(std::isnan(all.GetNameValue()[1].second));
+}
+
 TEST(MetricTest, Errors) {
   ExpectErrorWith([] { EvalMetric::Create("f1-ish"); }, "top_k_accuracy");
   ExpectErrorWith([] { EvalMetric::Create("top_k_accuracy", {{"top_k", "0"}}); }, "top_k");
   ExpectErrorWith([] { EvalMetric::Create("acc", {{"bogus", "1"}}); }, "bogus");
+  ExpectErrorWith([] { EvalMetric::Create("mse", {{"bogus", "1"}}); }, "bogus");
+  auto mse = EvalMetric::Create("mse");
+  ExpectErrorWith([&] { mse->Update({Arr({1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3})}, {Arr({1, 2, 3, 4, 5, 6}, {3, 2})}); },
+                  "broadcast");
   auto m = EvalMetric::Create("acc");
   ExpectErrorWith([&] { m->Update({Arr(kLabel, {4})}, {}); }, "label");
   ExpectErrorWith([&] { m->Update({Arr({1, 2, 0}, {3})}, {Arr(kPred, {4, 3})}); }, "(4,3)");

@@ -907,8 +907,14 @@ void Module::Fit(DataIter* train, DataIter* eval, const FitOptions& options) {
   // In a cluster worker 0 writes the checkpoints (every worker holds the same parameters).
   const bool writes_checkpoints = !options.checkpoint_prefix.empty() && (!m.dist() || m.kv->rank() == 0);
 
-  auto train_metric = EvalMetric::Create(options.eval_metric);
-  auto eval_metric = eval ? EvalMetric::Create(options.eval_metric) : nullptr;
+  auto make_metric = [&] {
+    if (!options.make_metric) return EvalMetric::Create(options.eval_metric);
+    auto made = options.make_metric();
+    if (!made) throw Error("Module::Fit: FitOptions::make_metric returned no metric");
+    return made;
+  };
+  auto train_metric = make_metric();
+  auto eval_metric = eval ? make_metric() : nullptr;
   for (int epoch = options.begin_epoch; epoch < options.num_epoch; ++epoch) {
     rm->SeedRandom(EpochSeed(options.seed, epoch));
     train_metric->Reset();
@@ -984,8 +990,10 @@ BatchEndCallback Speedometer(int batch_size, int frequent, std::function<void(co
                             static_cast<long long>(count), secs > 0 ? samples / secs : 0.0);
     std::string line(buf, static_cast<std::size_t>(len));
     if (p.metric) {
-      std::snprintf(buf, sizeof(buf), "\t%s=%f", p.metric->name().c_str(), p.metric->Get());
-      line += buf;
+      for (const auto& [name, value] : p.metric->GetNameValue()) {
+        std::snprintf(buf, sizeof(buf), "\t%s=%f", name.c_str(), value);
+        line += buf;
+      }
     }
     if (log) {
       log(line);
