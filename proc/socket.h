@@ -10,4 +10,8 @@ namespace troupe::proc {
 // when it cannot be made (nothing is left open then). Never throws.
 int ConnectLoopback(int port);
 
+// A port of 127.0.0.1 that was free a moment ago (bound to port 0, then closed): for a child process told to
+// listen on a port known in advance. Another process may take it in between; -1 when none could be had.
+int FreeLoopbackPort();
+
 }  // namespace troupe::proc

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -239,8 +240,9 @@ ShellCommand::ShellCommand(CLI::App* root) {
                    "Run these statements (separated by ';' or newlines) and exit, instead of reading stdin");
   app_->add_flag("--no-history", no_history_, "Neither read nor write ~/.troupe_history");
   app_->add_option("--connect", connect_,
-                   "HOST:PORT of a running cluster's scheduler: adds nodes, kv and checkpoint (the token is "
-                   "TROUPE_CLUSTER_TOKEN, else --token-file, else the file troupe launch wrote for HOST:PORT)");
+                   "HOST:PORT of a running cluster's scheduler: adds nodes, kv, checkpoint and barrier (the token "
+                   "is TROUPE_CLUSTER_TOKEN, else --token-file, else the file troupe launch wrote for HOST:PORT; a "
+                   "cluster still starting is waited for, up to --timeout-ms)");
   app_->add_option("--token-file", token_file_, "A file holding the cluster token (its first line)");
   app_->add_option("--timeout-ms", timeout_ms_,
                    "How long a cluster command (barrier too) waits for an answer before it fails")
@@ -292,28 +294,41 @@ int ShellCommand::Run() {
       std::fprintf(stderr, "troupe shell: --connect wants HOST:PORT (the scheduler's), not '%s'\n", connect_.c_str());
       return 2;
     }
+    // A cluster being launched right now (troupe launch ... & troupe shell --connect ...) has neither its
+    // token file nor a listening scheduler for a moment: wait for both, up to --timeout-ms.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
+    const auto wait_more = [&] {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return true;
+    };
+    const std::string host = connect_.substr(0, colon);
     std::string token;
-    if (const char* t = std::getenv("TROUPE_CLUSTER_TOKEN"); t != nullptr && *t != '\0') {
-      token = t;
-    } else {
-      const std::string path =
-          !token_file_.empty() ? token_file_ : ClusterTokenPath(connect_.substr(0, colon), static_cast<int>(port));
+    if (const char* t = std::getenv("TROUPE_CLUSTER_TOKEN"); t != nullptr && *t != '\0') token = t;
+    while (token.empty()) {
+      const std::string path = !token_file_.empty() ? token_file_ : ClusterTokenPath(host, static_cast<int>(port));
       std::string error;
       token = ReadClusterToken(path, &error);
-      if (token.empty()) {
+      if (token.empty() && !wait_more()) {
         std::fprintf(stderr,
-                     "troupe shell: no cluster token: %s; set TROUPE_CLUSTER_TOKEN or pass --token-file (troupe "
-                     "launch writes the file for its cluster)\n",
-                     error.c_str());
+                     "troupe shell: no cluster token after %d ms: %s; set TROUPE_CLUSTER_TOKEN or pass --token-file "
+                     "(troupe launch writes the file for its cluster)\n",
+                     timeout_ms_, error.c_str());
         return 2;
       }
     }
-    try {
-      shell::AddClusterCommands(&interp, ClusterObserver::Connect(connect_.substr(0, colon), static_cast<int>(port),
-                                                                  token, timeout_ms_));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "troupe shell: cannot connect to %s: %s\n", connect_.c_str(), e.what());
-      return 1;
+    for (;;) {
+      try {
+        shell::AddClusterCommands(&interp, ClusterObserver::Connect(host, static_cast<int>(port), token, timeout_ms_));
+        break;
+      } catch (const std::exception& e) {
+        // Nobody listening yet: try again; any other answer (a wrong token, another version) is final.
+        const bool refused = std::string(e.what()).find("cannot connect to") != std::string::npos;
+        if (refused && wait_more()) continue;
+        std::fprintf(stderr, "troupe shell: cannot connect to %s%s: %s\n", connect_.c_str(),
+                     refused ? (" within " + std::to_string(timeout_ms_) + " ms").c_str() : "", e.what());
+        return 1;
+      }
     }
   }
   if (!app_->get_option("--command")->empty()) return RunText(&interp, command_) == 0 ? 0 : 1;

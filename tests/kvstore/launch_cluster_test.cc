@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "proc/process.h"
+#include "proc/socket.h"
 
 namespace troupe {
 namespace {
@@ -68,18 +69,6 @@ bool WaitUntil(F ready, int timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return true;
-}
-
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 bool Accepts(int port) {
@@ -137,7 +126,7 @@ class Sshd {
       }
     }
     fs::copy_file(dir_ / "user_key.pub", dir_ / "authorized_keys");
-    port_ = FreePort();
+    port_ = proc::FreeLoopbackPort();
     {
       std::ifstream host_pub(dir_ / "host_key.pub");
       std::string key((std::istreambuf_iterator<char>(host_pub)), std::istreambuf_iterator<char>());

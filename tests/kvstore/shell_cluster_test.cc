@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "proc/process.h"
+#include "proc/socket.h"
 #include "tools/shell/pty_harness.h"
 
 namespace troupe {
@@ -240,10 +241,37 @@ TEST_F(ShellCluster, FindsTheTokenALaunchWrote) {
   }
   EXPECT_EQ(launch.Wait(kTimeoutMs), 0);
   EXPECT_FALSE(fs::exists(path)) << "launch left its token file behind";
-  // Without a token anywhere, the shell says how to give one.
-  r = Shell(port, "nodes", "");
+  // Without a token anywhere, the shell says how to give one (once --timeout-ms has passed without one).
+  r = Shell(port, "nodes", "", "--timeout-ms 300");
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.out, HasSubstr("no cluster token"));
+}
+
+// `troupe launch ... & troupe shell --connect ...` as typed one after the other: the shell starts before the
+// scheduler listens and before launch has written the token, and waits for both (up to --timeout-ms).
+TEST_F(ShellCluster, WaitsForAClusterThatIsStillStarting) {
+  const int port = proc::FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  proc::Process shell("troupe shell",
+                      {TROUPE_CLI_PATH, "shell", "--timeout-ms", "60000", "--connect", "127.0.0.1:" + std::to_string(port),
+                       "-c", "nodes"},
+                      {{"TROUPE_TOKEN_DIR", TokenDir()}}, /*merge_stderr=*/true);
+  auto env = Env();
+  env.erase("TROUPE_CLUSTER_TOKEN");
+  env["TROUPE_TOKEN_DIR"] = TokenDir();
+  proc::Process launch("troupe launch",
+                       {TROUPE_CLI_PATH, "launch", "--port", std::to_string(port), "-n", "2", "-s", "1", "--",
+                        TROUPE_DIST_NODE, "push_then_wait"},
+                       env, /*merge_stderr=*/true);
+  const auto table = shell.ReadLine("cluster ", kTimeoutMs);
+  ASSERT_TRUE(table.has_value());
+  EXPECT_EQ(shell.Wait(kTimeoutMs), 0);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(launch.ReadLine("[worker ", kTimeoutMs).has_value());  // READY
+  ReleaseWorkers();
+  std::vector<std::string> lines;
+  while (launch.ReadSome(&lines)) {
+  }
+  EXPECT_EQ(launch.Wait(kTimeoutMs), 0);
 }
 
 TEST_F(ShellCluster, ShowsAKilledWorkerDeadWithinTheHeartbeatTimeout) {

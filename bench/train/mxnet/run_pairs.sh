@@ -15,7 +15,7 @@ cores="$(nproc)"
 run_troupe() {
   local out rates acc
   out="$(TROUPE_CPU_WORKERS=1 TROUPE_BLAS_THREADS="$cores" "$troupe" train "${common[@]}" --progress none 2>&1)"
-  rates="$(grep -o '([0-9.]* images/s)' <<<"$out" | tr -d '(' | cut -d' ' -f1 | paste -sd, -)"
+  rates="$(grep -o 'Epoch\[[0-9]*\] Speed: [0-9.]* samples/sec' <<<"$out" | cut -d' ' -f3 | paste -sd, -)"
   acc="$(grep -o 'final test accuracy [0-9.]*' <<<"$out" | cut -d' ' -f4)"
   echo "{\"side\": \"troupe\", \"images_per_s\": [$rates], \"test_accuracy\": $acc}"
 }
