@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -392,7 +393,8 @@ int RunLaunch(const LaunchOptions& o) {
   auto start = [&](const std::string& label, std::vector<std::string> argv, std::map<std::string, std::string> e,
                    bool worker) -> Proc& {
     Proc p;
-    p.child = std::make_unique<Process>(label, argv, e, /*merge_stderr=*/true);
+    // die_with_parent: a launch that is killed (SIGKILL, the OOM killer) takes its processes with it.
+    p.child = std::make_unique<Process>(label, argv, e, /*merge_stderr=*/true, /*die_with_parent=*/true);
     p.argv = std::move(argv);
     p.env = std::move(e);
     p.label = label;
@@ -407,10 +409,22 @@ int RunLaunch(const LaunchOptions& o) {
   e["DMLC_NODE_HOST"] = o.host;
   e["DMLC_PS_ROOT_PORT"] = std::to_string(o.port);
   Proc& scheduler = start("scheduler", {self, "scheduler"}, e, false);
-  const auto line = scheduler.child->ReadLine("troupe scheduler: listening on", kStartTimeoutMs);
+  // Its lines before "listening" (a port in use, a bad setting) are shown: they say why it did not start.
+  std::optional<std::string> line;
+  for (const auto deadline = Clock::now() + std::chrono::milliseconds(kStartTimeoutMs); !line;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    line = left > 0 ? scheduler.child->ReadLine("", static_cast<int>(left)) : std::nullopt;
+    if (!line) break;
+    if (line->rfind("troupe scheduler: listening on", 0) != 0) {
+      Print(scheduler, {*line});
+      line.reset();
+    }
+  }
   if (!line) {
-    std::fprintf(stderr, "troupe launch: the scheduler did not start (no 'listening' line within %d ms)\n",
-                 kStartTimeoutMs);
+    scheduler.status = scheduler.child->Wait(0);
+    std::fprintf(stderr, "troupe launch: the scheduler did not start (%s)\n",
+                 scheduler.status >= 0 ? "it exited; its output is above"
+                                               : ("no 'listening' line within " + std::to_string(kStartTimeoutMs) + " ms").c_str());
     StopAll(procs);
     for (const Proc& p : procs) std::fprintf(stderr, "%s\n", Describe(p).c_str());
     return 1;
@@ -547,7 +561,7 @@ int RunLaunch(const LaunchOptions& o) {
           ++p.restarts;
           std::fprintf(stderr, "%s; starting it again from its checkpoint (restart %d of %d, --restart-servers)\n",
                        Describe(p).c_str(), p.restarts, o.restart_servers);
-          p.child = std::make_unique<Process>(p.label, p.argv, p.env, /*merge_stderr=*/true);
+          p.child = std::make_unique<Process>(p.label, p.argv, p.env, /*merge_stderr=*/true, /*die_with_parent=*/true);
           p.status = -1;
           p.output_open = true;
           continue;

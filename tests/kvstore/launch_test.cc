@@ -6,8 +6,15 @@
 //   - `troupe scheduler` by hand without a token refuses to start unless --insecure (then warns);
 //   - the worker command: '--' optional, checked before anything starts, and workers that never join the
 //     cluster explained (with a warning up front for `troupe train` without a dist_* KVStore).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <poll.h>
+#include <sys/syscall.h>
 
 #include <cerrno>
 #include <sstream>
@@ -151,6 +158,50 @@ TEST(Launch, WorkersThatNeverJoinAreExplained) {
   const auto [dist, dist_lines] =
       Launch({"-n", "1", "-s", "1", TROUPE_CLI_PATH, "train", "--kvstore=dist_sync", "--help"});
   EXPECT_EQ(Count(dist_lines, "troupe launch: warning"), 0);
+}
+
+// A scheduler that cannot start (its port taken) says why, through launch, and nothing is left running.
+TEST(Launch, ASchedulerThatCannotStartSaysWhy) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  const auto [status, lines] = Launch({"-n", "1", "--port", port, "--", "true"});
+  ::close(fd);
+  EXPECT_EQ(status, 1);
+  EXPECT_EQ(Count(lines, "[scheduler] troupe: kvstore: cannot listen on 127.0.0.1:" + port), 1);
+  EXPECT_EQ(Count(lines, "troupe launch: the scheduler did not start (it exited; its output is above)"), 1);
+  EXPECT_EQ(Count(lines, "troupe launch: started"), 0);
+}
+
+// A launch killed outright (SIGKILL: no chance to stop anything) still takes its processes with it.
+TEST(Launch, AKilledLaunchLeavesNoProcessBehind) {
+  proc::Process launch("troupe launch", {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "1", "--", "sleep", "1000"}, {},
+                       /*merge_stderr=*/true);
+  const auto started = launch.ReadLine("troupe launch: started", kTimeoutMs);
+  ASSERT_TRUE(started.has_value());
+  std::vector<int> pids;
+  std::istringstream in(started->substr(started->find("pids") + 4));
+  for (int pid = 0; in >> pid;) pids.push_back(pid);
+  ASSERT_EQ(pids.size(), 4u) << *started;
+  launch.Signal(SIGKILL);
+  EXPECT_EQ(launch.Wait(kTimeoutMs), 128 + SIGKILL);
+  for (int pid : pids) {
+    // A pidfd becomes readable when its process exits (reaped or not); ESRCH: it is gone already.
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd >= 0) {
+      pollfd p{fd, POLLIN, 0};
+      ::poll(&p, 1, kTimeoutMs);
+      ::close(fd);
+    }
+    EXPECT_TRUE(proc::ProcessGone(pid)) << "process " << pid << " outlived the killed launch";
+  }
 }
 
 TEST(Launch, BadUsageIsAUsageError) {
