@@ -20,8 +20,9 @@
 // every CPU value in place (one engine function per key reading the values' variables and writing the
 // key's merge buffer); values on other devices are first copied to the reduction device. Without an
 // updater a push's sum becomes the stored value (no extra copy).
-// "nccl" (kvstore/src/kvstore_nccl.cc): Create("nccl") throws troupe::Error in a build without CUDA or on
-// a machine without a GPU. A push of a key is one engine function (ncclAllReduce per value in one NCCL
+// "nccl" (kvstore/src/kvstore_nccl.cc, in the GPU backend loaded on demand: base/gpu_module.h): Create("nccl")
+// throws troupe::Error in a build without CUDA, when the backend cannot be loaded, or on a machine without a
+// GPU. A push of a key is one engine function (ncclAllReduce per value in one NCCL
 // group, on communicators made once per set of GPUs); the sum is then copied to the key's device when
 // that device took no part in the push. Pulls copy the stored value to any device. Two values of a key on
 // one GPU, a CPU value or a bool array in a push are errors; so is gradient compression (as in MXNet).

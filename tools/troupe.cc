@@ -14,9 +14,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "base/address_space.h"
 #include "kvstore/dist.h"
 #include "op/param.h"
 #include "tools/bench_command.h"
@@ -164,6 +166,11 @@ int main(int argc, char** argv) {
     if (score.chosen()) return score.Run();
     if (predict.chosen()) return predict.Run();
     if (shell.chosen()) return shell.Run();
+  } catch (const std::bad_alloc& e) {
+    // An allocation outside troupe's own checks (which name the request): say at least what the limit was.
+    const std::string note = troupe::AddressSpaceNote();
+    std::fprintf(stderr, "troupe: out of memory (%s)%s%s\n", e.what(), note.empty() ? "" : ": ", note.c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe: %s\n", e.what());
     return 1;

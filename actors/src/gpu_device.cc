@@ -1,4 +1,5 @@
-// GPU device (compiled only with CUDA): one CUDA stream per lane, each driven by one worker actor, and one
+// GPU device (built into the GPU backend, libtroupe_gpu.so, and reached through GpuDeviceTable; see
+// actors/src/gpu_forward.cc): one CUDA stream per lane, each driven by one worker actor, and one
 // completion actor per lane that waits on CUDA events in order, so the engine learns that a function's
 // kernels finished without a stream synchronise after every function.
 #include <cuda_runtime.h>
@@ -156,9 +157,7 @@ class GpuDevice final : public DeviceImpl {
   std::unique_ptr<EventPoller> pollers_[kNumLanes];
 };
 
-}  // namespace
-
-int CudaDeviceCount() {
+int CudaDeviceCountImpl() {
   int n = 0;
   // No GPU makes this return an error (cudaErrorNoDevice, 35, or the driver stub's): treat any error as 0.
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -168,13 +167,21 @@ int CudaDeviceCount() {
   return n;
 }
 
-std::unique_ptr<DeviceImpl> MakeGpuDevice(caf::actor_system& system, Context ctx, const RuntimeConfig& config) {
-  const int n = CudaDeviceCount();
+std::unique_ptr<DeviceImpl> MakeGpuDeviceImpl(caf::actor_system& system, Context ctx, const RuntimeConfig& config) {
+  const int n = CudaDeviceCountImpl();
   if (ctx.dev_id < 0 || ctx.dev_id >= n) {
     throw Error("no CUDA device " + ctx.ToString() + ": this process sees " + std::to_string(n) +
-                " GPU(s); use a cpu context or a gpu id below the count");
+                " GPU(s); use a CPU context (cpu:0) or a gpu id below the count");
   }
   return std::make_unique<GpuDevice>(system, ctx, config);
 }
 
+const GpuDeviceTable kTable{&CudaDeviceCountImpl, &MakeGpuDeviceImpl};
+
+}  // namespace
 }  // namespace troupe::internal
+
+// The actors module's entry into the GPU backend (kGpuDeviceTableSymbol).
+extern "C" __attribute__((visibility("default"))) const troupe::internal::GpuDeviceTable* troupe_gpu_device_table() {
+  return &troupe::internal::kTable;
+}

@@ -1,16 +1,62 @@
 #include "actors/runtime.h"
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
 #include "actors/config.h"
+#include "base/address_space.h"
 #include "base/error.h"
 #include "actors/detail/devices.h"
 #include "actors/detail/wakeable.h"
 #include "caf/all.hpp"
 
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" int openblas_get_num_threads();
+
+namespace troupe {
+namespace {
+
+// Sets OpenBLAS's thread count. Raising it past the threads OpenBLAS has started starts more, and each new
+// thread maps a work buffer (kOpenBlasBufferBytes) as it starts; when it cannot, it spins forever and every
+// product it is given waits for it (base/address_space.h). So under an address-space limit the count goes
+// only as high as the space allows, with a warning naming the limit: fewer BLAS threads, never a hang.
+void SetBlasThreads(int wanted) {
+  static std::mutex mu;
+  static int started = -1;  // the most threads OpenBLAS has had (it never stops one)
+  std::lock_guard<std::mutex> lock(mu);
+  if (started < 0) started = std::max(1, openblas_get_num_threads());  // what it started when it was loaded
+  int n = std::max(1, wanted);
+  while (n > started && !AddressSpaceAvailable(static_cast<std::size_t>(n - started) * kOpenBlasBufferBytes)) --n;
+  if (n < wanted) {
+    std::fprintf(stderr, "troupe: using %d OpenBLAS thread(s), not %d: each needs a %zu MiB buffer and %s\n", n,
+                 wanted, kOpenBlasBufferBytes >> 20, AddressSpaceNote().c_str());
+  }
+  openblas_set_num_threads(n);
+  started = std::max(started, n);
+}
+
+// Under an address-space limit, caps glibc's malloc arenas. glibc gives threads that allocate up to
+// 8 x cores arenas, and each reserves 64 MiB of address space (no memory) when it is made: with the CAF,
+// engine, OpenMP and prefetch threads that was 7 arenas, 440 MiB, more than half of what a CPU training
+// mapped, and under `ulimit -v` the space they reserve is what thread stacks and OpenBLAS's buffers then
+// lack. Allocations made from fewer arenas only contend a little more. Without a limit nothing changes.
+void CapMallocArenas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::size_t limit = AddressSpaceLimit();
+    if (limit == 0 || std::getenv("MALLOC_ARENA_MAX") != nullptr) return;  // the user's choice wins
+    const std::size_t arenas = std::max<std::size_t>(2, limit / (std::size_t{512} << 20));  // <= 1/8 of it
+    mallopt(M_ARENA_MAX, static_cast<int>(std::min<std::size_t>(arenas, 1024)));
+  });
+}
+
+}  // namespace
+}  // namespace troupe
 
 namespace troupe {
 
@@ -28,6 +74,7 @@ struct Runtime::Impl {
 };
 
 std::shared_ptr<Runtime> Runtime::Create(const RuntimeConfig& config, caf::actor_system* external) {
+  CapMallocArenas();  // before the runtime's threads start allocating
   auto impl = std::make_unique<Impl>();
   impl->config = config.Resolved();
   impl->blas_auto = config.blas_threads == 0;
@@ -45,7 +92,7 @@ std::shared_ptr<Runtime> Runtime::Create(const RuntimeConfig& config, caf::actor
     impl->system = impl->own_system.get();
   }
   // workers x BLAS threads <= cores (DESIGN.md §6).
-  openblas_set_num_threads(impl->config.blas_threads);
+  SetBlasThreads(impl->config.blas_threads);
   return std::shared_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 
@@ -88,7 +135,7 @@ Device* Runtime::GetDevice(Context ctx) {
       // not raised again when devices go unused.
       if (impl_->blas_auto) {
         ++impl_->cpu_devices;
-        openblas_set_num_threads(DefaultBlasThreads(impl_->cpu_devices, impl_->config.cpu_workers));
+        SetBlasThreads(DefaultBlasThreads(impl_->cpu_devices, impl_->config.cpu_workers));
       }
       break;
     case DeviceType::kGPU:

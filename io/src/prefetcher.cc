@@ -16,9 +16,12 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 
+#include "base/address_space.h"
 #include "base/error.h"
 #include "engine/profiler.h"
 #include "io/io.h"
@@ -81,8 +84,15 @@ class Prefetcher : public DataIter {
       stop_ = false;
       done_ = false;
     }
+    try {
+      producer_ = std::thread([this] { Produce(); });
+    } catch (const std::system_error& e) {
+      // No thread (EAGAIN: the thread limit, or no address space left for its stack): an error, not a crash.
+      const std::string note = AddressSpaceNote();
+      throw Error(std::string("data prefetcher: cannot start its thread (") + e.what() + ")" +
+                  (note.empty() ? "" : ": " + note));
+    }
     started_ = true;
-    producer_ = std::thread([this] { Produce(); });
   }
 
   // Stops and joins the producer; afterwards done_ is true, so Next() cannot wait forever.

@@ -1,5 +1,6 @@
 // KVStore: the factory, string keys, the optimizer as updater and the compression configuration. The
-// local types live in kvstore_local.cc, "nccl" in kvstore_nccl.cc.
+// local types live in kvstore_local.cc, "nccl" in kvstore_nccl.cc, which is built into the GPU backend
+// (libtroupe_gpu.so, loaded on first use: base/gpu_module.h).
 #include "kvstore/kvstore.h"
 
 #include <algorithm>
@@ -7,7 +8,9 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/gpu_module.h"
 #include "kvstore/dist.h"
+#include "kvstore/internal/gpu_table.h"
 #include "kvstore/internal/store_checks.h"
 
 namespace troupe {
@@ -15,8 +18,22 @@ namespace troupe {
 namespace internal {
 // Defined in kvstore_local.cc: "local" and "device".
 std::unique_ptr<KVStore> CreateLocalKVStore(const std::string& type);
-// Defined in kvstore_nccl.cc: "nccl" (throws troupe::Error without CUDA or without a GPU).
-std::unique_ptr<KVStore> CreateNcclKVStore();
+// "nccl", from the GPU backend (kvstore_nccl.cc); throws troupe::Error without CUDA, when the backend cannot
+// be loaded, or without a GPU.
+std::unique_ptr<KVStore> CreateNcclKVStore() {
+  if (!GpuModuleBuilt()) {
+    throw Error(
+        "KVStore::Create(\"nccl\"): nccl needs GPUs and this build of troupe has no CUDA (configure with nvcc "
+        "present, or -DTROUPE_USE_CUDA=ON); use local or device");
+  }
+  const GpuKVStoreTable* table = nullptr;
+  try {
+    table = &GpuModuleTable<GpuKVStoreTable>(kGpuKVStoreTableSymbol);
+  } catch (const Error& e) {
+    throw Error(std::string("KVStore::Create(\"nccl\"): nccl needs GPUs and ") + e.what() + "; use local or device");
+  }
+  return table->create_nccl();
+}
 }  // namespace internal
 
 // Marks the int-key calls made by a string-key overload (their keys are mapped ones, not the user's).

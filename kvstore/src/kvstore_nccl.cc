@@ -23,6 +23,9 @@
 // serialises its NCCL calls for the same reason).
 //
 // Every call checks all its arguments before it pushes anything, so an error leaves the store as it was.
+//
+// Built into the GPU backend (libtroupe_gpu.so, loaded on demand: base/gpu_module.h); KVStore::Create("nccl")
+// reaches it through GpuKVStoreTable (kvstore/internal/gpu_table.h).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -33,19 +36,17 @@
 
 #include "base/error.h"
 #include "actors/runtime.h"
+#include "kvstore/internal/gpu_table.h"
 #include "kvstore/internal/store_checks.h"
 #include "kvstore/kvstore.h"
 
-#if TROUPE_HAVE_CUDA
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <mutex>
-#endif
 
 namespace troupe {
 
-#if TROUPE_HAVE_CUDA
 namespace {
 
 void CheckCuda(cudaError_t e, const std::string& what) {
@@ -393,23 +394,19 @@ class KVStoreNccl final : public KVStore {
   std::map<std::vector<int>, std::shared_ptr<CommSet>> comms_;  // by sorted GPU ids
 };
 
-}  // namespace
-#endif  // TROUPE_HAVE_CUDA
-
-namespace internal {
-// Declared in kvstore.cc.
-std::unique_ptr<KVStore> CreateNcclKVStore() {
-#if TROUPE_HAVE_CUDA
+std::unique_ptr<KVStore> CreateNcclKVStoreImpl() {
   if (Runtime::GpuCount() > 0) return std::make_unique<KVStoreNccl>();
   throw Error(
       "KVStore::Create(\"nccl\"): nccl needs GPUs and this machine has none (CUDA sees no device); use local "
       "or device");
-#else
-  throw Error(
-      "KVStore::Create(\"nccl\"): nccl needs GPUs and this build of troupe has no CUDA (configure with nvcc "
-      "present, or -DTROUPE_USE_CUDA=ON); use local or device");
-#endif
 }
-}  // namespace internal
 
+const internal::GpuKVStoreTable kTable{&CreateNcclKVStoreImpl};
+
+}  // namespace
 }  // namespace troupe
+
+// The KVStore's entry into the GPU backend (kGpuKVStoreTableSymbol).
+extern "C" __attribute__((visibility("default"))) const troupe::internal::GpuKVStoreTable* troupe_gpu_kvstore_table() {
+  return &troupe::kTable;
+}

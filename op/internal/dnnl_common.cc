@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/address_space.h"
 #include "base/error.h"
 #include "tensor/detail/kernels.h"
 
@@ -104,8 +105,9 @@ void DnnlArg::Leave(const dnnl::memory& m, void* user_ptr, dnnl::stream& stream,
 }
 
 void ThrowDnnl(const char* op, const dnnl::error& e) {
+  const std::string note = e.status == dnnl_out_of_memory ? AddressSpaceNote() : "";
   throw Error(std::string(op) + ": oneDNN failed (" + dnnl_status2str(e.status) + "): " + e.what() +
-              "; TROUPE_DNNL=0 runs troupe's own kernels instead");
+              (note.empty() ? "" : " (" + note + ")") + "; TROUPE_DNNL=0 runs troupe's own kernels instead");
 }
 
 }  // namespace troupe::internal

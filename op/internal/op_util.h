@@ -52,6 +52,9 @@ decltype(auto) NumberSwitch(DType dtype, std::string_view op, Fn&& fn) {
 // "<op> has no implementation for <ctx>" (naming the missing CUDA support in a build without it): what
 // CreateGpuOperator and SimpleOp throw for a device without functions.
 [[noreturn]] void ThrowNoImplementation(const std::string& op, Context ctx);
+// Loads the GPU backend, whose static initialisers register the GPU operators (op/src/operator.cc); false
+// without CUDA or when it cannot be loaded. Call before looking up GPU code, with no registry lock held.
+bool LoadGpuOperators();
 
 // An axis parameter in [-ndim, ndim) as a dimension index in [0, ndim); otherwise a troupe::Error naming the
 // operator, the parameter, the value and the accepted range.

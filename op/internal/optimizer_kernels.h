@@ -5,8 +5,8 @@
 // devices' own rounding of sqrt and division.
 //
 // Internal to op/ (included by op/src/optimizer.cc and op/src/optimizer.cu). Header-only step functions;
-// GpuOptimizerStep is defined in op/src/optimizer.cu, or throws in a build without CUDA
-// (op/src/optimizer_none.cc).
+// GpuOptimizerStep is defined in op/src/optimizer.cu (built into the GPU backend, libtroupe_gpu.so) and
+// reached through op/src/optimizer_forward.cc, which loads the backend on first use or throws without CUDA.
 #pragma once
 
 #include <cmath>

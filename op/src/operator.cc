@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "base/gpu_module.h"
 #include "op/internal/op_util.h"
 
 namespace troupe {
@@ -173,12 +174,32 @@ std::unique_ptr<OperatorProperty> OperatorProperty::Create(const std::string& na
 
 namespace internal {
 void ThrowNoImplementation(const std::string& op, Context ctx) {
-#ifdef TROUPE_HAVE_CUDA
-  throw Error(op + " has no implementation for " + ctx.ToString());
-#else
-  throw Error(op + " has no implementation for " + ctx.ToString() +
-              (ctx.is_gpu() ? ": this build of troupe has no CUDA support (configure with CUDA to use GPUs)" : ""));
-#endif
+  std::string why;
+  if (ctx.is_gpu() && !GpuModuleLoaded()) {
+    // The GPU operators are registered by the GPU backend when it is loaded: say why it is not.
+    why = GpuModuleError();
+    if (why.empty()) {
+      try {
+        LoadGpuModule();
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    }
+  }
+  throw Error(op + " has no implementation for " + ctx.ToString() + (why.empty() ? "" : ": " + why));
+}
+
+// In a build with CUDA, the GPU operators are registered when the GPU backend is loaded (its static
+// initialisers run at dlopen): load it before the registry is asked about GPU code. Never called with a
+// registry lock held (the backend's registrations take them). False when it cannot be loaded.
+bool LoadGpuOperators() {
+  if (!GpuModuleBuilt()) return false;
+  try {
+    LoadGpuModule();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 }  // namespace internal
 
@@ -189,6 +210,7 @@ bool RegisterGpuOperator(const std::string& name, GpuOperatorFactory factory) {
 }
 
 bool HasGpuImplementation(const std::string& name) {
+  internal::LoadGpuOperators();
   const OperatorInfo* info = OperatorRegistry::Get().Find(name);
   if (info == nullptr) return false;
   if (info->has_gpu_functions) return info->has_gpu_functions();
@@ -197,6 +219,7 @@ bool HasGpuImplementation(const std::string& name) {
 }
 
 std::unique_ptr<Operator> CreateGpuOperator(const OperatorProperty& prop, Context ctx) {
+  internal::LoadGpuOperators();  // on failure ThrowNoImplementation below says why
   GpuOperatorFactory f;
   {
     std::lock_guard lock(Gpu().mu);

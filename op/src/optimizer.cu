@@ -1,6 +1,7 @@
 // The optimizers' updates on a GPU: one grid-stride kernel per update, running the same step as the CPU
 // loop (op/internal/optimizer_kernels.h).
 #include "tensor/detail/cuda_common.h"
+#include "op/internal/gpu_table.h"
 #include "op/internal/optimizer_kernels.h"
 #include "op/internal/op_util.h"
 
@@ -35,4 +36,13 @@ void GpuOptimizerStep(OptimizerKind kind, const OptimizerScalars& scalars, const
   CheckLaunch("optimizer update kernel");
 }
 
+namespace {
+const GpuOpTable kTable{&GpuOptimizerStep};
+}  // namespace
+
 }  // namespace troupe::internal
+
+// The operator module's entry into the GPU backend (kGpuOpTableSymbol).
+extern "C" __attribute__((visibility("default"))) const troupe::internal::GpuOpTable* troupe_gpu_op_table() {
+  return &troupe::internal::kTable;
+}

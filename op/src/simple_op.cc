@@ -194,6 +194,7 @@ class SimpleOpProperty : public OperatorProperty {
   }
 
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) internal::LoadGpuOperators();  // registers the GPU functions (ThrowNoImplementation says why not)
     const DeviceType dev = DevKey(ctx.dev_type);
     const bool forward = e_->num_args == 1 ? e_->unary.count(dev) != 0 : e_->binary.count(dev) != 0;
     bool backward = true;

@@ -1,5 +1,8 @@
 // CUDA side of the NDArray layer: device memory, copies, elementwise kernels, random sampling (Philox, the
-// same numbers as the CPU kernels for the same key and counter) and cuBLAS matrix products.
+// same numbers as the CPU kernels for the same key and counter) and cuBLAS matrix products. Built into the
+// GPU backend (libtroupe_gpu.so); the tensor module reaches these through GpuKernelTable (kernels_forward.cc).
+// The backend is linked with -Bsymbolic-functions, so its own calls (op/'s .cu files calling GpuGemm) and the
+// table's addresses bind to these definitions, not to the same-named forwarders of libtroupe_tensor.
 //
 // Every function enqueues on the stream it is given and returns; errors (launch failures, cuBLAS status)
 // throw troupe::Error, which the engine turns into a poisoned variable.
@@ -15,6 +18,7 @@
 #include "tensor/detail/elementwise.h"
 #include "tensor/detail/kernels.h"
 #include "tensor/detail/philox.h"
+#include "tensor/internal/gpu_table.h"
 #include "tensor/resource.h"
 
 namespace troupe::internal {
@@ -278,4 +282,15 @@ void GpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, b
   }
 }
 
+namespace {
+const GpuKernelTable kTable{&GpuMalloc,  &GpuFree, &GpuHostAlloc, &GpuHostFree, &GpuMemInfo,
+                                &GpuCopy,    &GpuCopyPeer, &GpuBinary, &GpuBinaryScalar, &GpuFill,
+                                &GpuCast,    &GpuSample, &GpuGemm};
+}  // namespace
+
 }  // namespace troupe::internal
+
+// The tensor module's entry into the GPU backend (kGpuKernelTableSymbol).
+extern "C" __attribute__((visibility("default"))) const troupe::internal::GpuKernelTable* troupe_gpu_kernel_table() {
+  return &troupe::internal::kTable;
+}

@@ -1,6 +1,8 @@
 // The tensor module's compute kernels, behind one interface for both devices: Cpu* run on the calling thread
-// (an engine worker), Gpu* enqueue on the CUDA stream they are given (tensor/cuda/); in a build without CUDA
-// the Gpu* functions throw troupe::Error (tensor/cuda/kernels_none.cc). Kernels throw troupe::Error on
+// (an engine worker), Gpu* enqueue on the CUDA stream they are given (tensor/cuda/*.cu, built into the GPU
+// backend libtroupe_gpu.so and reached through the forwarders of tensor/cuda/kernels_forward.cc, which load it
+// on first use); in a build without CUDA, or when the backend cannot be loaded, the Gpu* functions throw
+// troupe::Error saying why. Kernels throw troupe::Error on
 // failure; they never abort. Every function is thread-safe (it touches only the blobs it is given).
 //
 // Declared surface of the tensor module (detail/: never installed): NDArray uses it, and so do the operators

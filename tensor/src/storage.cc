@@ -14,7 +14,9 @@
 
 #include "actors/config.h"
 #include "base/spinlock.h"
+#include "base/address_space.h"
 #include "base/error.h"
+#include "base/gpu_module.h"
 #include "actors/runtime.h"
 #include "tensor/detail/kernels.h"
 
@@ -293,7 +295,10 @@ class DevicePool {
     switch (ctx_.dev_type) {
       case DeviceType::kCPU: {
         void* p = std::aligned_alloc(kAlign, block);
-        if (p == nullptr) *error = "the system refused the allocation";
+        if (p == nullptr) {
+          const std::string note = AddressSpaceNote();
+          *error = "the system refused the allocation" + (note.empty() ? std::string() : ": " + note);
+        }
         return p;
       }
       case DeviceType::kCPUPinned:
@@ -347,8 +352,10 @@ void CheckDeviceExists(Context ctx) {
     case DeviceType::kGPU: {
       const int gpus = Runtime::GpuCount();
       if (gpus == 0) {
-        throw Error("device " + ctx.ToString() +
-                    " is not available: no CUDA device here (or a build without CUDA); use Context::CPU()");
+        // Runtime::GpuCount() loaded the GPU backend (if the build has one): say why there is no GPU.
+        const std::string why = GpuModuleError();
+        throw Error("device " + ctx.ToString() + " is not available: " +
+                    (why.empty() ? "CUDA sees no GPU on this machine; use a CPU context (cpu:0)" : why));
       }
       if (ctx.dev_type == DeviceType::kGPU && ctx.dev_id >= gpus) {
         throw Error("device " + ctx.ToString() + " is not available: this machine has " + std::to_string(gpus) +
@@ -358,7 +365,7 @@ void CheckDeviceExists(Context ctx) {
     }
   }
   throw Error("invalid device type " + std::to_string(static_cast<int>(ctx.dev_type)) +
-              ": use Context::CPU(i), Context::GPU(i) or Context::CPUPinned(i)");
+              ": use a CPU, GPU or pinned-memory context (cpu:0, gpu:0, cpu_pinned:0)");
 }
 
 }  // namespace internal
