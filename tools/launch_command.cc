@@ -421,7 +421,8 @@ int RunLaunch(const LaunchOptions& o) {
     }
   }
   if (!line) {
-    scheduler.status = scheduler.child->Wait(0);
+    // Its output ended (it is exiting: give it a moment to be reaped) or the time ran out (it hangs).
+    scheduler.status = scheduler.child->Wait(kStopGraceMs);
     std::fprintf(stderr, "troupe launch: the scheduler did not start (%s)\n",
                  scheduler.status >= 0 ? "it exited; its output is above"
                                                : ("no 'listening' line within " + std::to_string(kStartTimeoutMs) + " ms").c_str());
