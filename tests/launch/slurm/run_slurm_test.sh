@@ -219,7 +219,7 @@ mapfile -t long_train < <(train 1000)  # far longer than the test waits
 timeout 300 salloc --quiet -J troupe-interrupt -N1 -n 3 --overcommit "${launch[@]}" "${long_train[@]}" \
   </dev/null >"$dir/interrupt.out" 2>&1 &
 salloc_pid=$!
-trained() { [[ $(grep -c '^\[worker [01]\] Epoch\[0\]' "$dir/interrupt.out") -eq 2 ]]; }
+trained() { [[ $(grep -c '^\[worker [01]\] Epoch\[0\] Train-accuracy=' "$dir/interrupt.out") -eq 2 ]]; }
 wait_for 120 "the interrupted job's first epoch" trained
 troupe_pids() {  # this cluster's processes running troupe, with ARG as their first argument when given
   local p exe arg
