@@ -108,6 +108,9 @@ class DataIterRegistry {
   std::unique_ptr<Impl> impl_;
 };
 
+// Where Debian's dataset-fashion-mnist puts Fashion-MNIST ({train,t10k}-{images-idx3,labels-idx1}-ubyte.gz).
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
 // Creates a registered iterator ("MNISTIter", "CSVIter", ...) from MXNet's keyword arguments, wrapped in a
 // prefetcher unless prefetch_buffer=0. Throws troupe::Error for an unknown name or a bad argument.
 std::unique_ptr<DataIter> CreateDataIter(const std::string& name, const Kwargs& kwargs);

@@ -42,6 +42,8 @@ using Kwargs = std::vector<std::pair<std::string, std::string>>;
 // two in a longer one):
 // what the registries suggest for an unknown operator or iterator. Comma-separated; empty when none.
 std::string SimilarNames(const std::string& name, const std::vector<std::string>& candidates);
+// The same names, one per element (for a caller that formats them itself).
+std::vector<std::string> SimilarNameList(const std::string& name, const std::vector<std::string>& candidates);
 
 // One parameter, as the registry and the shell's `help` show it.
 struct ParamDoc {

@@ -31,7 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
 
 bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -156,7 +155,7 @@ std::unique_ptr<DataIter> MakeIter(const std::string& data, bool train, int batc
     throw Error("--data-shape " + data_shape + " is for rec: images; " + kind + " data is 1,28,28");
   }
   if (kind == "fashion-mnist" || kind == "idx") {
-    const std::string dir = kind == "idx" ? path : kFashionMnist;
+    const std::string dir = kind == "idx" ? path : kFashionMnistDir;
     if (kind != "idx" && !Exists(dir + "/train-images-idx3-ubyte.gz")) {
       throw Error("Fashion-MNIST is not installed at " + dir + " (Debian package dataset-fashion-mnist; "
                   "scripts/setup installs it)");

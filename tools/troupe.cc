@@ -54,17 +54,6 @@ std::string Join(const std::vector<std::string>& names) {
   return out;
 }
 
-// "a, b" -> {"a", "b"}.
-std::vector<std::string> Split(const std::string& list) {
-  std::vector<std::string> out;
-  for (std::size_t at = 0; at < list.size();) {
-    const std::size_t end = std::min(list.find(", ", at), list.size());
-    out.push_back(list.substr(at, end - at));
-    at = end + 2;
-  }
-  return out;
-}
-
 // The deepest (sub)command the parse reached, and its name as the user typed it ("troupe bench engine").
 const CLI::App* ParsedCommand(const CLI::App& app, std::string* name) {
   const CLI::App* at = &app;
@@ -94,7 +83,7 @@ int ReportParseError(CLI::App& app, const CLI::ParseError& e) {
         for (const std::string& l : o->get_lnames()) known.push_back(l);
       }
       std::string similar;
-      for (std::string& n : Split(troupe::SimilarNames(given.substr(given.find_first_not_of('-')), known))) {
+      for (const std::string& n : troupe::SimilarNameList(given.substr(given.find_first_not_of('-')), known)) {
         similar += (similar.empty() ? "--" : ", --") + n;
       }
       message = "unknown option '" + given + "'" + (similar.empty() ? "" : "; did you mean " + similar + "?");

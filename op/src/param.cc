@@ -36,13 +36,13 @@ std::size_t EditDistance(const std::string& a, const std::string& b, std::size_t
 
 }  // namespace
 
-std::string SimilarNames(const std::string& name, const std::vector<std::string>& candidates) {
+std::vector<std::string> SimilarNameList(const std::string& name, const std::vector<std::string>& candidates) {
   auto lower = [](std::string x) {
     for (auto& c : x) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return x;
   };
   const std::string l = lower(name);
-  std::string out;
+  std::vector<std::string> out;
   if (l.empty()) return out;
   // Typos: one edit in a short name, two in a longer one ("trian" -> "train", "epocs" -> "epochs").
   const std::size_t typos = l.size() <= 4 ? 1 : 2;
@@ -51,10 +51,14 @@ std::string SimilarNames(const std::string& name, const std::vector<std::string>
     const std::size_t k = std::min<std::size_t>(3, std::min(lc.size(), l.size()));
     // One name part of the other counts from three letters on ("a" is part of too many names).
     const bool part = std::min(l.size(), lc.size()) >= 3 && (lc.find(l) != std::string::npos || l.find(lc) != std::string::npos);
-    if (lc == l || lc.compare(0, k, l, 0, k) == 0 || part || EditDistance(l, lc, typos) <= typos) {
-      out += (out.empty() ? "" : ", ") + c;
-    }
+    if (lc == l || lc.compare(0, k, l, 0, k) == 0 || part || EditDistance(l, lc, typos) <= typos) out.push_back(c);
   }
+  return out;
+}
+
+std::string SimilarNames(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string out;
+  for (const std::string& n : SimilarNameList(name, candidates)) out += (out.empty() ? "" : ", ") + n;
   return out;
 }
 

@@ -40,6 +40,16 @@ std::pair<int, std::vector<std::string>> Launch(const std::vector<std::string>& 
   return {launch.Wait(kTimeoutMs), lines};
 }
 
+// The pids of launch's "troupe launch: started ...; pids A B C" line (none when it does not come).
+std::vector<int> StartedPids(proc::Process* launch) {
+  std::vector<int> pids;
+  const auto started = launch->ReadLine("troupe launch: started", kTimeoutMs);
+  if (!started) return pids;
+  std::istringstream in(started->substr(started->find("pids") + 4));
+  for (int pid = 0; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+
 int Count(const std::vector<std::string>& lines, const std::string& needle) {
   int n = 0;
   for (const auto& l : lines) n += l.find(needle) != std::string::npos ? 1 : 0;
@@ -98,12 +108,8 @@ TEST(Launch, AFailingWorkerStopsTheJob) {
 TEST(Launch, SigintLeavesNoProcessBehind) {
   proc::Process launch("troupe launch", {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "1", "--", "sleep", "1000"},
                              {}, /*merge_stderr=*/true);
-  const auto started = launch.ReadLine("troupe launch: started", kTimeoutMs);
-  ASSERT_TRUE(started.has_value());
-  std::vector<int> pids;
-  std::istringstream in(started->substr(started->find("pids") + 4));
-  for (int pid = 0; in >> pid;) pids.push_back(pid);
-  ASSERT_EQ(pids.size(), 4u) << *started;
+  const std::vector<int> pids = StartedPids(&launch);
+  ASSERT_EQ(pids.size(), 4u);
   launch.Signal(SIGINT);
   EXPECT_EQ(launch.Wait(kTimeoutMs), 130);
   for (int pid : pids) {
@@ -184,12 +190,8 @@ TEST(Launch, ASchedulerThatCannotStartSaysWhy) {
 TEST(Launch, AKilledLaunchLeavesNoProcessBehind) {
   proc::Process launch("troupe launch", {TROUPE_CLI_PATH, "launch", "-n", "2", "-s", "1", "--", "sleep", "1000"}, {},
                        /*merge_stderr=*/true);
-  const auto started = launch.ReadLine("troupe launch: started", kTimeoutMs);
-  ASSERT_TRUE(started.has_value());
-  std::vector<int> pids;
-  std::istringstream in(started->substr(started->find("pids") + 4));
-  for (int pid = 0; in >> pid;) pids.push_back(pid);
-  ASSERT_EQ(pids.size(), 4u) << *started;
+  const std::vector<int> pids = StartedPids(&launch);
+  ASSERT_EQ(pids.size(), 4u);
   launch.Signal(SIGKILL);
   EXPECT_EQ(launch.Wait(kTimeoutMs), 128 + SIGKILL);
   for (int pid : pids) {

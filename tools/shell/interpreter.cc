@@ -349,8 +349,6 @@ constexpr Builtin kBuiltins[] = {
     {"reset", "reset(it)", "rewinds an iterator to the first batch of a new epoch"},
 };
 
-// Where mnist() reads Fashion-MNIST: the files of Debian's dataset-fashion-mnist.
-constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
 const Builtin* FindBuiltin(const std::string& name) {
   for (const auto& b : kBuiltins) {
