@@ -141,6 +141,10 @@ class NDArray {
   static void LoadFromBytes(const void* data, std::size_t size, const std::string& source,
                             std::vector<NDArray>* arrays, std::vector<std::string>* names,
                             const Context* ctx = nullptr, Engine* engine = nullptr);
+  // One array's record of that format alone (MXNet's MXNDArraySaveRawBytes / MXNDArrayLoadFromRawBytes, what
+  // an NDArray pickles as). LoadRawBytes may return a none array (a record of one); it throws as LoadFromBytes.
+  static std::string SaveRawBytes(const NDArray& array);
+  static NDArray LoadRawBytes(const void* data, std::size_t size, const std::string& source);
 
   struct Chunk;
 

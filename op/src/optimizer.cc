@@ -834,24 +834,10 @@ void Optimizer::LoadTroupeStates(const std::string& path) {
 namespace {
 
 // One array record (MXNDArraySaveRawBytes's bytes: a .params file's record without the list around it).
-constexpr std::size_t kListHeader = 24;  // magic, reserved, count
-constexpr std::size_t kListNames = 8;    // the name count of a list without names
-
-std::string ArrayRecord(const NDArray& a) {
-  const std::string list = NDArray::SaveToBytes({a});
-  return list.substr(kListHeader, list.size() - kListHeader - kListNames);
-}
-
 NDArray ArrayFromRecord(const std::string& record, const std::string& source) {
-  std::string list;
-  const std::uint64_t header[3] = {0x112, 0, 1};
-  list.append(reinterpret_cast<const char*>(header), sizeof(header));
-  list += record;
-  list.append(kListNames, '\0');
-  std::vector<NDArray> arrays;
-  NDArray::LoadFromBytes(list.data(), list.size(), source, &arrays, nullptr);
-  if (arrays.size() != 1 || arrays[0].is_none()) throw Error(source + ": a none array where a state was expected");
-  return arrays[0];
+  NDArray a = NDArray::LoadRawBytes(record.data(), record.size(), source);
+  if (a.is_none()) throw Error(source + ": a none array where a state was expected");
+  return a;
 }
 
 // The layout's description for messages: "None", "an NDArray (momentum)", "a tuple of 2 NDArrays (mean, var)".
@@ -881,10 +867,10 @@ void Optimizer::SaveStates(const std::string& path, StatesFormat format,
     if (states.empty()) {
       value = PickleValue::None();
     } else if (states.size() == 1 && (names[0] == "momentum" || names[0] == "history")) {
-      value = PickleValue::NDArray(ArrayRecord(states[0]));  // MXNet's create_state returns the bare array
+      value = PickleValue::NDArray(NDArray::SaveRawBytes(states[0]));  // MXNet's create_state returns the bare array
     } else {
       std::vector<PickleRef> items;
-      for (const NDArray& a : states) items.push_back(PickleValue::NDArray(ArrayRecord(a)));
+      for (const NDArray& a : states) items.push_back(PickleValue::NDArray(NDArray::SaveRawBytes(a)));
       value = PickleValue::Tuple(std::move(items));
     }
     const auto name = key_names.find(index);

@@ -633,27 +633,19 @@ class Writer {
       Write(std::string("\x8a") + static_cast<char>(bytes.size()) + bytes);
     }
   }
-  void SaveStr(std::string_view s, std::uintptr_t key) {
+  // str: SHORT_BINUNICODE / BINUNICODE / BINUNICODE8; bytes: SHORT_BINBYTES / BINBYTES / BINBYTES8.
+  void SaveStr(std::string_view s, std::uintptr_t key) { SaveSized(s, key, '\x8c', 'X', '\x8d'); }
+  void SaveBytes(std::string_view s, std::uintptr_t key) { SaveSized(s, key, 'C', 'B', '\x8e'); }
+  // `s` behind the opcode for its length: one byte, four or eight (little-endian); memoized.
+  void SaveSized(std::string_view s, std::uintptr_t key, char op8, char op32, char op64) {
     Boundary();
     if (Seen(key)) return;
     if (s.size() <= 0xff) {
-      WriteData(std::string("\x8c") + static_cast<char>(s.size()), s);
+      WriteData(std::string(1, op8) + static_cast<char>(s.size()), s);
     } else if (s.size() > 0xffffffffu) {
-      WriteData("\x8d" + Le(static_cast<std::uint64_t>(s.size())), s);
+      WriteData(std::string(1, op64) + Le(static_cast<std::uint64_t>(s.size())), s);
     } else {
-      WriteData("X" + Le(static_cast<std::uint32_t>(s.size())), s);
-    }
-    Memoize(key);
-  }
-  void SaveBytes(std::string_view s, std::uintptr_t key) {
-    Boundary();
-    if (Seen(key)) return;
-    if (s.size() <= 0xff) {
-      WriteData(std::string("C") + static_cast<char>(s.size()), s);
-    } else if (s.size() > 0xffffffffu) {
-      WriteData("\x8e" + Le(static_cast<std::uint64_t>(s.size())), s);
-    } else {
-      WriteData("B" + Le(static_cast<std::uint32_t>(s.size())), s);
+      WriteData(std::string(1, op32) + Le(static_cast<std::uint32_t>(s.size())), s);
     }
     Memoize(key);
   }

@@ -426,6 +426,25 @@ std::string NDArray::SaveToBytes(const std::vector<NDArray>& arrays, const std::
   return out;
 }
 
+// A list of one unnamed array is the list header (magic, reserved, count: 24 bytes), the record, and the
+// name count (8 bytes).
+constexpr std::size_t kOneArrayHeader = 24, kNoNames = 8;
+
+std::string NDArray::SaveRawBytes(const NDArray& array) {
+  const std::string list = SaveToBytes({array});
+  return list.substr(kOneArrayHeader, list.size() - kOneArrayHeader - kNoNames);
+}
+
+NDArray NDArray::LoadRawBytes(const void* data, std::size_t size, const std::string& source) {
+  const std::uint64_t header[3] = {kListMagic, 0, 1};
+  std::string list(reinterpret_cast<const char*>(header), sizeof(header));
+  if (size > 0) list.append(static_cast<const char*>(data), size);
+  list.append(kNoNames, '\0');
+  std::vector<NDArray> arrays;
+  LoadFromBytes(list.data(), list.size(), source, &arrays, nullptr);
+  return arrays.at(0);
+}
+
 void NDArray::Save(const std::string& path, const std::vector<NDArray>& arrays, const std::vector<std::string>& names) {
   CheckNames("NDArray::Save: " + path, arrays, names);  // before the temporary file exists
   TempFile file(path);

@@ -835,14 +835,8 @@ TEST(OptimizerTest, MXNetStatesKeyedByName) {
   const auto theirs = internal::ParsePickle(ReadFile(path), path);
   ASSERT_EQ(ours->items.size(), theirs->items.size());
   auto values = [](const std::string& record) {
-    std::string list;
-    const std::uint64_t header[3] = {0x112, 0, 1};
-    list.append(reinterpret_cast<const char*>(header), sizeof(header));
-    list += record;
-    list.append(8, '\0');
-    std::vector<NDArray> arrays;
-    NDArray::LoadFromBytes(list.data(), list.size(), "record", &arrays, nullptr);
-    return std::make_pair(arrays.at(0).shape(), arrays.at(0).ToVector<float>());
+    const NDArray a = NDArray::LoadRawBytes(record.data(), record.size(), "record");
+    return std::make_pair(a.shape(), a.ToVector<float>());
   };
   for (std::size_t i = 0; i < theirs->items.size(); i += 2) {
     EXPECT_EQ(ours->items[i]->text, theirs->items[i]->text);

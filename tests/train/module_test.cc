@@ -507,14 +507,7 @@ std::map<std::int64_t, std::vector<std::vector<float>>> StatesOf(const std::stri
   const auto top = internal::ParsePickle(FileBytes(path), path);
   std::map<std::int64_t, std::vector<std::vector<float>>> out;
   auto values = [](const std::string& record) {
-    std::string list;
-    const std::uint64_t header[3] = {0x112, 0, 1};
-    list.append(reinterpret_cast<const char*>(header), sizeof(header));
-    list += record;
-    list.append(8, '\0');
-    std::vector<NDArray> arrays;
-    NDArray::LoadFromBytes(list.data(), list.size(), "record", &arrays, nullptr);
-    return arrays.at(0).ToVector<float>();
+    return NDArray::LoadRawBytes(record.data(), record.size(), "record").ToVector<float>();
   };
   for (std::size_t i = 0; i < top->items.size(); i += 2) {
     auto& dst = out[top->items[i]->integer];
