@@ -7,6 +7,11 @@
 // way (formula_inputs). Forward runs in inference mode
 // and every output must agree with MXNet's within the case's tolerance relative to the output's largest
 // magnitude; detection outputs after NMS may be compared as sets of rows.
+//
+// TrainStep: the cases of data/models/train.json (made by make_train_cases.py) run one training step's
+// forward (is_train: BatchNorm on the batch's statistics, updating its moving ones) and backward through
+// SoftmaxOutput, and compare the probabilities, every auxiliary state after the forward and a digest of every
+// parameter's gradient (largest magnitude, L2 norm, elements at spread positions) with MXNet's.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -196,6 +201,121 @@ TEST_P(MxnetModelCase, AgreesWithMxnet) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, MxnetModelCase, testing::ValuesIn(ListModels()), CaseName);
+
+// Every element of `got` within rtol * scale of `want` (scale: want's largest magnitude, at least `floor`).
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rtol, double floor,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = floor;
+  for (double x : want) scale = std::max(scale, std::abs(x));
+  int bad = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!(std::abs(got[i] - want[i]) <= rtol * scale) && ++bad <= 3) {
+      ADD_FAILURE() << what << "[" << i << "]: troupe " << got[i] << ", MXNet " << want[i] << " (scale " << scale << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " values differ";
+}
+
+// make_train_cases.py's digest of a gradient: largest magnitude, L2 norm, then up to 61 elements at
+// np.unique(np.linspace(0, n - 1, min(61, n)).astype(int64)).
+std::vector<double> GradientDigest(const NDArray& g) {
+  const std::vector<double> v = AsDoubles(g);
+  double absmax = 0, sq = 0;
+  for (double x : v) {
+    absmax = std::max(absmax, std::abs(x));
+    sq += x * x;
+  }
+  std::vector<double> d{absmax, std::sqrt(sq)};
+  const std::int64_t n = static_cast<std::int64_t>(v.size());
+  const std::int64_t k = std::min<std::int64_t>(61, n);
+  std::int64_t last = -1;
+  for (std::int64_t j = 0; j < k; ++j) {
+    // NumPy's linspace: start + j * step, step = (n - 1) / (k - 1), truncated toward zero by astype.
+    const double step = k > 1 ? static_cast<double>(n - 1) / static_cast<double>(k - 1) : 0.0;
+    const auto pos = j == k - 1 && k > 1 ? n - 1 : static_cast<std::int64_t>(static_cast<double>(j) * step);
+    if (pos != last) d.push_back(v[static_cast<std::size_t>(pos)]);
+    last = pos;
+  }
+  return d;
+}
+
+std::vector<nlohmann::json> ListTrainCases() {
+  std::vector<nlohmann::json> out;
+  const std::string index = kModelsDir + "/train.json";
+  if (!std::filesystem::exists(index)) return out;
+  std::ifstream f(index);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  for (const auto& c : j["cases"]) out.push_back(c);
+  return out;
+}
+
+TEST(MxnetTrainStep, ForwardAndBackwardAgreeWithMxnet) {
+  const auto cases = ListTrainCases();
+  ASSERT_FALSE(cases.empty()) << kModelsDir << "/train.json";
+  for (const nlohmann::json& c : cases) {
+    const std::string name = c["name"];
+    SCOPED_TRACE(name);
+    const TShape data_shape(c["data"].get<std::vector<std::int64_t>>());
+    Symbol net = Symbol::Create("SoftmaxOutput", {}, {Symbol::Load(kModelsDir + "/" + name + "-symbol.json")}, "softmax");
+    std::vector<NDArray> ref;
+    std::vector<std::string> ref_names;
+    NDArray::Load(kModelsDir + "/" + name + "-train.params", &ref, &ref_names);
+    std::map<std::string, NDArray> want;
+    for (std::size_t i = 0; i < ref.size(); ++i) want[ref_names[i]] = ref[i];
+
+    std::vector<TShape> arg_shapes, out_shapes, aux_shapes;
+    std::string why;
+    ASSERT_TRUE(net.InferShape({{"data", data_shape}}, &arg_shapes, &out_shapes, &aux_shapes, &why)) << why;
+    const DType dtype = c.value("dtype", "float32") == "float64" ? DType::kFloat64 : DType::kFloat32;
+    auto fill = [dtype](const std::string& n, const TShape& s) {
+      std::vector<double> v(static_cast<std::size_t>(s.Size()));
+      for (std::int64_t i = 0; i < s.Size(); ++i) v[static_cast<std::size_t>(i)] = ModelParamValue(n, s, i);
+      NDArray d = NDArray::FromVector<double>(v, s, Context::CPU());
+      return dtype == DType::kFloat64 ? d : d.AsType(dtype);
+    };
+    const auto arg_names = net.ListArguments();
+    std::vector<NDArray> args, grads;
+    std::vector<OpReqType> req;
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      const std::string& n = arg_names[i];
+      if (n == "data") {
+        std::vector<float> v(static_cast<std::size_t>(data_shape.Size()));
+        for (std::int64_t j = 0; j < data_shape.Size(); ++j) v[static_cast<std::size_t>(j)] = static_cast<float>(SpreadValue("data", j));
+        NDArray d = NDArray::FromVector<float>(v, data_shape, Context::CPU());  // float32 values, as MXNet's
+        args.push_back(dtype == DType::kFloat32 ? d : d.AsType(dtype));
+      } else if (n == "softmax_label") {
+        args.push_back(want.at("in:softmax_label").AsType(dtype));
+      } else {
+        args.push_back(fill(n, arg_shapes[i]));
+      }
+      const bool param = n != "data" && n != "softmax_label";
+      grads.push_back(param ? NDArray::Zeros(arg_shapes[i], Context::CPU(), dtype) : NDArray());
+      req.push_back(param ? kWriteTo : kNullOp);
+    }
+    const auto aux_names = net.ListAuxiliaryStates();
+    std::vector<NDArray> aux;
+    for (std::size_t i = 0; i < aux_names.size(); ++i) aux.push_back(fill(aux_names[i], aux_shapes[i]));
+
+    auto exe = Executor::Bind(net, Context::CPU(), args, grads, req, aux);
+    exe->Forward(true);
+    exe->Backward();
+    // float32: rounding differences of the two sides' kernels grow through a deep network's backward (a ReLU
+    // whose input is near 0 passes the gradient on one side only); float64 leaves them no room.
+    const double rtol = dtype == DType::kFloat64 ? 1e-9 : 1e-4, grad_rtol = dtype == DType::kFloat64 ? 1e-9 : 1e-3;
+    ExpectClose(AsDoubles(exe->outputs()[0]), AsDoubles(want.at("out:0")), rtol, 0, "probabilities");
+    for (std::size_t i = 0; i < aux_names.size(); ++i) {
+      ExpectClose(AsDoubles(exe->aux_arrays()[i]), AsDoubles(want.at("aux:" + aux_names[i])), rtol, 0, aux_names[i]);
+    }
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      if (req[i] == kNullOp) continue;
+      const std::vector<double> w = AsDoubles(want.at("grad:" + arg_names[i]));
+      // Relative to the gradient's largest magnitude (w[0]; the norm w[1] is at most sqrt(n) times it).
+      std::vector<double> g = GradientDigest(exe->grad_arrays()[i]);
+      ExpectClose(g, w, grad_rtol, 1e-12, "gradient of " + arg_names[i]);
+    }
+  }
+}
 // A data directory without models.json has no cases; that is not an error of the suite.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(MxnetModelCase);
 
