@@ -148,6 +148,33 @@ TEST(OpMatrix, ShapesFromMXNet) {
   EXPECT_EQ(out({"stack", {{"num_args", "2"}, {"axis", "2"}}, {TShape{2, 3}, TShape{2, 3}}})[0], (TShape{2, 3, 2}));
 }
 
+// Shapes inferred from the output back to the input (MXNet's shape functions run both ways): what a graph
+// needs when only a later node fixes a shape.
+TEST(OpMatrix, ShapesFromTheOutputBack) {
+  auto back = [](const std::string& op, const Kwargs& params, std::vector<TShape> out, TShape in = TShape()) {
+    auto p = OperatorProperty::Create(op);
+    p->Init(params);
+    std::vector<TShape> ins{in}, aux;
+    const bool known = p->InferShape(&ins, &out, &aux);
+    EXPECT_EQ(known, ins[0].known()) << op;
+    return ins[0];
+  };
+  EXPECT_EQ(back("transpose", {}, {TShape{4, 3, 2}}), (TShape{2, 3, 4}));
+  EXPECT_EQ(back("transpose", {{"axes", "(1, 2, 0)"}}, {TShape{3, 4, 2}}), (TShape{2, 3, 4}));
+  TShape partial = TShape::Filled(3, -1);
+  partial[0] = 2;
+  EXPECT_EQ(back("transpose", {{"axes", "(1, 2, 0)"}}, {TShape{3, 4, 2}}, partial), (TShape{2, 3, 4}));
+  EXPECT_EQ(back("expand_dims", {{"axis", "1"}}, {TShape{2, 1, 3}}), (TShape{2, 3}));
+  EXPECT_EQ(back("expand_dims", {{"axis", "-1"}}, {TShape{2, 3, 1}}), (TShape{2, 3}));
+  EXPECT_EQ(back("SliceChannel", {{"num_outputs", "2"}, {"axis", "1"}}, {TShape{2, 3}, TShape()}), (TShape{2, 6}));
+  EXPECT_EQ(back("SliceChannel", {{"num_outputs", "3"}, {"axis", "-1"}, {"squeeze_axis", "True"}},
+                 {TShape(), TShape{2, 4}, TShape()}),
+            (TShape{2, 4, 3}));
+  // A contradiction between the two sides is the usual shape error.
+  ExpectError([&] { back("expand_dims", {{"axis", "0"}}, {TShape{1, 2, 3}}, TShape{2, 4}); },
+              {"expand_dims", "(1,2,3)", "(1,2,4)"});
+}
+
 TEST(OpMatrix, Errors) {
   auto shape_error = [](const OpCase& c, const std::vector<std::string>& parts) {
     SCOPED_TRACE(c.op);

@@ -283,13 +283,22 @@ std::vector<int> TransposeProp::Axes(int ndim) const {
 
 bool TransposeProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                                std::vector<TShape>*) const {
-  const TShape* d = DataShape(in_shape, out_shape, "transpose");
-  if (d == nullptr) return false;
-  const std::vector<int> axes = Axes(d->ndim());
-  TShape out = TShape::Filled(d->ndim(), -1);
-  for (int k = 0; k < d->ndim(); ++k) out[k] = (*d)[axes[k]];
+  DataShape(in_shape, out_shape, "transpose");
+  const TShape& o = (*out_shape)[0];
+  // Both ways, as MXNet's TransposeShape: dimensions known on either side fill the other.
+  const int n = (*in_shape)[0].ndim() >= 0 ? (*in_shape)[0].ndim() : o.ndim();
+  if (n < 0) return false;
+  const std::vector<int> axes = Axes(n);
+  if (o.ndim() == n) {
+    TShape back = TShape::Filled(n, -1);
+    for (int k = 0; k < n; ++k) back[axes[k]] = o[k];
+    AssignShape(in_shape, 0, back, "transpose", "data");
+  }
+  const TShape& d = (*in_shape)[0];
+  TShape out = TShape::Filled(n, -1);
+  for (int k = 0; k < n; ++k) out[k] = d[axes[k]];
   AssignShape(out_shape, 0, out, "transpose", "output");
-  return d->known();
+  return d.known();
 }
 
 std::vector<Movement> TransposeProp::Movements(const std::vector<TShape>& in, const std::vector<TShape>&) const {
@@ -332,19 +341,33 @@ std::vector<Movement> SameDataProp::Movements(const std::vector<TShape>&, const 
 
 bool ExpandDimsProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                                 std::vector<TShape>*) const {
-  const TShape* d = DataShape(in_shape, out_shape, "expand_dims");
-  if (d == nullptr) return false;
-  const int n = d->ndim();
+  DataShape(in_shape, out_shape, "expand_dims");
+  const TShape& o = (*out_shape)[0];
+  if ((*in_shape)[0].ndim() < 0 && o.ndim() >= 1) {
+    // From the output back, as MXNet's ExpandDimShape: the input is the output without the new axis.
+    const int axis = internal::NormalizeAxis(param_.axis, o.ndim(), "expand_dims", "axis");
+    std::vector<std::int64_t> back = o.ToVector();
+    back.erase(back.begin() + axis);
+    AssignShape(in_shape, 0, TShape(back), "expand_dims", "data");
+  }
+  const TShape& d = (*in_shape)[0];
+  if (d.ndim() < 0) return false;
+  const int n = d.ndim();
   if (n + 1 > TShape::kMaxDims) {
-    throw Error("expand_dims: the input " + d->ToString() + " already has " + std::to_string(TShape::kMaxDims) +
+    throw Error("expand_dims: the input " + d.ToString() + " already has " + std::to_string(TShape::kMaxDims) +
                 " dimensions, the most a shape may have");
   }
   // The new axis goes anywhere in [-ndim-1, ndim]: one more position than the input has dimensions.
   const int axis = internal::NormalizeAxis(param_.axis, n + 1, "expand_dims", "axis");
-  std::vector<std::int64_t> out = d->ToVector();
+  std::vector<std::int64_t> out = d.ToVector();
   out.insert(out.begin() + axis, 1);
   AssignShape(out_shape, 0, TShape(out), "expand_dims", "output");
-  return d->known();
+  if (o.ndim() == n + 1) {  // unknown input dimensions from the output's
+    std::vector<std::int64_t> back = (*out_shape)[0].ToVector();
+    back.erase(back.begin() + axis);
+    AssignShape(in_shape, 0, TShape(back), "expand_dims", "data");
+  }
+  return (*in_shape)[0].known();
 }
 
 bool SqueezeProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,

@@ -214,6 +214,20 @@ bool SliceChannelProp::InferShape(std::vector<TShape>* in_shape, std::vector<TSh
                                   std::vector<TShape>*) const {
   CheckInputCount(*in_shape, 1, "SliceChannel", "data");
   out_shape->resize(static_cast<std::size_t>(param_.num_outputs));
+  // From the outputs back, as MXNet's SplitOpShape: each known output gives the input's dimensions (the split
+  // axis num_outputs times the output's, or num_outputs itself where squeeze_axis dropped it).
+  for (const TShape& o : *out_shape) {
+    if (o.ndim() < 0) continue;
+    const int in_ndim = o.ndim() + (param_.squeeze_axis ? 1 : 0);
+    const int axis = internal::NormalizeAxis(param_.axis, in_ndim, "SliceChannel", "axis");
+    std::vector<std::int64_t> back = o.ToVector();
+    if (param_.squeeze_axis) {
+      back.insert(back.begin() + axis, param_.num_outputs);
+    } else if (back[axis] >= 0) {
+      back[axis] *= param_.num_outputs;
+    }
+    AssignShape(in_shape, 0, TShape(back), "SliceChannel", "data");
+  }
   const TShape& d = (*in_shape)[0];
   if (!d.known()) return false;
   const int axis = internal::NormalizeAxis(param_.axis, d.ndim(), "SliceChannel", "axis");
