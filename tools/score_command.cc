@@ -46,11 +46,13 @@ Loaded Load(const ScoreOptions& o, const char* who) {
   }
   std::vector<std::string> labels;
   if (!l.net.label_name.empty()) labels.push_back(l.net.label_name);
-  l.mod = std::make_unique<Module>(l.net.symbol, std::vector<std::string>{l.net.data_name}, labels);
+  l.mod = std::make_unique<Module>(l.net.symbol, std::vector<std::string>{l.net.data_name}, labels,
+                                   ParseDevices(o.devices));
   l.mod->Bind({data_shape}, labels.empty() ? std::vector<TShape>{} : std::vector<TShape>{label_shape}, false);
   l.mod->InitParams(*Initializer::Create("zero"), l.net.arg_params, l.net.aux_params, false);
-  std::fprintf(stderr, "troupe %s: %s with %s on %s (%s split), data '%s' %s, %s head%s\n", who, o.symbol.c_str(),
-               o.params.c_str(), o.data.c_str(), o.split.c_str(), l.net.data_name.c_str(),
+  std::fprintf(stderr, "troupe %s: %s with %s on %s (%s split), %s, data '%s' %s, %s head%s\n", who,
+               o.symbol.c_str(), o.params.c_str(), o.data.c_str(), o.split.c_str(), o.devices.c_str(),
+               l.net.data_name.c_str(),
                data_shape.ToString().c_str(), l.net.head_op.c_str(),
                l.net.added_head ? " added (the symbol ends in scores; softmax gives the probabilities)" : "");
   return l;
@@ -90,7 +92,8 @@ ScoreCommand::ScoreCommand(CLI::App* root, bool predict) : predict_(predict) {
         "Examples:\n"
         "  troupe score --symbol lenet-symbol.json --params lenet-0005.params\n"
         "  troupe score --symbol ft-symbol.json --params ft-0002.params --data rec:imgs --data-shape 1,28,28\n"
-        "  troupe score --symbol net-symbol.json --params net-0010.params --split train --images 1000\n");
+        "  troupe score --symbol net-symbol.json --params net-0010.params --split train --images 1000\n"
+        "  troupe score --symbol net-symbol.json --params net-0010.params --devices gpu:0\n");
   }
   ScoreOptions& o = options_;
   app_->add_option("--symbol", o.symbol, "The symbol JSON file (PREFIX-symbol.json)")->required();
@@ -104,6 +107,8 @@ ScoreCommand::ScoreCommand(CLI::App* root, bool predict) : predict_(predict) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   app_->add_option("--images", o.images, "Only the first N examples (0: all)")->check(CLI::NonNegativeNumber);
+  app_->add_option("--devices", o.devices, "Devices, e.g. cpu:0,cpu:1 or gpu:0 (each batch is split over them)")
+      ->capture_default_str();
   if (predict) {
     app_->add_option("--output", o.output, "Write the predictions to this file (default: stdout)");
   } else {

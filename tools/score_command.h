@@ -30,6 +30,7 @@ struct ScoreOptions {
   std::string data_shape = "1,28,28";
   int batch_size = 100;
   std::int64_t images = 0;             // 0: all
+  std::string devices = "cpu:0";       // each batch split over these (as troupe train --devices)
   std::string output;                  // predict: the file of predictions (empty: stdout)
   double min_accuracy = 0;             // score: exit 1 below this
 };

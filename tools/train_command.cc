@@ -36,34 +36,6 @@ bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfin
 
 bool Exists(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
 
-// "cpu:0,cpu:1" or "gpu:0" (a bare "cpu" / "gpu" is device 0).
-std::vector<Context> ParseDevices(const std::string& text) {
-  std::vector<Context> out;
-  std::stringstream list(text);
-  for (std::string item; std::getline(list, item, ',');) {
-    const auto colon = item.find(':');
-    const std::string kind = item.substr(0, colon);
-    int id = 0;
-    if (colon != std::string::npos) {
-      const std::string num = item.substr(colon + 1);
-      char* end = nullptr;
-      const long v = std::strtol(num.c_str(), &end, 10);
-      if (num.empty() || *end != '\0' || v < 0 || v > 1023) {
-        throw Error("--devices: bad device '" + item + "' (want cpu:N or gpu:N)");
-      }
-      id = static_cast<int>(v);
-    }
-    if (kind == "cpu") {
-      out.push_back(Context::CPU(id));
-    } else if (kind == "gpu") {
-      out.push_back(Context::GPU(id));
-    } else {
-      throw Error("--devices: bad device '" + item + "' (want cpu:N or gpu:N)");
-    }
-  }
-  if (out.empty()) throw Error("--devices: no device given (e.g. cpu:0 or cpu:0,cpu:1)");
-  return out;
-}
 
 // What Fit reads of --data: at most `max_batches` batches of `base` per epoch (0: all; --train-images,
 // --test-images), and labels of shape (batch, 1) (CSVIter's with label_shape (1)) as (batch) for
@@ -186,6 +158,34 @@ std::unique_ptr<DataIter> MakeIter(const std::string& data, bool train, int batc
 }
 
 }  // namespace
+
+std::vector<Context> ParseDevices(const std::string& text) {
+  std::vector<Context> out;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    const auto colon = item.find(':');
+    const std::string kind = item.substr(0, colon);
+    int id = 0;
+    if (colon != std::string::npos) {
+      const std::string num = item.substr(colon + 1);
+      char* end = nullptr;
+      const long v = std::strtol(num.c_str(), &end, 10);
+      if (num.empty() || *end != '\0' || v < 0 || v > 1023) {
+        throw Error("--devices: bad device '" + item + "' (want cpu:N or gpu:N)");
+      }
+      id = static_cast<int>(v);
+    }
+    if (kind == "cpu") {
+      out.push_back(Context::CPU(id));
+    } else if (kind == "gpu") {
+      out.push_back(Context::GPU(id));
+    } else {
+      throw Error("--devices: bad device '" + item + "' (want cpu:N or gpu:N)");
+    }
+  }
+  if (out.empty()) throw Error("--devices: no device given (e.g. cpu:0 or cpu:0,cpu:1)");
+  return out;
+}
 
 std::unique_ptr<DataIter> MakeDataIter(const std::string& data, bool train, int batch_size, int parts, int part,
                                        std::uint64_t seed, const std::string& data_shape, bool shuffle,

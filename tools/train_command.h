@@ -87,6 +87,10 @@ class TrainCommand {
   TrainOptions options_;
 };
 
+// A --devices list: "cpu:0,cpu:1" or "gpu:0" (a bare "cpu" / "gpu" is device 0). Throws troupe::Error
+// naming a bad item.
+std::vector<Context> ParseDevices(const std::string& text);
+
 // The iterator of a --data source (fashion-mnist, idx:DIR, csv:DIR, rec:DIR): its training (train = true) or
 // test split, part `part` of `parts`, at most `max_images` per epoch (0: all), labels of shape (batch,).
 // data_shape: "C,H,W" of rec images (other sources are 1,28,28 and refuse another). shuffle applies to the

@@ -675,6 +675,15 @@ TEST_F(SymbolCommandTest, TrainsScoresAndPredictsAUserSymbol) {
   EXPECT_NEAR(scored, trained, 1e-4) << r.out;
   EXPECT_GT(ValueAfter(r.out, "Validation-cross-entropy="), 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("examples 500"));
+  // Each batch split over two devices: the same examples, the same predictions.
+  r = Tool("score", ckpt + " --devices cpu:0,cpu:1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("cpu:0,cpu:1"));
+  EXPECT_NEAR(ValueAfter(r.out, "Validation-accuracy="), scored, 1e-4) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("examples 500"));
+  r = Tool("score", ckpt + " --devices tpu:0");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--devices: bad device 'tpu:0'"));
 
   // predict: one line per test example whose predictions agree with score's accuracy.
   const std::string tsv = (sym_dir_ / "pred.tsv").string();
@@ -702,6 +711,12 @@ TEST_F(SymbolCommandTest, TrainsScoresAndPredictsAUserSymbol) {
   EXPECT_EQ(rows, 500);
   EXPECT_NEAR(correct / 500.0, scored, 1e-4);
   EXPECT_NEAR(ValueAfter(r.out, "accuracy against the labels "), scored, 1e-4) << r.out;
+  const std::string tsv2 = (sym_dir_ / "pred2.tsv").string();
+  r = Tool("predict", ckpt + " --output " + tsv2 + " --devices cpu:0,cpu:1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream a(tsv), b(tsv2);
+  const std::string one((std::istreambuf_iterator<char>(a)), {}), two((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_EQ(one, two);  // two devices predict every example as one does
 
   // The same symbol resumes from its checkpoint.
   r = Train("--symbol " + Symbol_() + " --data " + Data("idx") + " --epochs 3 --resume 2 --progress none --checkpoint " +
