@@ -11,6 +11,9 @@ Steps (bench/train/README.md has the whole sequence with troupe's command lines)
                   hybridised, run once on (1, 1, 28, 28) and exported as DIR/resnet20-symbol.json and
                   DIR/resnet20-0000.params. The symbol ends in the logits (no loss head).
     (troupe im2rec DIR/train.lst DIR/images DIR/rec/train, the same for test)
+    idx DIR       writes DIR/idx/: the same first --train / --test images as uncompressed idx files (no JPEG
+                  step; troupe train --data idx:DIR/idx and MXNet's MNISTIter read the same bytes, pixel/256)
+    fit-idx DIR   MXNet's Module as `fit` does, on DIR/idx through MNISTIter (shuffle off)
     fit DIR       MXNet's Module on DIR/rec/{train,test}.rec: SoftmaxOutput put on the logits (what
                   troupe train --symbol does), every parameter from resnet20-0000.params, ImageRecordIter
                   (data_shape (1,28,28), scale 1/255, no shuffle), SGD with momentum 0.9, wd 0.0001, the
@@ -66,6 +69,24 @@ def prepare(args):
     print("wrote", os.path.join(args.dir, "resnet20-symbol.json"), "and resnet20-0000.params")
 
 
+def idx(args):
+    out = os.path.join(args.dir, "idx")
+    os.makedirs(out, exist_ok=True)
+    for prefix, n in (("train", args.train), ("t10k", args.test)):
+        for kind in ("images-idx3-ubyte", "labels-idx1-ubyte"):
+            name = prefix + "-" + kind
+            with gzip.open(os.path.join(DATA, name + ".gz"), "rb") as f:
+                raw = f.read()
+            dims = raw[3]
+            per = 1
+            for i in range(1, dims):
+                per *= int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big")
+            head = raw[:4] + n.to_bytes(4, "big") + raw[8:4 + 4 * dims]
+            with open(os.path.join(out, name), "wb") as f:
+                f.write(head + raw[4 + 4 * dims:4 + 4 * dims + n * per])
+    print("wrote", out)
+
+
 def fit(args):
     import mxnet as mx
 
@@ -75,6 +96,10 @@ def fit(args):
     sym = mx.sym.SoftmaxOutput(sym, name="softmax")
 
     def rec(split):
+        if args.step == "fit-idx":
+            prefix = os.path.join(args.dir, "idx", "train" if split == "train" else "t10k")
+            return mx.io.MNISTIter(image=prefix + "-images-idx3-ubyte", label=prefix + "-labels-idx1-ubyte",
+                                   batch_size=args.batch_size, shuffle=False, flat=False, silent=True)
         return mx.io.ImageRecordIter(path_imgrec=os.path.join(args.dir, "rec", split + ".rec"),
                                      path_imgidx=os.path.join(args.dir, "rec", split + ".idx"),
                                      data_shape=(1, 28, 28), scale=1.0 / 255, batch_size=args.batch_size,
@@ -98,7 +123,7 @@ def fit(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("step", choices=["prepare", "fit"])
+    p.add_argument("step", choices=["prepare", "idx", "fit", "fit-idx"])
     p.add_argument("dir")
     p.add_argument("--train", type=int, default=6000)
     p.add_argument("--test", type=int, default=1000)
@@ -107,7 +132,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--epochs", type=int, default=2)
     args = p.parse_args()
-    prepare(args) if args.step == "prepare" else fit(args)
+    {"prepare": prepare, "idx": idx}.get(args.step, fit)(args)
 
 
 if __name__ == "__main__":
