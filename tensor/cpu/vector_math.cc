@@ -63,6 +63,60 @@ inline float SigmoidOne(float x) {
   return 1.0f / (1.0f + ExpOne(-x));
 }
 
+// log(x) = e ln2 + log(m), x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) by Cephes' logf polynomial in
+// m - 1, ln2 split in two as in ExpCore. Denormals are scaled by 2^23 first. Branch-free.
+inline float LogOne(float x) {
+  constexpr float kMinNormal = 1.17549435e-38f;
+  const bool denormal = x < kMinNormal;  // also 0 and negatives: their results are replaced below
+  const float xs = denormal ? x * 8388608.0f : x;
+  const std::int32_t bits = std::bit_cast<std::int32_t>(xs);
+  std::int32_t e = ((bits >> 23) & 0xff) - 126;
+  float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
+  const bool low = m < 0.707106781186547524f;
+  e -= low ? 1 : 0;
+  m = low ? m + m - 1.0f : m - 1.0f;
+  const float ef = static_cast<float>(e) - (denormal ? 23.0f : 0.0f);
+  const float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y += -2.12194440e-4f * ef;
+  y += -0.5f * z;
+  float r = m + y + 0.693359375f * ef;
+  r = x == std::numeric_limits<float>::infinity() ? x : r;
+  r = x < 0.0f ? std::numeric_limits<float>::quiet_NaN() : r;
+  r = x == 0.0f ? -std::numeric_limits<float>::infinity() : r;
+  return x != x ? x : r;
+}
+
+// erf(x) = x P(x^2) / Q(x^2) on [-4, 4] (the rational approximation Eigen and XLA use; outside, erf rounds to
+// +-1 in float). Branch-free.
+inline float ErfOne(float x) {
+  const float c = Clamp(x, -4.0f, 4.0f);
+  const float z = c * c;
+  float p = -2.72614225801306e-10f;
+  p = p * z + 2.77068142495902e-08f;
+  p = p * z - 2.10102402082508e-06f;
+  p = p * z - 5.69250639462346e-05f;
+  p = p * z - 7.34990630326855e-04f;
+  p = p * z - 2.95459980854025e-03f;
+  p = p * z - 1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * z - 2.13374055278905e-04f;
+  q = q * z - 1.68282697438203e-03f;
+  q = q * z - 7.37332916720468e-03f;
+  q = q * z - 1.42647390514189e-02f;
+  const float r = c * (p / q);  // p / q is about -1.13 near 0: c * p alone would go denormal for tiny c
+  return x != x ? x : r;
+}
+
 }  // namespace
 
 // One copy per instruction set; the loader picks the widest the processor supports.
@@ -77,6 +131,21 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void VecTanh(const 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void VecSigmoid(const float* x, float* y,
                                                                                std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = SigmoidOne(x[i]);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void VecLog(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = LogOne(x[i]);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void VecErf(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = ErfOne(x[i]);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void VecGelu(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + ErfOne(v * 0.70710678118654752440f));
+  }
 }
 
 }  // namespace troupe::internal

@@ -74,6 +74,39 @@ TEST(VectorMathTest, SigmoidWithinTwoUlpOverTheFloatRange) {
   EXPECT_LE(w.ulp, 2) << "at " << w.at;
 }
 
+TEST(VectorMathTest, LogWithinOneUlpOverThePositiveFloats) {
+  std::vector<float> xs;
+  for (float x : Sweep()) {
+    if (x > 0.0f) xs.push_back(x);
+  }
+  for (float x : {1.0f, 0.70710677f, 0.70710683f, 1.41421354f, 1e-45f, 1.1754942e-38f, 3.4028235e38f}) xs.push_back(x);
+  const Worst w = Check(xs, VecLog, [](double x) { return std::log(x); }, "log");
+  EXPECT_LE(w.ulp, 1) << "at " << w.at;
+}
+
+TEST(VectorMathTest, ErfWithinSixUlpOverTheFloatRange) {
+  const Worst w = Check(Sweep(), VecErf, [](double x) { return std::erf(x); }, "erf");
+  EXPECT_LE(w.ulp, 6) << "at " << w.at;
+}
+
+// GELU against the formula in double: the error is erf's, times 0.5 |x|, plus the final rounding.
+TEST(VectorMathTest, GeluIsTheErfFormula) {
+  std::vector<float> xs;
+  for (int i = -20000; i <= 20000; ++i) xs.push_back(static_cast<float>(i) * 1e-3f);
+  for (float x : Sweep()) {
+    if (std::abs(x) < 1e30f) xs.push_back(x);
+  }
+  std::vector<float> ys(xs.size());
+  VecGelu(xs.data(), ys.data(), static_cast<std::int64_t>(xs.size()));
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i];
+    const double want = 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    const double tol = 5.0 * std::numeric_limits<float>::epsilon() * (std::abs(want) + 0.5 * std::abs(x)) +
+                       2.0 * std::numeric_limits<float>::denorm_min();  // denormal results keep fewer bits
+    ASSERT_LE(std::abs(ys[i] - want), tol) << "gelu(" << xs[i] << ") = " << ys[i] << ", want " << want;
+  }
+}
+
 TEST(VectorMathTest, SpecialsAndInPlace) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -99,6 +132,26 @@ TEST(VectorMathTest, SpecialsAndInPlace) {
   EXPECT_EQ(y[2], 0.0f);
   EXPECT_EQ(y[3], 0.5f);
   EXPECT_EQ(y[5], 1.0f);
+  EXPECT_EQ(y[6], 0.0f);
+  VecLog(x.data(), y.data(), 7);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], inf);
+  EXPECT_TRUE(std::isnan(y[2]));
+  EXPECT_EQ(y[3], -inf);
+  EXPECT_EQ(y[4], -inf);
+  EXPECT_TRUE(std::isnan(y[6]));
+  VecErf(x.data(), y.data(), 7);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 1.0f);
+  EXPECT_EQ(y[2], -1.0f);
+  EXPECT_EQ(y[3], 0.0f);
+  EXPECT_EQ(y[5], 1.0f);
+  EXPECT_EQ(y[6], -1.0f);
+  VecGelu(x.data(), y.data(), 7);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], inf);
+  EXPECT_EQ(y[3], 0.0f);
+  EXPECT_EQ(y[5], 1000.0f);
   EXPECT_EQ(y[6], 0.0f);
   // In place, and lengths that leave a remainder after the vector loop.
   for (int n : {1, 7, 15, 17, 33}) {

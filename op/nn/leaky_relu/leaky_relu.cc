@@ -1,11 +1,13 @@
 // LeakyReLU: property and CPU operator (the GPU one is leaky_relu.cu); registers "LeakyReLU".
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "base/error.h"
 #include "op/nn/leaky_relu/leaky_relu.h"
+#include "tensor/detail/vector_math.h"
 #include "tensor/resource.h"
 
 namespace troupe {
@@ -53,6 +55,12 @@ class LeakyReLUCpuOp : public Operator {
           if (y != nullptr) Assign(y + i, req[0], x[i] > T(0) ? x[i] : s * x[i]);
         }
       } else {
+        if constexpr (std::is_same_v<T, float>) {
+          // GELU through the vectorised erf (the scalar erff loop is several times slower).
+          if (type_ == act_norm::LeakyType::kGELU && (req[0] == kWriteTo || req[0] == kWriteInplace)) {
+            return internal::VecGelu(x, y, n);
+          }
+        }
         const T slope = T(p_.slope);
         for (std::int64_t i = 0; i < n && y != nullptr; ++i) {
           Assign(y + i, req[0], act_norm::LeakyForward(type_, x[i], slope));
