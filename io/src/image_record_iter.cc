@@ -7,6 +7,13 @@
 //   1. decode to RGB (data_shape C = 3) or grayscale (C = 1);
 //   2. resize > 0: scale so that the shorter side is `resize` (the longer one resize * long / short,
 //      integer division, as MXNet), bilinear bit for bit as OpenCV's INTER_LINEAR (ResizeBilinear);
+//   2a. the affine warp of MXNet's default augmenter when any of rotate, max_rotate_angle, max_shear_ratio,
+//      min/max_random_scale, max_aspect_ratio, min/max_img_size asks for one: MXNet's matrix (rotation, shear,
+//      scale and aspect ratio about the centre, output size scale * size clamped to [min_img_size,
+//      max_img_size]) and OpenCV's warpAffine with INTER_LINEAR and a constant border of fill_value, bit for
+//      bit (WarpAffineBilinear); the random parameters are drawn as MXNet draws them, from the sample's own
+//      generator (see Randomness);
+//   2b. pad > 0: a border of `pad` pixels of fill_value on every side (OpenCV's copyMakeBorder);
 //   3. crop H x W: centre ((rows - H) / 2, (cols - W) / 2) or, with rand_crop, a uniform random corner.
 //      An image smaller than H x W is an error, as in MXNet ("input image size smaller than input shape"):
 //      it is neither padded nor resized up; the message suggests `resize=`;
@@ -25,10 +32,12 @@
 // offset either way, so the .idx is optional here). DataBatch::index is each record's header id
 // (header.id, MXNet's image_index()), not its position in the file.
 //
-// Randomness: every random decision for a sample (crop corner, mirror) comes from its own generator seeded
+// Randomness: every random decision for a sample (warp parameters, crop corner, mirror) comes from its own generator seeded
 // with (seed, epoch, the record's position in the file), so batches are the same for any
 // preprocess_threads and any thread scheduling; the same seed gives the same batches, another seed other
-// crops. (MXNet seeds one generator per thread, so its crops depend on scheduling; ours do not match it.)
+// crops. (MXNet seeds one generator per thread, so its crops depend on scheduling; ours do not match it.
+// Settings that draw nothing at random, such as a fixed rotate= or min_random_scale = max_random_scale, give
+// MXNet's bytes.)
 //
 // The last batch follows MXNet 1.9's parser:
 //   round_batch=True   completed with records from the start of the next epoch's order; num_batch_padd
@@ -57,9 +66,10 @@
 // clang-format on
 
 #include <algorithm>
-#include <cmath>
+#include <array>
 #include <atomic>
 #include <bit>
+#include <cmath>
 #include <condition_variable>
 #include <csetjmp>
 #include <cstdint>
@@ -100,6 +110,15 @@ struct ImageRecordParam : Params<ImageRecordParam> {
   float std_r = 1, std_g = 1, std_b = 1;
   float scale = 1;
   int resize = -1;
+  int rotate = -1;
+  int max_rotate_angle = 0;
+  float max_shear_ratio = 0;
+  float min_random_scale = 1, max_random_scale = 1;
+  float max_aspect_ratio = 0;
+  float min_img_size = 0, max_img_size = 1e10f;
+  int fill_value = 255;
+  int pad = 0;
+  int inter_method = 1;
   int preprocess_threads = 4;
   int num_parts = 1;
   int part_index = 0;
@@ -136,6 +155,38 @@ struct ImageRecordParam : Params<ImageRecordParam> {
     s.Field("resize", &ImageRecordParam::resize)
         .Default(-1)
         .Describe("Resize the shorter edge to this size before cropping; -1: no resize.");
+    s.Field("rotate", &ImageRecordParam::rotate)
+        .Default(-1)
+        .Describe("Rotate every image by this many degrees (anticlockwise) when > 0; -1: no fixed rotation.");
+    s.Field("max_rotate_angle", &ImageRecordParam::max_rotate_angle)
+        .Default(0)
+        .LowerBound(0)
+        .Describe("Rotate by a random whole number of degrees in [-max_rotate_angle, max_rotate_angle].");
+    s.Field("max_shear_ratio", &ImageRecordParam::max_shear_ratio)
+        .Default(0.0f)
+        .Describe("Shear by a random ratio in [-max_shear_ratio, max_shear_ratio].");
+    s.Field("min_random_scale", &ImageRecordParam::min_random_scale)
+        .Default(1.0f)
+        .Describe("Scale the image by a random factor of at least this (with max_random_scale).");
+    s.Field("max_random_scale", &ImageRecordParam::max_random_scale)
+        .Default(1.0f)
+        .Describe("Scale the image by a random factor of at most this (with min_random_scale).");
+    s.Field("max_aspect_ratio", &ImageRecordParam::max_aspect_ratio)
+        .Default(0.0f)
+        .Describe("Change the aspect ratio by a random factor in [1 - max_aspect_ratio, 1 + max_aspect_ratio].");
+    s.Field("min_img_size", &ImageRecordParam::min_img_size)
+        .Default(0.0f)
+        .Describe("The warped image's width and height are at least this.");
+    s.Field("max_img_size", &ImageRecordParam::max_img_size)
+        .Default(1e10f)
+        .Describe("The warped image's width and height are at most this.");
+    s.Field("fill_value", &ImageRecordParam::fill_value)
+        .Default(255)
+        .Describe("The value of the pixels the warp and the padding add.");
+    s.Field("pad", &ImageRecordParam::pad).Default(0).LowerBound(0).Describe("Pixels of fill_value added on every side.");
+    s.Field("inter_method", &ImageRecordParam::inter_method)
+        .Default(1)
+        .Describe("Interpolation of the warp: 1 (bilinear) is the one supported.");
     s.Field("preprocess_threads", &ImageRecordParam::preprocess_threads)
         .Default(4)
         .LowerBound(1)
@@ -320,6 +371,87 @@ std::uint64_t Mix64(std::uint64_t z) {  // splitmix64's finaliser: a bijection t
 
 // A small generator per sample (splitmix64), seeded from (seed, epoch, record): the decisions for a sample
 // never depend on which thread handles it or in which order.
+// OpenCV's warpAffine(src, m, (dw, dh), INTER_LINEAR, BORDER_CONSTANT, fill) for interleaved 8-bit pixels of
+// `pixel_bytes` bytes, of which the first `channels` are warped, bit for bit: the map inverted in double,
+// source positions in fixed point with 1/32 pixel, and OpenCV's 2x2 bilinear weights for each of the 32x32
+// sub-pixel positions, scaled by 2^15 with their sum corrected to exactly 2^15. A source pixel outside the
+// image is fill.
+void WarpAffineBilinear(const std::vector<unsigned char>& src, int sw, int sh, int pixel_bytes, int channels,
+                        const float m32[6], int dw, int dh, int fill, std::vector<unsigned char>* dst) {
+  constexpr int kTab = 32, kAbBits = 10, kAbScale = 1 << kAbBits, kCoefBits = 15;
+  static const std::vector<std::array<int, 4>> weights = [] {
+    std::vector<std::array<int, 4>> t(kTab * kTab);
+    for (int i = 0; i < kTab; ++i) {
+      for (int j = 0; j < kTab; ++j) {
+        const float fy = static_cast<float>(i) * (1.0f / kTab), fx = static_cast<float>(j) * (1.0f / kTab);
+        const float ly[2] = {1.0f - fy, fy}, lx[2] = {1.0f - fx, fx};
+        std::array<int, 4>& w = t[static_cast<std::size_t>(i * kTab + j)];
+        int sum = 0;
+        for (int k = 0; k < 4; ++k) sum += w[k] = static_cast<int>(std::lrint(ly[k / 2] * lx[k % 2] * (1 << kCoefBits)));
+        if (sum != (1 << kCoefBits)) {  // OpenCV moves the difference onto the largest (or smallest) weight
+          int lo = 0, hi = 0;
+          for (int k = 0; k < 4; ++k) {
+            if (w[k] < w[lo]) lo = k;
+            else if (w[k] > w[hi]) hi = k;
+          }
+          const int diff = sum - (1 << kCoefBits);
+          w[diff < 0 ? hi : lo] -= diff;
+        }
+      }
+    }
+    return t;
+  }();
+  double m[6];
+  for (int k = 0; k < 6; ++k) m[k] = m32[k];
+  double d = m[0] * m[4] - m[1] * m[3];
+  d = d != 0 ? 1.0 / d : 0.0;
+  const double a11 = m[4] * d, a22 = m[0] * d;
+  m[0] = a11;
+  m[1] *= -d;
+  m[3] *= -d;
+  m[4] = a22;
+  const double b1 = -m[0] * m[2] - m[1] * m[5], b2 = -m[3] * m[2] - m[4] * m[5];
+  m[2] = b1;
+  m[5] = b2;
+  std::vector<int> adelta(static_cast<std::size_t>(dw)), bdelta(static_cast<std::size_t>(dw));
+  for (int x = 0; x < dw; ++x) {
+    adelta[static_cast<std::size_t>(x)] = static_cast<int>(std::lrint(m[0] * x * kAbScale));
+    bdelta[static_cast<std::size_t>(x)] = static_cast<int>(std::lrint(m[3] * x * kAbScale));
+  }
+  dst->assign(static_cast<std::size_t>(dw) * dh * pixel_bytes, 0);
+  const int round_delta = kAbScale / kTab / 2;
+  for (int y = 0; y < dh; ++y) {
+    const int x0 = static_cast<int>(std::lrint((m[1] * y + m[2]) * kAbScale)) + round_delta;
+    const int y0 = static_cast<int>(std::lrint((m[4] * y + m[5]) * kAbScale)) + round_delta;
+    unsigned char* out = dst->data() + static_cast<std::size_t>(y) * dw * pixel_bytes;
+    for (int x = 0; x < dw; ++x, out += pixel_bytes) {
+      const int fx = (x0 + adelta[static_cast<std::size_t>(x)]) >> (kAbBits - 5);
+      const int fy = (y0 + bdelta[static_cast<std::size_t>(x)]) >> (kAbBits - 5);
+      const int sx = fx >> 5, sy = fy >> 5;
+      const std::array<int, 4>& w = weights[static_cast<std::size_t>((fy & (kTab - 1)) * kTab + (fx & (kTab - 1)))];
+      for (int c = 0; c < channels; ++c) {
+        auto at = [&](int yy, int xx) -> int {
+          if (xx < 0 || yy < 0 || xx >= sw || yy >= sh) return fill;
+          return src[(static_cast<std::size_t>(yy) * sw + xx) * pixel_bytes + c];
+        };
+        const int v = at(sy, sx) * w[0] + at(sy, sx + 1) * w[1] + at(sy + 1, sx) * w[2] + at(sy + 1, sx + 1) * w[3];
+        out[c] = static_cast<unsigned char>(std::clamp((v + (1 << (kCoefBits - 1))) >> kCoefBits, 0, 255));
+      }
+    }
+  }
+}
+
+// OpenCV's copyMakeBorder(src, pad, pad, pad, pad, BORDER_CONSTANT, fill) for interleaved 8-bit pixels.
+void PadConstant(const std::vector<unsigned char>& src, int sw, int sh, int pixel_bytes, int pad, int fill,
+                 std::vector<unsigned char>* dst) {
+  const int dw = sw + 2 * pad;
+  dst->assign(static_cast<std::size_t>(dw) * (sh + 2 * pad) * pixel_bytes, static_cast<unsigned char>(fill));
+  for (int y = 0; y < sh; ++y) {
+    std::copy_n(src.data() + static_cast<std::size_t>(y) * sw * pixel_bytes, static_cast<std::size_t>(sw) * pixel_bytes,
+                dst->data() + (static_cast<std::size_t>(y + pad) * dw + pad) * pixel_bytes);
+  }
+}
+
 class SampleRng {
  public:
   SampleRng(std::int64_t seed, std::uint64_t epoch, std::uint64_t record)
@@ -329,6 +461,8 @@ class SampleRng {
   std::uint64_t UpTo(std::uint64_t n) {
     return static_cast<std::uint64_t>((static_cast<unsigned __int128>(Next()) * (n + 1)) >> 64);
   }
+  // Uniform in [0, 1), 24 bits (a float's precision).
+  float Unit() { return static_cast<float>(Next() >> 40) * (1.0f / 16777216.0f); }
 
  private:
   std::uint64_t state_;
@@ -442,6 +576,17 @@ class ImageRecordIter : public DataIter {
       throw Error(std::string(kWho) + ": resize must be -1 (no resize) or a positive size, got " +
                   std::to_string(param_.resize));
     }
+    if (param_.inter_method != 1) {
+      throw Error(std::string(kWho) + ": inter_method=" + std::to_string(param_.inter_method) +
+                  " is not supported; the warp interpolates bilinearly (inter_method=1, the default)");
+    }
+    if (param_.min_random_scale > param_.max_random_scale || param_.min_random_scale <= 0) {
+      throw Error(std::string(kWho) + ": min_random_scale (" + std::to_string(param_.min_random_scale) +
+                  ") must be positive and at most max_random_scale (" + std::to_string(param_.max_random_scale) + ")");
+    }
+    warp_ = param_.max_rotate_angle > 0 || param_.max_shear_ratio > 0 || param_.rotate > 0 ||
+            param_.max_random_scale != 1.0f || param_.min_random_scale != 1.0f || param_.max_aspect_ratio != 0.0f ||
+            param_.max_img_size != 1e10f || param_.min_img_size != 0.0f;
     if (param_.part_index >= param_.num_parts) {
       throw Error(std::string(kWho) + ": part_index=" + std::to_string(param_.part_index) +
                   " is not below num_parts=" + std::to_string(param_.num_parts) +
@@ -601,7 +746,7 @@ class ImageRecordIter : public DataIter {
       std::copy_n(header.labels.begin(), lw, label);
     }
 
-    thread_local std::vector<unsigned char> pixels, resized;
+    thread_local std::vector<unsigned char> pixels, resized, warped, padded;
     const int pixel_bytes = channels_ == 1 ? 1 : 4;  // gray or RGBX, as DecodeJpeg writes them
     int w = 0, h = 0;
     std::string message;
@@ -626,6 +771,46 @@ class ImageRecordIter : public DataIter {
       w = nw;
       h = nh;
     }
+    SampleRng rng(param_.seed, epoch, record);
+    if (warp_) {
+      // MXNet's DefaultImageAugmenter: shear, angle, scale and aspect ratio, drawn in this order.
+      const float shear = rng.Unit() * param_.max_shear_ratio * 2 - param_.max_shear_ratio;
+      int angle = static_cast<int>(rng.UpTo(2 * static_cast<std::uint64_t>(param_.max_rotate_angle))) -
+                  param_.max_rotate_angle;
+      if (param_.rotate > 0) angle = param_.rotate;
+      const float a = static_cast<float>(std::cos(angle / 180.0 * M_PI));
+      const float b = static_cast<float>(std::sin(angle / 180.0 * M_PI));
+      const float scale = rng.Unit() * (param_.max_random_scale - param_.min_random_scale) + param_.min_random_scale;
+      const float ratio = rng.Unit() * param_.max_aspect_ratio * 2 - param_.max_aspect_ratio + 1;
+      const float hs = 2 * scale / (1 + ratio);
+      const float ws = ratio * hs;
+      const float new_width = std::max(param_.min_img_size, std::min(param_.max_img_size, scale * w));
+      const float new_height = std::max(param_.min_img_size, std::min(param_.max_img_size, scale * h));
+      float m[6];
+      m[0] = hs * a - shear * b * ws;
+      m[3] = -b * ws;
+      m[1] = hs * b + shear * a * ws;
+      m[4] = a * ws;
+      const float centre_w = m[0] * w + m[1] * h;
+      const float centre_h = m[3] * w + m[4] * h;
+      m[2] = (new_width - centre_w) / 2;
+      m[5] = (new_height - centre_h) / 2;
+      const int nw = static_cast<int>(new_width), nh = static_cast<int>(new_height);
+      if (nw < 1 || nh < 1) {
+        throw Error(what + ": the warp makes the " + std::to_string(w) + "x" + std::to_string(h) + " image " +
+                    std::to_string(nw) + "x" + std::to_string(nh) + "; raise min_img_size or min_random_scale");
+      }
+      WarpAffineBilinear(*img, w, h, pixel_bytes, channels_, m, nw, nh, param_.fill_value, &warped);
+      img = &warped;
+      w = nw;
+      h = nh;
+    }
+    if (param_.pad > 0) {
+      PadConstant(*img, w, h, pixel_bytes, param_.pad, param_.fill_value, &padded);
+      img = &padded;
+      w += 2 * param_.pad;
+      h += 2 * param_.pad;
+    }
     if (h < height_ || w < width_) {
       throw Error(what + ": the image is " + std::to_string(w) + "x" + std::to_string(h) +
                   " (width x height" + (param_.resize > 0 ? " after resize" : "") +
@@ -633,7 +818,6 @@ class ImageRecordIter : public DataIter {
                   "; set resize= to at least " + std::to_string(std::max(height_, width_)) +
                   " or make data_shape smaller");
     }
-    SampleRng rng(param_.seed, epoch, record);
     std::size_t y = static_cast<std::size_t>(h - height_), x = static_cast<std::size_t>(w - width_);
     if (param_.rand_crop) {
       y = rng.UpTo(y);
@@ -669,6 +853,7 @@ class ImageRecordIter : public DataIter {
   }
 
   ImageRecordParam param_;
+  bool warp_ = false;  // the default augmenter's affine warp is on (step 2a)
   int channels_ = 3, height_ = 0, width_ = 0;
   float mean_[3] = {0, 0, 0};
   float mult_[3] = {1, 1, 1};  // scale / std per channel

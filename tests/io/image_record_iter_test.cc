@@ -329,6 +329,48 @@ TEST_F(ImageRecordIterTest, RandomCropIsDeterministicPerSeed) {
   EXPECT_TRUE(epochs_differ);
 }
 
+// The default augmenter's random warp (rotation, shear, scale, aspect ratio): drawn per sample from the seed, the
+// same for any thread count, other draws for another seed or epoch; fill_value shows where the warp leaves
+// the image.
+TEST_F(ImageRecordIterTest, RandomWarpIsDeterministicPerSeed) {
+  std::vector<std::string> jpegs(8, EncodeJpeg(RampImage(32, 32)));
+  Pack("w", jpegs);
+  auto run = [&](const std::string& seed, const std::string& threads) {
+    auto it = CreateDataIter("ImageRecordIter",
+                             Args("w", "(3, 24, 24)", 4,
+                                  {{"max_rotate_angle", "30"}, {"max_shear_ratio", "0.1"}, {"min_random_scale", "0.8"},
+                                   {"max_random_scale", "1.2"}, {"max_aspect_ratio", "0.2"}, {"min_img_size", "24"},
+                                   {"fill_value", "0"}, {"seed", seed}, {"preprocess_threads", threads}}));
+    std::vector<Batch> two_epochs = Epoch(it.get());
+    it->BeforeFirst();
+    for (auto& b : Epoch(it.get())) two_epochs.push_back(std::move(b));
+    return two_epochs;
+  };
+  const auto a = run("3", "3");
+  ASSERT_EQ(a.size(), 4u);
+  // The same image, warped differently per sample: the samples of a batch differ, and corners show the fill.
+  std::set<std::vector<float>> samples;
+  int filled_corners = 0;
+  const std::size_t n = 3 * 24 * 24;
+  for (const auto& b : a) {
+    for (int s = 0; s < 4; ++s) {
+      samples.insert(std::vector<float>(b.data.begin() + s * n, b.data.begin() + (s + 1) * n));
+      filled_corners += b.data[s * n] == 0.0f && b.data[s * n + 24 * 24] == 0.0f && b.data[s * n + 2 * 24 * 24] == 0.0f;
+    }
+  }
+  EXPECT_GT(samples.size(), 12u);
+  EXPECT_GT(filled_corners, 0);
+  const auto same = run("3", "1");
+  const auto other = run("4", "3");
+  bool differs = false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(same[i].data, a[i].data) << "batch " << i;
+    differs |= other[i].data != a[i].data;
+  }
+  EXPECT_TRUE(differs);
+  EXPECT_NE(a[0].data, a[2].data);  // the second epoch draws anew
+}
+
 TEST_F(ImageRecordIterTest, ResizeShorterSideBilinear) {
   // 48x32 with resize=16: 24x16 (16 * 48 / 32 = 24). A linear ramp stays linear under bilinear resizing
   // with half-pixel centres: src x = 2 x + 0.5, so R = 5 (2 x + 0.5) + 8.
@@ -497,11 +539,17 @@ TEST_F(ImageRecordIterTest, MissingFilesAndBadArguments) {
               {"path_imgrec"});
   ExpectError([&] { CreateDataIter("ImageRecordIter", Args("ok", "(3, 8, 8)", 1, {{"num_parts", "2"}, {"part_index", "1"}})); },
               {"empty"});
+  ExpectError([&] { CreateDataIter("ImageRecordIter", Args("ok", "(3, 8, 8)", 1, {{"inter_method", "2"}})); },
+              {"inter_method=2", "bilinear"});
+  ExpectError([&] {
+    CreateDataIter("ImageRecordIter", Args("ok", "(3, 8, 8)", 1, {{"min_random_scale", "1.5"}, {"max_random_scale", "1.2"}}));
+  }, {"min_random_scale", "max_random_scale"});
 }
 
 // MXNet 1.9.1's own batches (data/make_image_reference.py: JPEGs of several sizes packed by MXNet, the first
 // batch of its ImageRecordIter for each setting): the same settings give the same float32 bytes here —
-// decoding, the shorter-side resize (OpenCV's fixed-point bilinear), centre crop, mirror, mean/std, scale.
+// decoding, the shorter-side resize (OpenCV's fixed-point bilinear), the affine warp with fixed parameters
+// (OpenCV's warpAffine), padding with fill_value, centre crop, mirror, mean/std, scale.
 TEST(ImageRecordIterMxnet, BatchesAreMxnetsBitForBit) {
   const std::string dir = TROUPE_TEST_DATA_DIR;
   std::ifstream f(dir + "/image_batches.json");
