@@ -14,9 +14,12 @@
 //      bit (WarpAffineBilinear); the random parameters are drawn as MXNet draws them, from the sample's own
 //      generator (see Randomness);
 //   2b. pad > 0: a border of `pad` pixels of fill_value on every side (OpenCV's copyMakeBorder);
-//   3. crop H x W: centre ((rows - H) / 2, (cols - W) / 2) or, with rand_crop, a uniform random corner.
-//      An image smaller than H x W is an error, as in MXNet ("input image size smaller than input shape"):
-//      it is neither padded nor resized up; the message suggests `resize=`;
+//   3. crop H x W: with random_resized_crop, a region of random area (min/max_random_area of the image's) and
+//      aspect ratio (min/max_aspect_ratio), up to ten tries, resized to H x W; with min/max_crop_size, a square
+//      of random side (centred, or at a random corner with rand_crop) resized to H x W; otherwise the
+//      image, first scaled up (bilinear, to height H, then to width W) where it is smaller than H x W, as
+//      MXNet 1.9 does, cropped at the centre ((rows - H) / 2, (cols - W) / 2) or, with rand_crop, at a
+//      uniform random corner;
 //   4. mirror left-right with probability 1/2 when rand_mirror (always when mirror=True);
 //   5. out = (pixel - mean_c) * (scale / std_c), float32, CHW (channels R, G, B; C = 1 uses mean_r, std_r).
 // Labels: header.label when header.flag is 0 (then label_width must be 1, as MXNet), else the first
@@ -79,6 +82,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -115,6 +119,10 @@ struct ImageRecordParam : Params<ImageRecordParam> {
   float max_shear_ratio = 0;
   float min_random_scale = 1, max_random_scale = 1;
   float max_aspect_ratio = 0;
+  std::optional<float> min_aspect_ratio;
+  bool random_resized_crop = false;
+  float min_random_area = 1, max_random_area = 1;
+  int min_crop_size = -1, max_crop_size = -1;
   float min_img_size = 0, max_img_size = 1e10f;
   int fill_value = 255;
   int pad = 0;
@@ -173,7 +181,27 @@ struct ImageRecordParam : Params<ImageRecordParam> {
         .Describe("Scale the image by a random factor of at most this (with min_random_scale).");
     s.Field("max_aspect_ratio", &ImageRecordParam::max_aspect_ratio)
         .Default(0.0f)
-        .Describe("Change the aspect ratio by a random factor in [1 - max_aspect_ratio, 1 + max_aspect_ratio].");
+        .Describe("Change the aspect ratio (width / height) by a random factor in [min_aspect_ratio, "
+                  "max_aspect_ratio]; without min_aspect_ratio in [1 - max_aspect_ratio, 1 + max_aspect_ratio].");
+    s.Field("min_aspect_ratio", &ImageRecordParam::min_aspect_ratio)
+        .Default(std::nullopt)
+        .Describe("The smallest random aspect ratio (with max_aspect_ratio).");
+    s.Field("random_resized_crop", &ImageRecordParam::random_resized_crop)
+        .Default(false)
+        .Describe("Crop a random area (min/max_random_area) of random aspect ratio (min/max_aspect_ratio) and "
+                  "resize it to data_shape, instead of the warp's scale and aspect ratio.");
+    s.Field("min_random_area", &ImageRecordParam::min_random_area)
+        .Default(1.0f)
+        .Describe("random_resized_crop: the smallest fraction of the image's area to crop.");
+    s.Field("max_random_area", &ImageRecordParam::max_random_area)
+        .Default(1.0f)
+        .Describe("random_resized_crop: the largest fraction of the image's area to crop.");
+    s.Field("min_crop_size", &ImageRecordParam::min_crop_size)
+        .Default(-1)
+        .Describe("Crop a random square of side in [min_crop_size, max_crop_size] and resize it to data_shape.");
+    s.Field("max_crop_size", &ImageRecordParam::max_crop_size)
+        .Default(-1)
+        .Describe("Crop a random square of side in [min_crop_size, max_crop_size] and resize it to data_shape.");
     s.Field("min_img_size", &ImageRecordParam::min_img_size)
         .Default(0.0f)
         .Describe("The warped image's width and height are at least this.");
@@ -584,9 +612,29 @@ class ImageRecordIter : public DataIter {
       throw Error(std::string(kWho) + ": min_random_scale (" + std::to_string(param_.min_random_scale) +
                   ") must be positive and at most max_random_scale (" + std::to_string(param_.max_random_scale) + ")");
     }
+    // MXNet 1.9: with min_aspect_ratio the range is [min_aspect_ratio, max_aspect_ratio], else 1 -+ max_aspect_ratio.
+    max_aspect_ = param_.min_aspect_ratio ? param_.max_aspect_ratio : 1 + param_.max_aspect_ratio;
+    min_aspect_ = param_.min_aspect_ratio ? *param_.min_aspect_ratio : 1 - param_.max_aspect_ratio;
     warp_ = param_.max_rotate_angle > 0 || param_.max_shear_ratio > 0 || param_.rotate > 0 ||
-            param_.max_random_scale != 1.0f || param_.min_random_scale != 1.0f || param_.max_aspect_ratio != 0.0f ||
+            param_.max_random_scale != 1.0f || param_.min_random_scale != 1.0f ||
+            (!param_.random_resized_crop && (min_aspect_ != 1.0f || max_aspect_ != 1.0f)) ||
             param_.max_img_size != 1e10f || param_.min_img_size != 0.0f;
+    if (param_.random_resized_crop) {
+      if (param_.min_random_scale != 1.0f || param_.max_random_scale != 1.0f || param_.min_crop_size != -1 ||
+          param_.max_crop_size != -1 || param_.rand_crop) {
+        throw Error(std::string(kWho) + ": random_resized_crop conflicts with min_random_scale, max_random_scale, "
+                    "min_crop_size, max_crop_size and rand_crop (as in MXNet); leave those at their defaults");
+      }
+      if (min_aspect_ <= 0 || min_aspect_ > max_aspect_ || param_.min_random_area > param_.max_random_area) {
+        throw Error(std::string(kWho) + ": random_resized_crop needs 0 < min_aspect_ratio <= max_aspect_ratio and "
+                    "min_random_area <= max_random_area");
+      }
+    } else if ((param_.min_crop_size != -1 || param_.max_crop_size != -1) &&
+               (param_.min_crop_size < 1 || param_.max_crop_size < param_.min_crop_size)) {
+      throw Error(std::string(kWho) + ": min_crop_size and max_crop_size must both be set, with 1 <= min_crop_size <= "
+                  "max_crop_size (got " + std::to_string(param_.min_crop_size) + ", " +
+                  std::to_string(param_.max_crop_size) + ")");
+    }
     if (param_.part_index >= param_.num_parts) {
       throw Error(std::string(kWho) + ": part_index=" + std::to_string(param_.part_index) +
                   " is not below num_parts=" + std::to_string(param_.num_parts) +
@@ -780,8 +828,11 @@ class ImageRecordIter : public DataIter {
       if (param_.rotate > 0) angle = param_.rotate;
       const float a = static_cast<float>(std::cos(angle / 180.0 * M_PI));
       const float b = static_cast<float>(std::sin(angle / 180.0 * M_PI));
-      const float scale = rng.Unit() * (param_.max_random_scale - param_.min_random_scale) + param_.min_random_scale;
-      const float ratio = rng.Unit() * param_.max_aspect_ratio * 2 - param_.max_aspect_ratio + 1;
+      // Scale and aspect ratio are random_resized_crop's business when it is on.
+      const float scale = param_.random_resized_crop
+                              ? 1.0f
+                              : rng.Unit() * (param_.max_random_scale - param_.min_random_scale) + param_.min_random_scale;
+      const float ratio = param_.random_resized_crop ? 1.0f : rng.Unit() * (max_aspect_ - min_aspect_) + min_aspect_;
       const float hs = 2 * scale / (1 + ratio);
       const float ws = ratio * hs;
       const float new_width = std::max(param_.min_img_size, std::min(param_.max_img_size, scale * w));
@@ -811,15 +862,75 @@ class ImageRecordIter : public DataIter {
       w += 2 * param_.pad;
       h += 2 * param_.pad;
     }
-    if (h < height_ || w < width_) {
-      throw Error(what + ": the image is " + std::to_string(w) + "x" + std::to_string(h) +
-                  " (width x height" + (param_.resize > 0 ? " after resize" : "") +
-                  "), smaller than the crop of data_shape " + std::to_string(width_) + "x" + std::to_string(height_) +
-                  "; set resize= to at least " + std::to_string(std::max(height_, width_)) +
-                  " or make data_shape smaller");
+    thread_local std::vector<unsigned char> resized_crop, upscaled;
+    // A region (x, y, cw, ch) of the image resized to data_shape (MXNet's random crops).
+    auto crop_resized = [&](std::uint64_t rx, std::uint64_t ry, int cw, int ch) {
+      thread_local std::vector<unsigned char> region;
+      region.resize(static_cast<std::size_t>(cw) * ch * pixel_bytes);
+      for (int i = 0; i < ch; ++i) {
+        std::copy_n(img->data() + ((ry + i) * w + rx) * pixel_bytes, static_cast<std::size_t>(cw) * pixel_bytes,
+                    region.data() + static_cast<std::size_t>(i) * cw * pixel_bytes);
+      }
+      ResizeBilinear(region, cw, ch, pixel_bytes, width_, height_, &resized_crop);
+      img = &resized_crop;
+      w = width_;
+      h = height_;
+    };
+    bool cropped = false;
+    if (param_.random_resized_crop) {
+      if (param_.max_random_area != 1.0f || param_.min_random_area != 1.0f || max_aspect_ != 1.0f || min_aspect_ != 1.0f) {
+        const float area = static_cast<float>(h) * static_cast<float>(w);
+        for (int attempt = 0; attempt < 10 && !cropped; ++attempt) {  // MXNet's ten tries
+          const float target = area * (rng.Unit() * (param_.max_random_area - param_.min_random_area) + param_.min_random_area);
+          const float ratio = rng.Unit() * (max_aspect_ - min_aspect_) + min_aspect_;
+          int ch = static_cast<int>(std::round(std::sqrt(target / ratio)));
+          int cw = static_cast<int>(std::round(std::sqrt(target * ratio)));
+          if (rng.Unit() > 0.5f) std::swap(ch, cw);
+          if (ch <= h && cw <= w && ch > 0 && cw > 0) {
+            const std::uint64_t ry = rng.UpTo(static_cast<std::uint64_t>(h - ch));
+            const std::uint64_t rx = rng.UpTo(static_cast<std::uint64_t>(w - cw));
+            crop_resized(rx, ry, cw, ch);
+            cropped = true;
+          }
+        }
+      }
+    } else if (param_.min_crop_size != -1) {
+      if (w < param_.max_crop_size || h < param_.max_crop_size) {
+        throw Error(what + ": the image is " + std::to_string(w) + "x" + std::to_string(h) +
+                    " (width x height), smaller than max_crop_size=" + std::to_string(param_.max_crop_size));
+      }
+      const int side = param_.min_crop_size +
+                       static_cast<int>(rng.UpTo(static_cast<std::uint64_t>(param_.max_crop_size - param_.min_crop_size)));
+      std::uint64_t ry = static_cast<std::uint64_t>(h - side), rx = static_cast<std::uint64_t>(w - side);
+      if (param_.rand_crop) {
+        ry = rng.UpTo(ry);
+        rx = rng.UpTo(rx);
+      } else {
+        ry /= 2;
+        rx /= 2;
+      }
+      crop_resized(rx, ry, side, side);
+      cropped = true;
+    }
+    if (!cropped) {
+      // MXNet 1.9: an image smaller than data_shape is scaled up first, to the height, then to the width.
+      if (h < height_) {
+        const int nw = static_cast<int>(static_cast<float>(height_) / static_cast<float>(h) * static_cast<float>(w));
+        ResizeBilinear(*img, w, h, pixel_bytes, nw, height_, &upscaled);
+        img = &upscaled;
+        w = nw;
+        h = height_;
+      }
+      if (w < width_) {
+        const int nh = static_cast<int>(static_cast<float>(width_) / static_cast<float>(w) * static_cast<float>(h));
+        ResizeBilinear(*img, w, h, pixel_bytes, width_, nh, &resized_crop);
+        img = &resized_crop;
+        w = width_;
+        h = nh;
+      }
     }
     std::size_t y = static_cast<std::size_t>(h - height_), x = static_cast<std::size_t>(w - width_);
-    if (param_.rand_crop) {
+    if (param_.rand_crop && !cropped) {
       y = rng.UpTo(y);
       x = rng.UpTo(x);
     } else {
@@ -854,6 +965,7 @@ class ImageRecordIter : public DataIter {
 
   ImageRecordParam param_;
   bool warp_ = false;  // the default augmenter's affine warp is on (step 2a)
+  float min_aspect_ = 1, max_aspect_ = 1;  // the random aspect ratio's range
   int channels_ = 3, height_ = 0, width_ = 0;
   float mean_[3] = {0, 0, 0};
   float mult_[3] = {1, 1, 1};  // scale / std per channel

@@ -371,6 +371,29 @@ TEST_F(ImageRecordIterTest, RandomWarpIsDeterministicPerSeed) {
   EXPECT_NE(a[0].data, a[2].data);  // the second epoch draws anew
 }
 
+// random_resized_crop: a random region each sample, resized to data_shape; per seed, any thread count.
+TEST_F(ImageRecordIterTest, RandomResizedCropIsDeterministicPerSeed) {
+  std::vector<std::string> jpegs(8, EncodeJpeg(RampImage(40, 40)));
+  Pack("r", jpegs);
+  auto run = [&](const std::string& threads) {
+    auto it = CreateDataIter("ImageRecordIter",
+                             Args("r", "(3, 16, 16)", 4,
+                                  {{"random_resized_crop", "True"}, {"min_random_area", "0.2"}, {"max_random_area", "0.8"},
+                                   {"min_aspect_ratio", "0.75"}, {"max_aspect_ratio", "1.33"}, {"seed", "5"},
+                                   {"preprocess_threads", threads}}));
+    return Epoch(it.get());
+  };
+  const auto a = run("3"), b = run("1");
+  ASSERT_EQ(a.size(), 2u);
+  std::set<std::vector<float>> samples;
+  const std::size_t n = 3 * 16 * 16;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].data, b[i].data);
+    for (int s = 0; s < 4; ++s) samples.insert(std::vector<float>(a[i].data.begin() + s * n, a[i].data.begin() + (s + 1) * n));
+  }
+  EXPECT_GT(samples.size(), 4u);  // regions differ from sample to sample
+}
+
 TEST_F(ImageRecordIterTest, ResizeShorterSideBilinear) {
   // 48x32 with resize=16: 24x16 (16 * 48 / 32 = 24). A linear ramp stays linear under bilinear resizing
   // with half-pixel centres: src x = 2 x + 0.5, so R = 5 (2 x + 0.5) + 8.
@@ -389,14 +412,23 @@ TEST_F(ImageRecordIterTest, ResizeShorterSideBilinear) {
       }
     }
   }
-  // Without resize the 48x32 image is too small for a 40x40 crop: an error naming file, offset and fix.
-  const auto offsets = Pack("small", {EncodeJpeg(RampImage(48, 32))});
+  // Without resize the 48x32 image is smaller than a 40x40 crop: scaled up to 60x40 first (MXNet 1.9), so
+  // the ramp's G (y) channel still rises from top to bottom over the crop.
+  Pack("small", {EncodeJpeg(RampImage(48, 32))});
+  auto s = CreateDataIter("ImageRecordIter", Args("small", "(3, 40, 40)", 1));
+  const auto up = Epoch(s.get());
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_LT(up[0].data[40 * 40], up[0].data[40 * 40 + 39 * 40]);
+  // A crop size larger than the image is an error naming the file and the record.
+  const auto offsets = Pack("tiny", {EncodeJpeg(RampImage(16, 16))});
   ExpectError(
       [&] {
-        auto s = CreateDataIter("ImageRecordIter", Args("small", "(3, 40, 40)", 1, {{"prefetch_buffer", "0"}}));
-        s->Next();
+        auto t = CreateDataIter("ImageRecordIter", Args("tiny", "(3, 8, 8)", 1,
+                                                        {{"min_crop_size", "12"}, {"max_crop_size", "20"},
+                                                         {"prefetch_buffer", "0"}}));
+        t->Next();
       },
-      {Path("small.rec"), "byte offset " + std::to_string(offsets[0]), "smaller", "resize"});
+      {Path("tiny.rec"), "byte offset " + std::to_string(offsets[0]), "max_crop_size=20"});
 }
 
 TEST_F(ImageRecordIterTest, LabelWidth) {
@@ -541,6 +573,11 @@ TEST_F(ImageRecordIterTest, MissingFilesAndBadArguments) {
               {"empty"});
   ExpectError([&] { CreateDataIter("ImageRecordIter", Args("ok", "(3, 8, 8)", 1, {{"inter_method", "2"}})); },
               {"inter_method=2", "bilinear"});
+  ExpectError([&] {
+    CreateDataIter("ImageRecordIter", Args("ok", "(3, 8, 8)", 1, {{"random_resized_crop", "True"}, {"rand_crop", "True"}}));
+  }, {"random_resized_crop", "rand_crop"});
+  ExpectError([&] { CreateDataIter("ImageRecordIter", Args("ok", "(3, 8, 8)", 1, {{"max_crop_size", "4"}})); },
+              {"min_crop_size", "max_crop_size"});
   ExpectError([&] {
     CreateDataIter("ImageRecordIter", Args("ok", "(3, 8, 8)", 1, {{"min_random_scale", "1.5"}, {"max_random_scale", "1.2"}}));
   }, {"min_random_scale", "max_random_scale"});

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes images.rec / images.idx (JPEG images of several sizes, packed by MXNet) and image_batches.json /
 image_batches.params: the first batch of MXNet 1.9.1's ImageRecordIter for several settings (resize down and
-up, crop, mirror, mean/std, grayscale, rotation, scale, image size limits, padding and fill value). image_record_iter_test.cc runs troupe's ImageRecordIter with the same
+up, crop, mirror, mean/std, grayscale, rotation, scale, aspect ratio, image size limits, padding and fill
+value, fixed-size crops resized, images smaller than data_shape). image_record_iter_test.cc runs troupe's ImageRecordIter with the same
 settings and requires the same bytes.
 
     /work/mxnet-venv/bin/python tests/io/data/make_image_reference.py     (needs MXNet 1.9.1 and cv2)
@@ -31,6 +32,10 @@ VARIANTS = {
     'pad_fill': dict(data_shape=(3, 30, 30), resize=24, pad=4, fill_value=50),
     'rotate_scale_gray': dict(data_shape=(1, 20, 20), resize=20, rotate=315, min_random_scale=1.25,
                               max_random_scale=1.25, fill_value=0),
+    'small_upscaled': dict(data_shape=(3, 48, 48)),  # every image smaller: MXNet 1.9 scales it up first
+    'crop_size_fixed': dict(data_shape=(3, 16, 16), resize=28, min_crop_size=20, max_crop_size=20),
+    'aspect_range_fixed': dict(data_shape=(3, 20, 20), resize=26, min_aspect_ratio=1.25, max_aspect_ratio=1.25,
+                               fill_value=10),
     'scale_img_size_pad': dict(data_shape=(3, 26, 26), resize=30, min_random_scale=0.8, max_random_scale=0.8,
                                min_img_size=22, max_img_size=23, pad=2, fill_value=128),
 }
