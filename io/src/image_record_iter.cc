@@ -20,6 +20,9 @@
 //      image, first scaled up (bilinear, to height H, then to width W) where it is smaller than H x W, as
 //      MXNet 1.9 does, cropped at the centre ((rows - H) / 2, (cols - W) / 2) or, with rand_crop, at a
 //      uniform random corner;
+//   3a. MXNet 1.9's colour augmentations on the crop: brightness, contrast and saturation jitter in a random
+//      order, the HLS shift (random_h/s/l) and PCA lighting noise, each bit for bit as MXNet computes them
+//      through OpenCV for given draws (io/internal/image_color.h);
 //   4. mirror left-right with probability 1/2 when rand_mirror (always when mirror=True);
 //   5. out = (pixel - mean_c) * (scale / std_c), float32, CHW (channels R, G, B; C = 1 uses mean_r, std_r).
 // Labels: header.label when header.flag is 0 (then label_width must be 1, as MXNet), else the first
@@ -90,6 +93,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "io/internal/image_color.h"
 #include "io/internal/shuffle.h"
 #include "io/io.h"
 #include "io/recordio.h"
@@ -123,6 +127,8 @@ struct ImageRecordParam : Params<ImageRecordParam> {
   bool random_resized_crop = false;
   float min_random_area = 1, max_random_area = 1;
   int min_crop_size = -1, max_crop_size = -1;
+  float brightness = 0, contrast = 0, saturation = 0, pca_noise = 0;
+  int random_h = 0, random_s = 0, random_l = 0;
   float min_img_size = 0, max_img_size = 1e10f;
   int fill_value = 255;
   int pad = 0;
@@ -208,6 +214,27 @@ struct ImageRecordParam : Params<ImageRecordParam> {
     s.Field("max_img_size", &ImageRecordParam::max_img_size)
         .Default(1e10f)
         .Describe("The warped image's width and height are at most this.");
+    s.Field("brightness", &ImageRecordParam::brightness)
+        .Default(0.0f)
+        .Describe("Multiply the pixels by 1 + a random value in [-brightness, brightness].");
+    s.Field("contrast", &ImageRecordParam::contrast)
+        .Default(0.0f)
+        .Describe("Scale the pixels about the image's mean gray by 1 + a random value in [-contrast, contrast].");
+    s.Field("saturation", &ImageRecordParam::saturation)
+        .Default(0.0f)
+        .Describe("Blend with the gray image by 1 + a random value in [-saturation, saturation].");
+    s.Field("pca_noise", &ImageRecordParam::pca_noise)
+        .Default(0.0f)
+        .Describe("Add AlexNet's PCA lighting noise with this standard deviation.");
+    s.Field("random_h", &ImageRecordParam::random_h)
+        .Default(0)
+        .Describe("Add a random value in [-random_h, random_h] to the H channel in HLS (H in [0, 180)).");
+    s.Field("random_s", &ImageRecordParam::random_s)
+        .Default(0)
+        .Describe("Add a random value in [-random_s, random_s] to the S channel in HLS.");
+    s.Field("random_l", &ImageRecordParam::random_l)
+        .Default(0)
+        .Describe("Add a random value in [-random_l, random_l] to the L channel in HLS.");
     s.Field("fill_value", &ImageRecordParam::fill_value)
         .Default(255)
         .Describe("The value of the pixels the warp and the padding add.");
@@ -635,6 +662,13 @@ class ImageRecordIter : public DataIter {
                   "max_crop_size (got " + std::to_string(param_.min_crop_size) + ", " +
                   std::to_string(param_.max_crop_size) + ")");
     }
+    if (channels_ == 1 && (param_.contrast > 0 || param_.saturation > 0 || param_.pca_noise > 0 ||
+                           param_.random_h != 0 || param_.random_s != 0 || param_.random_l != 0)) {
+      throw Error(std::string(kWho) + ": contrast, saturation, pca_noise and random_h/s/l need colour images "
+                  "(data_shape with 3 channels); gray images take brightness only (MXNet fails on them too)");
+    }
+    colour_ = param_.brightness > 0 || param_.contrast > 0 || param_.saturation > 0 || param_.pca_noise > 0 ||
+              param_.random_h != 0 || param_.random_s != 0 || param_.random_l != 0;
     if (param_.part_index >= param_.num_parts) {
       throw Error(std::string(kWho) + ": part_index=" + std::to_string(param_.part_index) +
                   " is not below num_parts=" + std::to_string(param_.num_parts) +
@@ -937,6 +971,20 @@ class ImageRecordIter : public DataIter {
       y /= 2;
       x /= 2;
     }
+    if (colour_) {
+      // The crop, then MXNet's colour augmentations on it (io/internal/image_color.h), drawn in its order.
+      thread_local std::vector<unsigned char> coloured;
+      coloured.resize(static_cast<std::size_t>(height_) * width_ * pixel_bytes);
+      for (int i = 0; i < height_; ++i) {
+        std::copy_n(img->data() + ((y + i) * w + x) * pixel_bytes, static_cast<std::size_t>(width_) * pixel_bytes,
+                    coloured.data() + static_cast<std::size_t>(i) * width_ * pixel_bytes);
+      }
+      Colour(&rng, coloured.data(), static_cast<std::size_t>(height_) * width_, pixel_bytes);
+      img = &coloured;
+      w = width_;
+      h = height_;
+      x = y = 0;
+    }
     const bool mirrored = (param_.rand_mirror && (rng.Next() >> 63) != 0) || param_.mirror;
     const std::size_t plane = static_cast<std::size_t>(height_) * width_;
     const std::size_t stride = static_cast<std::size_t>(w) * pixel_bytes;
@@ -963,9 +1011,48 @@ class ImageRecordIter : public DataIter {
     return header.id;
   }
 
+  // MXNet 1.9's colour jitter (brightness, contrast, saturation in a random order), HLS shift and PCA noise.
+  void Colour(SampleRng* rng, unsigned char* px, std::size_t n, int pixel_bytes) const {
+    const int ch = channels_;
+    if (param_.brightness > 0 || param_.contrast > 0 || param_.saturation > 0) {
+      auto jitter = [&](float r) { return 1.0f + (rng->Unit() * 2 * r - r); };
+      const float alpha_b = jitter(param_.brightness), alpha_c = jitter(param_.contrast),
+                  alpha_s = jitter(param_.saturation);
+      int order[3] = {0, 1, 2};
+      for (int i = 2; i > 0; --i) std::swap(order[i], order[rng->UpTo(static_cast<std::uint64_t>(i))]);
+      for (int step : order) {
+        if (step == 0) internal::ScalePixels(px, n, pixel_bytes, ch, alpha_b, 0.0f);
+        if (step == 1 && ch == 3) {
+          internal::ScalePixels(px, n, pixel_bytes, ch, alpha_c, (1 - alpha_c) * internal::MxnetGrayMean(px, n, pixel_bytes));
+        }
+        if (step == 2 && ch == 3) internal::BlendWithGray(px, n, pixel_bytes, alpha_s);
+      }
+    }
+    if (param_.random_h != 0 || param_.random_s != 0 || param_.random_l != 0) {
+      // MXNet's near-Gaussian draw: (u + 4 v) / 5.
+      auto draw = [&](int range) {
+        float r = rng->Unit();
+        r += 4 * rng->Unit();
+        r = r / 5;
+        return static_cast<int>(r * range * 2 - range);
+      };
+      const int dh = draw(param_.random_h), ds = draw(param_.random_s), dl = draw(param_.random_l);
+      internal::ShiftHls(px, n, pixel_bytes, dh, dl, ds);
+    }
+    if (param_.pca_noise > 0) {
+      auto normal = [&] {  // Box-Muller
+        const float u1 = 1.0f - rng->Unit(), u2 = rng->Unit();
+        return param_.pca_noise * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
+      };
+      const float ar = normal(), ag = normal(), ab = normal();
+      internal::AddPcaNoise(px, n, pixel_bytes, ar, ag, ab);
+    }
+  }
+
   ImageRecordParam param_;
   bool warp_ = false;  // the default augmenter's affine warp is on (step 2a)
   float min_aspect_ = 1, max_aspect_ = 1;  // the random aspect ratio's range
+  bool colour_ = false;  // a colour augmentation is on (step 3a)
   int channels_ = 3, height_ = 0, width_ = 0;
   float mean_[3] = {0, 0, 0};
   float mult_[3] = {1, 1, 1};  // scale / std per channel

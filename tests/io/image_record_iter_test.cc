@@ -371,6 +371,30 @@ TEST_F(ImageRecordIterTest, RandomWarpIsDeterministicPerSeed) {
   EXPECT_NE(a[0].data, a[2].data);  // the second epoch draws anew
 }
 
+// The colour augmentations: per seed, any thread count; they change the pixels; gray images take brightness only.
+TEST_F(ImageRecordIterTest, ColourAugmentationsAreDeterministicPerSeed) {
+  std::vector<std::string> jpegs(4, EncodeJpeg(RampImage(24, 24)));
+  Pack("col", jpegs);
+  auto run = [&](const std::string& threads, Kwargs extra) {
+    extra.insert(extra.end(), {{"seed", "9"}, {"preprocess_threads", threads}});
+    auto it = CreateDataIter("ImageRecordIter", Args("col", "(3, 16, 16)", 4, extra));
+    return Epoch(it.get());
+  };
+  const Kwargs colour = {{"brightness", "0.3"}, {"contrast", "0.3"}, {"saturation", "0.3"}, {"random_h", "20"},
+                         {"random_s", "30"}, {"random_l", "30"}, {"pca_noise", "0.1"}};
+  const auto plain = run("1", {}), a = run("3", colour), b = run("1", colour);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].data, b[0].data);
+  EXPECT_NE(a[0].data, plain[0].data);
+  const std::size_t n = 3 * 16 * 16;
+  EXPECT_NE(std::vector<float>(a[0].data.begin(), a[0].data.begin() + n),
+            std::vector<float>(a[0].data.begin() + n, a[0].data.begin() + 2 * n));  // each sample its own draws
+  ExpectError([&] { CreateDataIter("ImageRecordIter", Args("col", "(1, 16, 16)", 1, {{"contrast", "0.2"}})); },
+              {"contrast", "3 channels"});
+  auto gray = CreateDataIter("ImageRecordIter", Args("col", "(1, 16, 16)", 4, {{"brightness", "0.4"}}));
+  EXPECT_EQ(Epoch(gray.get()).size(), 1u);
+}
+
 // random_resized_crop: a random region each sample, resized to data_shape; per seed, any thread count.
 TEST_F(ImageRecordIterTest, RandomResizedCropIsDeterministicPerSeed) {
   std::vector<std::string> jpegs(8, EncodeJpeg(RampImage(40, 40)));
