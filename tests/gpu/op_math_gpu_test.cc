@@ -1,11 +1,11 @@
-// The operators of op/nn/{unary,binary,dot,layer_norm,reduce,init,ordering,sequence,div_sqrt_dim} with GPU
-// code (their .cu files) against the CPU implementation: every operator name of the two element-wise tables
-// (unary::kUnaryDefs, binary::kMathDefs, equal-shape and broadcasting forms), clip, Cast, broadcast_to/axis/
-// like, where, add_n, dot, batch_dot, LayerNorm, max/min/prod/nansum/nanprod, the array makers (_zeros, _ones,
-// _full, _arange, _contrib_arange_like, shape_array, size_array), argmax, argmin, pick, SequenceMask and
-// _contrib_div_sqrt_dim. Forward outputs and input gradients with kWriteTo and kAddTo through OperatorRunner on
-// Context::GPU(0), float32 and float64, broadcast shapes, and forward on the integer types the CPU accepts.
-// Skips without a CUDA device.
+// The operators of op/nn/{unary,binary,dot,layer_norm,reduce,init,ordering,sequence,div_sqrt_dim,indexing}
+// with GPU code (their .cu files) against the CPU implementation: every operator name of the two element-wise
+// tables (unary::kUnaryDefs, binary::kMathDefs, equal-shape and broadcasting forms), clip, Cast, broadcast_to/
+// axis/like, where, add_n, dot, batch_dot, LayerNorm, max/min/prod/nansum/nanprod, the array makers (_zeros,
+// _ones, _full, _arange, _contrib_arange_like, shape_array, size_array), argmax, argmin, pick, SequenceMask,
+// _contrib_div_sqrt_dim, take and one_hot. Forward outputs and input gradients with kWriteTo and kAddTo through
+// OperatorRunner on Context::GPU(0), float32 and float64, broadcast shapes, and forward on the integer types
+// the CPU accepts. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -397,6 +397,45 @@ TEST_F(OpMathGpuTest, SequenceMaskAndDivSqrtDim) {
     r.Forward(true, {x, len}, {y}, {});
     EXPECT_TRUE(test::Near(test::ToHost(y), {1, 2, 3, 0, 5, 0, 0, 0}, 0, 0, "SequenceMask with int32 lengths"));
   }
+}
+
+// take (indexing.cu) in its three modes along several axes, with repeated and out-of-range indices (the
+// gradient sums repeats), an out-of-range index under 'raise' an error on the device too; one_hot into several
+// types with indices outside [0, depth).
+TEST_F(OpMathGpuTest, TakeAndOneHot) {
+  const TShape a{4, 5, 3};
+  for (DType t : {kF32, kF64}) {
+    for (const char* mode : {"clip", "wrap"}) {
+      for (const char* axis : {"0", "1", "-1"}) {
+        const std::int64_t n = a[(std::stoi(axis) + 3) % 3];
+        const TShape idx{2, 6};
+        CompareGpuWithCpu({"take", {{"axis", axis}, {"mode", mode}}, {a, idx}, t},
+                          {Uniform(a, 48, -1, 1), Whole(idx, 49, -static_cast<int>(n) - 2, static_cast<int>(n) + 2)});
+      }
+    }
+    CompareGpuWithCpu({"take", {{"axis", "1"}, {"mode", "raise"}}, {a, TShape{7}}, t},
+                      {Uniform(a, 50, -1, 1), Whole(TShape{7}, 51, 0, 4)}, {kWriteTo, kNullOp});
+    CompareGpuWithCpu({"_npi_take", {}, {TShape{300, 16}, TShape{64}}, t},
+                      {Uniform(TShape{300, 16}, 52, -1, 1), Whole(TShape{64}, 53, 0, 20)});
+  }
+  test::ExpectError(
+      [] {
+        test::RunForward({"take", {{"mode", "raise"}}, {TShape{3, 2}, TShape{2}}, kF32, Context::GPU(0)},
+                         {{1, 2, 3, 4, 5, 6}, {1, 3}});
+      },
+      {"take", "out of bounds", "raise"});
+  CompareForwardGpuWithCpu({"take", {{"axis", "1"}}, {a, TShape{3}}, DType::kInt32},
+                           {Whole(a, 54, -9, 9), Whole(TShape{3}, 55, 0, 4)});
+  for (const char* dtype : {"float32", "float64", "int32", "uint8"}) {
+    const TShape idx{3, 4};
+    const OpCase c{"one_hot",
+                   {{"depth", "5"}, {"on_value", "2.5"}, {"off_value", "-1"}, {"dtype", dtype}},
+                   {idx},
+                   DTypeFromName(dtype)};
+    // The indices have the output's type here (OpCase gives every argument one type).
+    CompareForwardGpuWithCpu(c, {Whole(idx, 56, -2, 6)});
+  }
+  CompareGpuWithCpu({"_npx_one_hot", {{"depth", "4"}}, {TShape{6}}, kF32}, {Whole(TShape{6}, 57, -1, 4)});
 }
 
 }  // namespace

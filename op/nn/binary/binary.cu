@@ -37,13 +37,6 @@ using internal::NumberSwitch;
 using nn_cuda::Prepare;
 using tensor_ops::BroadcastIndexer;
 
-// Zeroes a gradient that receives nothing (kWriteTo / kWriteInplace; kAddTo and kNullOp leave it).
-void ZeroGradient(const TBlob& g, OpReqType req, cudaStream_t s, const char* op) {
-  if ((req == kWriteTo || req == kWriteInplace) && g.dptr != nullptr && g.Size() > 0) {
-    Check(cudaMemsetAsync(g.dptr, 0, g.Bytes(), s), "cudaMemsetAsync", op);
-  }
-}
-
 // ---- the element-wise binary functions ----
 
 template <typename T>
@@ -154,7 +147,7 @@ class BroadcastOneGpuOp final : public Operator {
         CheckLaunch("backward kernel", name_);
       }
       // broadcast_like's second input only lends its shape: its gradient is zero.
-      for (std::size_t k = 1; k < in_grad.size(); ++k) ZeroGradient(in_grad[k], req[k], s, name_.c_str());
+      for (std::size_t k = 1; k < in_grad.size(); ++k) nn_cuda::ZeroIfWritten(in_grad[k], req[k], s, name_);
     });
   }
 
@@ -215,7 +208,7 @@ class WhereGpuOp final : public Operator {
               req[2] != kNullOp ? static_cast<T*>(in_grad[2].dptr) : nullptr, n, row, req[1], req[2]);
           CheckLaunch("backward kernel", "where");
         }
-        ZeroGradient(in_grad[0], req[0], s, "where");
+        nn_cuda::ZeroIfWritten(in_grad[0], req[0], s, "where");
       });
     });
   }

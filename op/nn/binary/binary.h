@@ -32,6 +32,23 @@ TROUPE_HOST_DEVICE inline double ModDouble(double a, double b) {
   return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
 }
 
+// a ^ b for integers: by repeated squaring (wrapping as integer arithmetic does) for b >= 0, so the result is
+// exact on every device (a double pow may land just below an integer, which truncation would then lose);
+// through double pow for b < 0 (0 or +-1 but for a zero base).
+template <typename T>
+TROUPE_HOST_DEVICE inline T IntegerPower(T a, T b) {
+  if constexpr (std::is_signed_v<T>) {
+    if (b < T(0)) return static_cast<T>(pow(static_cast<double>(a), static_cast<double>(b)));
+  }
+  using U = std::make_unsigned_t<T>;
+  U result = 1, base = static_cast<U>(a);
+  for (T e = b; e > T(0); e = static_cast<T>(e / 2)) {
+    if (e % 2 != 0) result = static_cast<U>(result * base);
+    base = static_cast<U>(base * base);
+  }
+  return static_cast<T>(result);
+}
+
 template <typename T>
 TROUPE_HOST_DEVICE inline T Apply(BinaryMath op, T a, T b) {
   switch (op) {
@@ -41,7 +58,7 @@ TROUPE_HOST_DEVICE inline T Apply(BinaryMath op, T a, T b) {
       if constexpr (std::is_floating_point_v<T>) {
         if constexpr (sizeof(T) == 4) return powf(a, b); else return pow(a, b);
       } else {
-        return static_cast<T>(pow(static_cast<double>(a), static_cast<double>(b)));
+        return IntegerPower(a, b);
       }
     case BinaryMath::kMod: return static_cast<T>(ModDouble(static_cast<double>(a), static_cast<double>(b)));
     case BinaryMath::kHypot:

@@ -1,7 +1,8 @@
 // Helpers several operators' .cu files share (namespace nn_cuda): the stream of a RunContext with its device
 // made current (the tensor operators), a block-wide sum of one double per thread (LeakyReLU's prelu
-// gradient, BatchNorm, the softmax family), a fill kernel (BatchNorm, SoftmaxOutput, the regression heads)
-// and the sum of a broadcast operand's gradient terms (the broadcasting operators). Included only by
+// gradient, BatchNorm, the softmax family), a fill kernel (BatchNorm, SoftmaxOutput, the regression heads),
+// the zeroing of a gradient that receives nothing, and the sum of a broadcast operand's gradient terms (the
+// broadcasting operators). Included only by
 // .cu files. No state: every function is thread-safe.
 #pragma once
 
@@ -33,6 +34,14 @@ inline __device__ double BlockSum(double v, double* shared) {
   const double total = shared[0];
   __syncthreads();
   return total;
+}
+
+// Zeroes a gradient that receives nothing under kWriteTo / kWriteInplace (kAddTo and kNullOp leave it); any
+// element type (all-zero bytes are zero in each). Enqueued on s; a failure throws troupe::Error naming op.
+inline void ZeroIfWritten(const TBlob& g, OpReqType req, cudaStream_t s, std::string_view op) {
+  if ((req == kWriteTo || req == kWriteInplace) && g.dptr != nullptr && g.Bytes() > 0) {
+    internal::Check(cudaMemsetAsync(g.dptr, 0, g.Bytes(), s), "cudaMemsetAsync", op);
+  }
 }
 
 template <typename T>

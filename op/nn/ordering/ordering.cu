@@ -60,12 +60,6 @@ __global__ void PickGradKernel(const T* og, const I* index, T* g, AxisView v, bo
   }
 }
 
-void ZeroIfWritten(const TBlob& b, OpReqType req, cudaStream_t s, const std::string& op) {
-  if ((req == kWriteTo || req == kWriteInplace) && b.dptr != nullptr && b.Bytes() > 0) {
-    Check(cudaMemsetAsync(b.dptr, 0, b.Bytes(), s), "cudaMemsetAsync", op);
-  }
-}
-
 class ArgExtremeGpuOp final : public Operator {
  public:
   ArgExtremeGpuOp(const ordering::ArgReduceParam& p, bool max) : p_(p), max_(max), name_(max ? "argmax" : "argmin") {}
@@ -86,7 +80,7 @@ class ArgExtremeGpuOp final : public Operator {
                 const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
     FloatSwitch(in_grad[0].dtype, name_,
-                [&](auto) { ZeroIfWritten(in_grad[0], req[0], Prepare(ctx.run_ctx, name_), name_); });
+                [&](auto) { nn_cuda::ZeroIfWritten(in_grad[0], req[0], Prepare(ctx.run_ctx, name_), name_); });
   }
 
  private:
@@ -117,7 +111,7 @@ class PickGpuOp final : public Operator {
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
     cudaStream_t s = Prepare(ctx.run_ctx, kName);
-    ZeroIfWritten(in_grad[1], req[1], s, kName);  // the index gets no gradient
+    nn_cuda::ZeroIfWritten(in_grad[1], req[1], s, kName);  // the index gets no gradient
     if (req[0] == kNullOp) return;
     FloatSwitch(in_grad[0].dtype, kName, [&](auto tag) {
       using T = decltype(tag);

@@ -51,10 +51,7 @@ class SequenceMaskGpuOp final : public Operator {
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
-    if (p_.use_sequence_length && req[1] != kNullOp && req[1] != kAddTo && in_grad[1].Bytes() > 0) {
-      internal::Check(cudaMemsetAsync(in_grad[1].dptr, 0, in_grad[1].Bytes(), Prepare(ctx.run_ctx, kName)),
-                      "cudaMemsetAsync", kName);
-    }
+    if (p_.use_sequence_length) nn_cuda::ZeroIfWritten(in_grad[1], req[1], Prepare(ctx.run_ctx, kName), kName);
     if (req[0] == kNullOp) return;
     Mask(in, out_grad[0], in_grad[0], 0.0, req[0], ctx.run_ctx);
   }
