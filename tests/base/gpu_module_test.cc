@@ -130,7 +130,7 @@ TEST(GpuModule, BackendRegistersTheGpuOperators) {
                          "SoftmaxOutput", "LinearRegressionOutput", "Reshape", "Concat", "Embedding", "elemwise_add",
                          "relu", "broadcast_maximum", "clip", "Cast", "where", "add_n", "transpose", "slice_axis",
                          "dot", "batch_dot", "LayerNorm", "max", "_zeros", "_arange", "argmax", "pick", "SequenceMask",
-                         "_contrib_div_sqrt_dim", "take", "one_hot"}) {
+                         "_contrib_div_sqrt_dim", "take", "gather_nd", "one_hot"}) {
     EXPECT_TRUE(HasGpuImplementation(op)) << op;
   }
   EXPECT_TRUE(GpuModuleLoaded());

@@ -3,8 +3,8 @@
 // tables (unary::kUnaryDefs, binary::kMathDefs, equal-shape and broadcasting forms), clip, Cast, broadcast_to/
 // axis/like, where, add_n, dot, batch_dot, LayerNorm, max/min/prod/nansum/nanprod, the array makers (_zeros,
 // _ones, _full, _arange, _contrib_arange_like, shape_array, size_array), argmax, argmin, pick, SequenceMask,
-// _contrib_div_sqrt_dim, take and one_hot. Forward outputs and input gradients with kWriteTo and kAddTo through
-// OperatorRunner on Context::GPU(0), float32 and float64, broadcast shapes, and forward on the integer types
+// _contrib_div_sqrt_dim, take, gather_nd and one_hot. Forward outputs and input gradients with kWriteTo and kAddTo
+// through OperatorRunner on Context::GPU(0), float32 and float64, broadcast shapes, and forward on the integer types
 // the CPU accepts. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -436,6 +436,26 @@ TEST_F(OpMathGpuTest, TakeAndOneHot) {
     CompareForwardGpuWithCpu(c, {Whole(idx, 56, -2, 6)});
   }
   CompareGpuWithCpu({"_npx_one_hot", {{"depth", "4"}}, {TShape{6}}, kF32}, {Whole(TShape{6}, 57, -1, 4)});
+}
+
+// gather_nd (indexing.cu): negative indices, repeats (the gradient sums them), a partial index (M < ndim) and a
+// full one, integer data; an out-of-range index is an error on the device too.
+TEST_F(OpMathGpuTest, GatherNd) {
+  const TShape data{4, 5, 3};
+  HostTensor idx = Whole(TShape{2, 6}, 58, -4, 3);  // row 0: axis 0 (size 4)
+  for (std::size_t i = 6; i < 12; ++i) idx[i] = std::floor(Uniform(TShape{1}, 59 + i, -5, 5)[0]);  // axis 1
+  for (DType t : {kF32, kF64}) {
+    CompareGpuWithCpu({"gather_nd", {}, {data, TShape{2, 6}}, t}, {Uniform(data, 60, -1, 1), idx});
+    CompareGpuWithCpu({"_npx_gather_nd", {}, {data, TShape{3, 2, 2}}, t},
+                      {Uniform(data, 61, -1, 1), {0, -1, 3, 1, 4, 0, -5, 2, 1, 2, -3, 0}}, {kWriteTo, kNullOp});
+  }
+  CompareForwardGpuWithCpu({"gather_nd", {}, {data, TShape{2, 6}}, DType::kInt32}, {Whole(data, 62, -9, 9), idx});
+  test::ExpectError(
+      [] {
+        test::RunForward({"gather_nd", {}, {TShape{3, 2}, TShape{1, 2}}, kF32, Context::GPU(0)},
+                         {{1, 2, 3, 4, 5, 6}, {0, 3}});
+      },
+      {"gather_nd", "out of bounds", "axis 0"});
 }
 
 }  // namespace

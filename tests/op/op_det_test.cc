@@ -214,7 +214,6 @@ TEST(OpDet, GpuContextIsAnError) {
       {"_contrib_box_decode", {}},
       {"_contrib_box_encode", {}},
       {"_contrib_ROIAlign", {{"pooled_size", "(2, 2)"}, {"spatial_scale", "1"}}},
-      {"gather_nd", {}},
       {"_contrib_interleaved_matmul_selfatt_qk", {{"heads", "1"}}},
       {"_contrib_interleaved_matmul_selfatt_valatt", {{"heads", "1"}}},
       {"_contrib_interleaved_matmul_encdec_qk", {{"heads", "1"}}},

@@ -1,6 +1,6 @@
 // Indexing operators of MXNet 1.9 (src/operator/tensor/indexing_op.*) on the CPU: take (alias _npi_take),
-// gather_nd (aliases _npi_gather_nd, _npx_gather_nd) and one_hot (alias _npx_one_hot). take and one_hot also
-// run on the GPU (indexing.cu, with indexing.h's element code); gather_nd is CPU-only.
+// gather_nd (aliases _npi_gather_nd, _npx_gather_nd) and one_hot (alias _npx_one_hot); all three also run on
+// the GPU (indexing.cu, with indexing.h's element code).
 //
 // Index arrays may have any number type; their values are truncated to integers as MXNet's casts do, and
 // they get no gradient (zeros where one is asked for, as MXNet's zero-gradient nodes give).
@@ -177,7 +177,7 @@ struct NoParam : Params<NoParam> {
   static void Declare(ParamSchema<NoParam>&) {}
 };
 
-constexpr const char* kGather = "gather_nd";
+using indexing::kGather;
 
 // The flat offset (in units of the trailing block of k elements) of every gathered element.
 struct GatherPlan {
@@ -186,29 +186,14 @@ struct GatherPlan {
 };
 GatherPlan PlanGather(const TShape& data, const TBlob& indices) {
   GatherPlan g;
-  g.m = indices.shape[0];
-  g.count = indices.Size() / std::max<std::int64_t>(g.m, 1);
-  g.block = data.ProdDims(static_cast<int>(g.m), data.ndim());
+  const indexing::GatherView v = indexing::ViewGather(data, indices.shape);
+  g.m = v.m;
+  g.count = v.count;
+  g.block = v.block;
   const std::vector<std::int64_t> idx = ReadIndices(indices, kGather);
-  // MXNet reports the last out-of-range index of the first axis that has one.
-  for (std::int64_t j = 0; j < g.m; ++j) {
-    for (std::int64_t i = g.count - 1; i >= 0; --i) {
-      const std::int64_t v = idx[j * g.count + i];
-      if (v < -data[static_cast<int>(j)] || v > data[static_cast<int>(j)] - 1) {
-        throw Error(std::string(kGather) + ": index " + std::to_string(v) + " is out of bounds for axis " +
-                    std::to_string(j) + " with size " + std::to_string(data[static_cast<int>(j)]));
-      }
-    }
-  }
+  indexing::CheckGatherIndices(data, idx.data(), v);
   g.offsets.assign(static_cast<std::size_t>(g.count), 0);
-  for (std::int64_t i = 0; i < g.count; ++i) {
-    std::int64_t off = 0;
-    for (std::int64_t j = 0; j < g.m; ++j) {
-      const std::int64_t size = data[static_cast<int>(j)];
-      off = off * size + (idx[j * g.count + i] + size) % size;
-    }
-    g.offsets[i] = off;
-  }
+  for (std::int64_t i = 0; i < g.count; ++i) g.offsets[i] = indexing::GatherOffset(v, idx.data(), i);
   return g;
 }
 
@@ -288,7 +273,7 @@ class GatherNDProp final : public OperatorProperty {
     return {out_grad[0], in_data[1]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kGather, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // indexing.cu
     return std::make_unique<GatherNDOp>();
   }
 

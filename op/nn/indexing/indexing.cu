@@ -3,7 +3,9 @@
 // element), its gradient a scatter with atomicAdd (several outputs may come from one input slice; float32
 // and float64, as on the CPU), and mode 'raise' copies the indices to the host to check them first (the
 // stream is synchronised: an out-of-range index is a troupe::Error, as on the CPU). one_hot writes any
-// output type. The indices get no gradient. gather_nd stays CPU-only.
+// output type. gather_nd checks its indices on the host (a copy, the stream synchronised) as the CPU does,
+// then gathers (one thread per output element) and scatters its gradient with atomicAdd. The indices get no
+// gradient.
 //
 // Kernels loop grid-stride and are enqueued on the stream the engine hands over; launch errors throw
 // troupe::Error naming the operator. Registers its GPU code from a static initialiser; compiled only with
@@ -23,6 +25,7 @@ namespace troupe {
 
 namespace {
 
+using indexing::kGather;
 using indexing::kOneHot;
 using indexing::kTake;
 using internal::Blocks;
@@ -54,6 +57,35 @@ __global__ void TakeGradKernel(const T* og, const I* idx, T* g, TakeView v) {
     const std::int64_t pos = indexing::TakePosition(static_cast<std::int64_t>(idx[j]), v.n, v.clip);
     atomicAdd(g + (p * v.n + pos) * v.inner + r, og[e]);
   }
+}
+
+template <typename T, typename I>
+__global__ void GatherKernel(const T* x, const I* idx, T* o, indexing::GatherView v, OpReqType req) {
+  TROUPE_GRID_LOOP(e, v.count * v.block) {
+    Assign(o + e, req, x[indexing::GatherOffset(v, idx, e / v.block) * v.block + e % v.block]);
+  }
+}
+
+template <typename T, typename I>
+__global__ void GatherGradKernel(const T* og, const I* idx, T* g, indexing::GatherView v) {
+  TROUPE_GRID_LOOP(e, v.count * v.block) {
+    atomicAdd(g + indexing::GatherOffset(v, idx, e / v.block) * v.block + e % v.block, og[e]);
+  }
+}
+
+// The index values of a blob on the device, copied to the host (the stream is synchronised), as doubles.
+std::vector<double> HostIndices(const TBlob& indices, cudaStream_t s, const char* op) {
+  std::vector<double> out(static_cast<std::size_t>(indices.Size()));
+  if (out.empty()) return out;
+  NumberSwitch(indices.dtype, op, [&](auto tag) {
+    using I = decltype(tag);
+    std::vector<I> host(out.size());
+    Check(cudaMemcpyAsync(host.data(), indices.dptr, indices.Bytes(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync",
+          op);
+    Check(cudaStreamSynchronize(s), "cudaStreamSynchronize", op);
+    for (std::size_t i = 0; i < host.size(); ++i) out[i] = static_cast<double>(host[i]);
+  });
+  return out;
 }
 
 template <typename T, typename I>
@@ -116,15 +148,8 @@ class TakeGpuOp final : public Operator {
   TakeView View(const TShape& a, const TBlob& indices, cudaStream_t s) const {
     const int axis = internal::NormalizeAxis(p_.axis, a.ndim(), kTake, "axis");
     const TakeView v{a.ProdDims(0, axis), a[axis], a.ProdDims(axis + 1, a.ndim()), indices.Size(), p_.mode == "clip"};
-    if (p_.mode == "raise" && indices.Size() > 0) {
-      NumberSwitch(indices.dtype, kTake, [&](auto tag) {
-        using I = decltype(tag);
-        std::vector<I> host(static_cast<std::size_t>(indices.Size()));
-        Check(cudaMemcpyAsync(host.data(), indices.dptr, indices.Bytes(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync",
-              kTake);
-        Check(cudaStreamSynchronize(s), "cudaStreamSynchronize", kTake);
-        for (const I& i : host) indexing::CheckTakeIndex(static_cast<double>(i), v.n);
-      });
+    if (p_.mode == "raise") {
+      for (const double i : HostIndices(indices, s, kTake)) indexing::CheckTakeIndex(i, v.n);
     }
     return v;
   }
@@ -162,11 +187,68 @@ class OneHotGpuOp final : public Operator {
   indexing::OneHotParam p_;
 };
 
+class GatherNDGpuOp final : public Operator {
+ public:
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
+    if (req[0] == kNullOp) return;
+    cudaStream_t s = Prepare(ctx.run_ctx, kGather);
+    const indexing::GatherView v = Checked(in[0].shape, in[1], s);
+    NumberSwitch(in[0].dtype, kGather, [&](auto tag) {
+      using T = decltype(tag);
+      NumberSwitch(in[1].dtype, kGather, [&](auto index_tag) {
+        using I = decltype(index_tag);
+        if (v.count * v.block == 0) return;
+        GatherKernel<T, I><<<Blocks(v.count * v.block), kThreads, 0, s>>>(static_cast<const T*>(in[0].dptr),
+                                                                          static_cast<const I*>(in[1].dptr),
+                                                                          static_cast<T*>(out[0].dptr), v, req[0]);
+        CheckLaunch("forward kernel", kGather);
+      });
+    });
+  }
+  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
+                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                const std::vector<TBlob>&) override {
+    cudaStream_t s = Prepare(ctx.run_ctx, kGather);
+    nn_cuda::ZeroIfWritten(in_grad[1], req[1], s, kGather);
+    if (req[0] == kNullOp) return;
+    const indexing::GatherView v = Checked(in_grad[0].shape, in[1], s);
+    internal::FloatSwitch(in_grad[0].dtype, kGather, [&](auto tag) {
+      using T = decltype(tag);
+      if (req[0] != kAddTo && in_grad[0].Bytes() > 0) {
+        Check(cudaMemsetAsync(in_grad[0].dptr, 0, in_grad[0].Bytes(), s), "cudaMemsetAsync", kGather);
+      }
+      NumberSwitch(in[1].dtype, kGather, [&](auto index_tag) {
+        using I = decltype(index_tag);
+        if (v.count * v.block == 0) return;
+        GatherGradKernel<T, I><<<Blocks(v.count * v.block), kThreads, 0, s>>>(static_cast<const T*>(out_grad[0].dptr),
+                                                                              static_cast<const I*>(in[1].dptr),
+                                                                              static_cast<T*>(in_grad[0].dptr), v);
+        CheckLaunch("backward kernel", kGather);
+      });
+    });
+  }
+
+ private:
+  // The view, with the indices checked on the host as the CPU checks them.
+  static indexing::GatherView Checked(const TShape& data, const TBlob& indices, cudaStream_t s) {
+    const indexing::GatherView v = indexing::ViewGather(data, indices.shape);
+    const std::vector<double> values = HostIndices(indices, s, kGather);
+    std::vector<std::int64_t> idx(values.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(values[i]);  // truncated
+    indexing::CheckGatherIndices(data, idx.data(), v);
+    return v;
+  }
+};
+
 [[maybe_unused]] const bool kGpuRegistered = [] {
   RegisterGpuOperator(kTake, [](const OperatorProperty& p, Context) -> std::unique_ptr<Operator> {
     indexing::TakeParam param;
     param.Init(p.GetParams(), kTake);
     return std::make_unique<TakeGpuOp>(param);
+  });
+  RegisterGpuOperator(kGather, [](const OperatorProperty&, Context) -> std::unique_ptr<Operator> {
+    return std::make_unique<GatherNDGpuOp>();
   });
   RegisterGpuOperator(kOneHot, [](const OperatorProperty& p, Context) -> std::unique_ptr<Operator> {
     indexing::OneHotParam param;

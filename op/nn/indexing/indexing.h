@@ -1,5 +1,5 @@
-// take's and one_hot's parameters and the element code the CPU operators (indexing.cc) and the GPU ones
-// (indexing.cu) share. Pure functions: thread-safe. Compiles under nvcc: what runs in kernels is
+// take's and one_hot's parameters, gather_nd's view, and the element code the CPU operators (indexing.cc) and the GPU
+// ones (indexing.cu) share. Pure functions: thread-safe. Compiles under nvcc: what runs in kernels is
 // TROUPE_HOST_DEVICE.
 #pragma once
 
@@ -16,6 +16,7 @@ namespace troupe::indexing {
 
 constexpr const char* kTake = "take";
 constexpr const char* kOneHot = "one_hot";
+constexpr const char* kGather = "gather_nd";
 
 struct TakeParam : Params<TakeParam> {
   int axis = 0;
@@ -77,6 +78,46 @@ TROUPE_HOST_DEVICE inline void OneHotElement(T* o, T v, OpReqType req) {
   } else {
     *o = v;
   }
+}
+
+// gather_nd's view: indices (m, count...) address the first m dimensions of the data (sizes dims[0..m)); each
+// picks a block of `block` elements.
+struct GatherView {
+  std::int64_t dims[TShape::kMaxDims] = {};
+  std::int64_t m = 0, count = 0, block = 0;
+};
+inline GatherView ViewGather(const TShape& data, const TShape& indices) {
+  GatherView v;
+  v.m = indices[0];
+  v.count = indices.Size() / (v.m > 1 ? v.m : 1);
+  v.block = data.ProdDims(static_cast<int>(v.m), data.ndim());
+  for (int j = 0; j < static_cast<int>(v.m); ++j) v.dims[j] = data[j];
+  return v;
+}
+
+// Every index must be in [-size, size) for its axis: else a troupe::Error naming the index and the axis
+// (MXNet reports the last out-of-range index of the first axis that has one). idx: the m x count indices.
+inline void CheckGatherIndices(const TShape& data, const std::int64_t* idx, const GatherView& v) {
+  for (std::int64_t j = 0; j < v.m; ++j) {
+    for (std::int64_t i = v.count - 1; i >= 0; --i) {
+      const std::int64_t x = idx[j * v.count + i];
+      if (x < -v.dims[j] || x > v.dims[j] - 1) {
+        throw Error(std::string(kGather) + ": index " + std::to_string(x) + " is out of bounds for axis " +
+                    std::to_string(j) + " with size " + std::to_string(data[static_cast<int>(j)]));
+      }
+    }
+  }
+}
+
+// The block offset of gathered element i (negative indices count from the end; the indices were checked).
+template <typename I>
+TROUPE_HOST_DEVICE inline std::int64_t GatherOffset(const GatherView& v, const I* idx, std::int64_t i) {
+  std::int64_t off = 0;
+  for (std::int64_t j = 0; j < v.m; ++j) {
+    const std::int64_t size = v.dims[j];
+    off = off * size + (static_cast<std::int64_t>(idx[j * v.count + i]) + size) % size;
+  }
+  return off;
 }
 
 }  // namespace troupe::indexing
