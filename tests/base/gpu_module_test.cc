@@ -127,7 +127,10 @@ TEST(GpuModule, BackendRegistersTheGpuOperators) {
   // The operators with a .cu file (op/CMakeLists.txt), registered by the backend's static initialisers:
   // HasGpuImplementation loads it first.
   for (const char* op : {"FullyConnected", "Convolution", "Pooling", "Activation", "LeakyReLU", "BatchNorm", "Dropout",
-                         "SoftmaxOutput", "LinearRegressionOutput", "Reshape", "Concat", "Embedding", "elemwise_add"}) {
+                         "SoftmaxOutput", "LinearRegressionOutput", "Reshape", "Concat", "Embedding", "elemwise_add",
+                         "relu", "broadcast_maximum", "clip", "Cast", "where", "add_n", "transpose", "slice_axis",
+                         "dot", "batch_dot", "LayerNorm", "max", "_zeros", "_arange", "argmax", "pick", "SequenceMask",
+                         "_contrib_div_sqrt_dim", "take", "gather_nd", "one_hot"}) {
     EXPECT_TRUE(HasGpuImplementation(op)) << op;
   }
   EXPECT_TRUE(GpuModuleLoaded());

@@ -10,6 +10,7 @@
 
 #include "actors/runtime.h"
 #include "op/imperative.h"
+#include "tests/common/op_gpu_compare.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {
@@ -31,58 +32,11 @@ class OpTensorGpuTest : public ::testing::Test {
   }
 };
 
-HostTensor Uniform(const TShape& s, std::uint64_t seed, double lo, double hi) {
-  std::mt19937_64 rng(seed);
-  return test::RandomTensor(s, &rng, lo, hi);
-}
-
-using Result = test::FwdBwd;
-
-// Forward, then Backward with `req` for every argument (or arg_reqs; init: the gradients' initial values).
-Result Run(OpCase c, Context ctx, const std::vector<HostTensor>& inputs, const std::vector<HostTensor>& heads,
-           OpReqType req, const std::vector<HostTensor>& init, const std::vector<OpReqType>& arg_reqs = {}) {
-  c.ctx = ctx;
-  std::vector<OpReqType> reqs = arg_reqs.empty() ? std::vector<OpReqType>(inputs.size(), req) : arg_reqs;
-  return test::RunForwardBackward(c, inputs, heads, std::move(reqs), init);
-}
+using test::Uniform;
 
 // Compares GPU with CPU for one case: forward, backward kWriteTo, backward kAddTo.
 void Compare(const OpCase& c, std::vector<HostTensor> inputs = {}, const std::vector<OpReqType>& arg_reqs = {}) {
-  std::ostringstream label;
-  label << c.op << " {";
-  for (const auto& [k, v] : c.kwargs) label << k << "=" << v << " ";
-  label << "} " << DTypeName(c.dtype);
-  SCOPED_TRACE(label.str());
-  auto cpu_runner = MakeRunner(c);
-  std::uint64_t seed = 1;
-  if (inputs.empty()) {
-    for (const auto& s : cpu_runner->in_shapes()) inputs.push_back(Uniform(s, seed++, -1, 1));
-  }
-  std::vector<HostTensor> heads, zeros, init;
-  for (int i = 0; i < static_cast<int>(cpu_runner->out_shapes().size()); ++i) {
-    heads.push_back(Uniform(cpu_runner->out_shapes()[i], seed++, -1, 1));
-  }
-  for (const auto& s : cpu_runner->in_shapes()) {
-    zeros.emplace_back(static_cast<std::size_t>(s.Size()), 0.0);
-    init.push_back(Uniform(s, seed++, -1, 1));
-  }
-  const double tol = c.dtype == DType::kFloat32 ? 1e-5 : 1e-12;
-  for (OpReqType req : {kWriteTo, kAddTo}) {
-    const auto& start = req == kAddTo ? init : zeros;
-    std::vector<OpReqType> reqs = arg_reqs;
-    if (req == kAddTo) {
-      for (auto& r : reqs) r = r == kNullOp ? kNullOp : kAddTo;
-    }
-    const Result cpu = Run(c, Context::CPU(), inputs, heads, req, start, reqs);
-    const Result gpu = Run(c, Context::GPU(0), inputs, heads, req, start, reqs);
-    for (std::size_t i = 0; i < cpu.out.size(); ++i) {
-      EXPECT_TRUE(Near(gpu.out[i], cpu.out[i], tol, tol, "output " + std::to_string(i)));
-    }
-    for (std::size_t i = 0; i < cpu.grad.size(); ++i) {
-      EXPECT_TRUE(Near(gpu.grad[i], cpu.grad[i], tol, tol,
-                       std::string(req == kAddTo ? "kAddTo" : "kWriteTo") + " gradient " + std::to_string(i)));
-    }
-  }
+  test::CompareGpuWithCpu(c, std::move(inputs), arg_reqs);
 }
 
 constexpr DType kF32 = DType::kFloat32;

@@ -2,7 +2,7 @@
 // broadcasts of one array (broadcast_to, broadcast_axis, broadcast_like), where and add_n. Every kernel
 // here walks the output with tensor_ops::BroadcastIndexer (op/nn/common/broadcast.h); a gradient of a
 // broadcast operand is the output-shaped term summed over the dimensions it was broadcast along
-// (tensor_ops::SumToSmall, as broadcast_add's).
+// (tensor_ops::SumToSmall, as broadcast_add's). binary.cu is the GPU side of every operator here.
 #include "op/nn/binary/binary.h"
 
 #include <cstdint>
@@ -60,31 +60,8 @@ BinaryGradT1 MathBackward(BinaryMath op, std::string name) {
   };
 }
 
-struct MathDef {
-  BinaryMath op;
-  const char* elemwise;    // the equal-shape form
-  const char* broadcast;   // the broadcasting form
-  const char* text;
-};
-
 [[maybe_unused]] const bool kBinaryRegistered = [] {
-  const MathDef defs[] = {
-      {BinaryMath::kMaximum, "_maximum", "broadcast_maximum", "The element-wise maximum."},
-      {BinaryMath::kMinimum, "_minimum", "broadcast_minimum", "The element-wise minimum."},
-      {BinaryMath::kPower, "_power", "broadcast_power", "lhs raised to the power rhs."},
-      {BinaryMath::kMod, "_mod", "broadcast_mod", "Python's modulo: the remainder takes the divisor's sign."},
-      {BinaryMath::kHypot, "_hypot", "broadcast_hypot", "sqrt(lhs^2 + rhs^2)."},
-      {BinaryMath::kEqual, "_equal", "broadcast_equal", "1 where lhs == rhs, else 0."},
-      {BinaryMath::kNotEqual, "_not_equal", "broadcast_not_equal", "1 where lhs != rhs, else 0."},
-      {BinaryMath::kGreater, "_greater", "broadcast_greater", "1 where lhs > rhs, else 0."},
-      {BinaryMath::kGreaterEqual, "_greater_equal", "broadcast_greater_equal", "1 where lhs >= rhs, else 0."},
-      {BinaryMath::kLesser, "_lesser", "broadcast_lesser", "1 where lhs < rhs, else 0."},
-      {BinaryMath::kLesserEqual, "_lesser_equal", "broadcast_lesser_equal", "1 where lhs <= rhs, else 0."},
-      {BinaryMath::kLogicalAnd, "_logical_and", "broadcast_logical_and", "1 where both are non-zero, else 0."},
-      {BinaryMath::kLogicalOr, "_logical_or", "broadcast_logical_or", "1 where either is non-zero, else 0."},
-      {BinaryMath::kLogicalXor, "_logical_xor", "broadcast_logical_xor", "1 where exactly one is non-zero."},
-  };
-  for (const MathDef& d : defs) {
+  for (const binary::MathDef& d : binary::kMathDefs) {
     for (const bool broadcasting : {false, true}) {
       const std::string name = broadcasting ? d.broadcast : d.elemwise;
       SimpleOpEntry& e = SimpleOpRegister(name);
@@ -252,7 +229,7 @@ class BroadcastOneProp final : public OperatorProperty {
     return {out_grad[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(TypeString(), ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // binary.cu
     return std::make_unique<BroadcastOneOp>(TypeString());
   }
 
@@ -311,10 +288,7 @@ class WhereOp final : public Operator {
   }
 
  private:
-  // Elements of x per element of condition.
-  static std::int64_t RowSize(const TBlob& cond, const TBlob& x) {
-    return cond.Size() == x.Size() ? 1 : (cond.Size() == 0 ? 1 : x.Size() / cond.Size());
-  }
+  static std::int64_t RowSize(const TBlob& cond, const TBlob& x) { return binary::WhereRowSize(cond.Size(), x.Size()); }
 };
 
 class WhereProp final : public OperatorProperty {
@@ -353,7 +327,7 @@ class WhereProp final : public OperatorProperty {
     return {out_grad[0], in_data[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation("where", ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // binary.cu
     return std::make_unique<WhereOp>();
   }
 };
@@ -427,7 +401,7 @@ class AddNProp final : public OperatorProperty {
     return {out_grad[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation("add_n", ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // binary.cu
     return std::make_unique<AddNOp>();
   }
 

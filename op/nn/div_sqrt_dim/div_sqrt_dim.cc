@@ -1,7 +1,7 @@
 // _contrib_div_sqrt_dim: data / sqrt(data.shape[-1]), the scaling of attention scores, as MXNet 1.9's
 // (src/operator/contrib/transformer*): the square root is taken in double and converted to the element type
-// before dividing. Its gradient is the same operator applied to the head gradient. CPU only; a GPU context is
-// an error naming the operator.
+// before dividing. Its gradient is the same operator applied to the head gradient. div_sqrt_dim.cu is the GPU
+// side.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -79,7 +79,7 @@ class DivSqrtDimProp final : public OperatorProperty {
     return {{out_grad[0], in_grad[0]}};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kName, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // div_sqrt_dim.cu
     return std::make_unique<DivSqrtDimOp>();
   }
 

@@ -1,5 +1,6 @@
-// dot and batch_dot (MXNet 1.9's dot.cc) on the CPU through the tensor module's CpuGemm (oneDNN's sgemm for
-// float32, OpenBLAS for float64).
+// dot and batch_dot (MXNet 1.9's dot.cc): one operator for both devices around a matrix product (dot.h), the
+// tensor module's CpuGemm on the CPU (oneDNN's sgemm for float32, OpenBLAS for float64), cuBLAS on the GPU
+// (dot.cu).
 //
 // dot sees lhs as a matrix (all dimensions but the last, the last; transposed: the first, all the rest) and
 // rhs as (the first, all the rest) (transposed: all but the last, the last); the output's shape is what is
@@ -9,8 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "op/nn/dot/dot.h"
+
 #include "op/internal/op_util.h"
-#include "op/operator.h"
 #include "op/param.h"
 #include "tensor/detail/kernels.h"
 
@@ -42,51 +44,64 @@ TBlob At(const TBlob& b, std::int64_t offset, std::int64_t rows, std::int64_t co
                b.dtype, b.ctx);
 }
 
-// C = op(A) op(B) (beta 0) or C += op(A) op(B) (kAddTo), and the gradients of A and B from dC.
-void Product(const TBlob& a, const TBlob& b, const TBlob& c, bool ta, bool tb, const Gemm& g, OpReqType req) {
-  if (req == kNullOp) return;
-  internal::CpuGemm(a, b, c, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), 1.0,
-                    req == kAddTo ? 1.0 : 0.0);
-}
-void ProductGrads(const TBlob& a, const TBlob& b, const TBlob& dc, const TBlob& da, const TBlob& db, bool ta, bool tb,
-                  const Gemm& g, OpReqType req_a, OpReqType req_b) {
-  // dop(A) = dC op(B)^T (m x k); dop(B) = op(A)^T dC (k x n); stored transposed where A or B is.
-  if (!ta) {
-    Product(dc, b, da, false, !tb, Gemm{g.m, g.k, g.n}, req_a);
-  } else {
-    Product(b, dc, da, tb, true, Gemm{g.k, g.m, g.n}, req_a);
+// One device's product, C = op(A) op(B) (beta 0) or C += op(A) op(B) (kAddTo), and the gradients of A and B
+// from dC through it.
+struct Products {
+  dot::GemmFn gemm;
+  const RunContext& rctx;
+
+  void Product(const TBlob& a, const TBlob& b, const TBlob& c, bool ta, bool tb, const Gemm& g, OpReqType req) const {
+    if (req == kNullOp) return;
+    gemm(a, b, c, ta, tb, static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), 1.0,
+         req == kAddTo ? 1.0 : 0.0, rctx);
   }
-  if (!tb) {
-    Product(a, dc, db, !ta, false, Gemm{g.k, g.n, g.m}, req_b);
-  } else {
-    Product(dc, a, db, true, ta, Gemm{g.n, g.k, g.m}, req_b);
+  void Grads(const TBlob& a, const TBlob& b, const TBlob& dc, const TBlob& da, const TBlob& db, bool ta, bool tb,
+             const Gemm& g, OpReqType req_a, OpReqType req_b) const {
+    // dop(A) = dC op(B)^T (m x k); dop(B) = op(A)^T dC (k x n); stored transposed where A or B is.
+    if (!ta) {
+      Product(dc, b, da, false, !tb, Gemm{g.m, g.k, g.n}, req_a);
+    } else {
+      Product(b, dc, da, tb, true, Gemm{g.k, g.m, g.n}, req_a);
+    }
+    if (!tb) {
+      Product(a, dc, db, !ta, false, Gemm{g.k, g.n, g.m}, req_b);
+    } else {
+      Product(dc, a, db, true, ta, Gemm{g.n, g.k, g.m}, req_b);
+    }
   }
+};
+
+void CpuGemmFn(const TBlob& a, const TBlob& b, const TBlob& c, bool ta, bool tb, int m, int n, int k, double alpha,
+               double beta, const RunContext&) {
+  internal::CpuGemm(a, b, c, ta, tb, m, n, k, alpha, beta);
 }
 
 template <bool kBatch>
 class DotOp final : public Operator {
  public:
-  explicit DotOp(DotParam p) : p_(p) {}
-  void Forward(const OpContext&, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
+  DotOp(DotParam p, dot::GemmFn gemm) : p_(p), gemm_(gemm) {}
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
     internal::FloatSwitch(out[0].dtype, Name(), [&](auto) {
       const auto [batch, g] = Shapes(in[0].shape, in[1].shape, p_);
+      const Products run{gemm_, ctx.run_ctx};
       for (std::int64_t i = 0; i < batch; ++i) {
-        Product(At(in[0], i * g.m * g.k, p_.transpose_a ? g.k : g.m, p_.transpose_a ? g.m : g.k),
+        run.Product(At(in[0], i * g.m * g.k, p_.transpose_a ? g.k : g.m, p_.transpose_a ? g.m : g.k),
                 At(in[1], i * g.k * g.n, p_.transpose_b ? g.n : g.k, p_.transpose_b ? g.k : g.n),
                 At(out[0], i * g.m * g.n, g.m, g.n), p_.transpose_a, p_.transpose_b, g, req[0]);
       }
     });
   }
-  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
+  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
     internal::FloatSwitch(out_grad[0].dtype, Name(), [&](auto) {
       const auto [batch, g] = Shapes(in[0].shape, in[1].shape, p_);
       const bool ta = p_.transpose_a, tb = p_.transpose_b;
+      const Products run{gemm_, ctx.run_ctx};
       for (std::int64_t i = 0; i < batch; ++i) {
         const std::int64_t ar = ta ? g.k : g.m, ac = ta ? g.m : g.k, br = tb ? g.n : g.k, bc = tb ? g.k : g.n;
-        ProductGrads(At(in[0], i * g.m * g.k, ar, ac), At(in[1], i * g.k * g.n, br, bc),
+        run.Grads(At(in[0], i * g.m * g.k, ar, ac), At(in[1], i * g.k * g.n, br, bc),
                      At(out_grad[0], i * g.m * g.n, g.m, g.n), At(in_grad[0], i * g.m * g.k, ar, ac),
                      At(in_grad[1], i * g.k * g.n, br, bc), ta, tb, g, req[0], req[1]);
       }
@@ -131,6 +146,7 @@ class DotOp final : public Operator {
 
  private:
   DotParam p_;
+  dot::GemmFn gemm_;
 };
 
 template <bool kBatch>
@@ -175,11 +191,8 @@ class DotProp final : public OperatorProperty {
     return {out_grad[0], in_data[0], in_data[1]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(TypeString(), ctx);
-    if (p_.forward_stype != "None" && p_.forward_stype != "default") {
-      throw Error(TypeString() + ": forward_stype '" + p_.forward_stype + "' is not supported (dense arrays only)");
-    }
-    return std::make_unique<DotOp<kBatch>>(p_);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // dot.cu: MakeDotOperator with cuBLAS
+    return dot::MakeDotOperator(*this, CpuGemmFn);
   }
 
  private:
@@ -187,6 +200,16 @@ class DotProp final : public OperatorProperty {
 };
 
 }  // namespace
+
+std::unique_ptr<Operator> dot::MakeDotOperator(const OperatorProperty& prop, GemmFn gemm) {
+  DotParam p;
+  p.Init(prop.GetParams(), prop.TypeString());
+  if (p.forward_stype != "None" && p.forward_stype != "default") {
+    throw Error(prop.TypeString() + ": forward_stype '" + p.forward_stype + "' is not supported (dense arrays only)");
+  }
+  if (prop.TypeString() == "batch_dot") return std::make_unique<DotOp<true>>(p, gemm);
+  return std::make_unique<DotOp<false>>(p, gemm);
+}
 
 TROUPE_REGISTER_OP_PROPERTY(dot, DotProp<false>)
     .describe("Dot product of two arrays (matrix product over the last axis of lhs and the first of rhs).")

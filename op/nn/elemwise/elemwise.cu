@@ -69,26 +69,18 @@ __global__ void BroadcastKernel(BinaryOp op, const T* a, const T* b, T* o, Broad
   }
 }
 
-// One thread per element of the operand (lhs when `lhs_side`): the output-shaped gradient term summed over
-// the broadcast dimensions. `self` maps output elements onto this operand, `other` onto the other one.
+// The output-shaped gradient term of one operand (lhs when `lhs_side`) at output element `big`.
 template <typename T>
-__global__ void BroadcastGradKernel(BinaryOp op, bool lhs_side, const T* og, const T* a, const T* b, T* grad,
-                                    BroadcastIndexer self, BroadcastIndexer other, OpReqType req) {
-  TROUPE_GRID_LOOP(o, self.small_size) {
-    double acc = 0;
-    for (std::int64_t r = 0; r < self.reduce_size; ++r) {
-      const std::int64_t big = self.BigOffset(o, r);
-      if (lhs_side) {
-        const T x = a != nullptr ? a[o] : T(0), y = b != nullptr ? b[other.SmallOffset(big)] : T(0);
-        acc += static_cast<double>(tensor_ops::BinaryGradLhs(op, og[big], x, y));
-      } else {
-        const T x = a != nullptr ? a[other.SmallOffset(big)] : T(0), y = b != nullptr ? b[o] : T(0);
-        acc += static_cast<double>(tensor_ops::BinaryGradRhs(op, og[big], x, y));
-      }
-    }
-    Assign(grad + o, req, static_cast<T>(acc));
+struct BroadcastGradTerm {
+  BinaryOp op;
+  bool lhs_side;
+  const T *og, *a, *b;
+  BroadcastIndexer li, ri;
+  __device__ T operator()(std::int64_t big) const {
+    const T x = a != nullptr ? a[li.SmallOffset(big)] : T(0), y = b != nullptr ? b[ri.SmallOffset(big)] : T(0);
+    return lhs_side ? tensor_ops::BinaryGradLhs(op, og[big], x, y) : tensor_ops::BinaryGradRhs(op, og[big], x, y);
   }
-}
+};
 
 template <typename T>
 __global__ void SmoothL1Kernel(const T* x, T sigma, T* o, std::int64_t n, OpReqType req) {
@@ -193,12 +185,12 @@ void BroadcastGradGpu(BinaryOp op, const std::string& name, const TBlob& og, con
     const T* a = lhs != nullptr ? static_cast<const T*>(lhs->dptr) : nullptr;
     const T* b = rhs != nullptr ? static_cast<const T*>(rhs->dptr) : nullptr;
     if (req_l != kNullOp && li.small_size > 0) {
-      BroadcastGradKernel<T><<<Blocks(li.small_size), kThreads, 0, s>>>(op, true, g, a, b,
-                                                                        static_cast<T*>(lhs_grad->dptr), li, ri, req_l);
+      nn_cuda::SumToSmallKernel<<<Blocks(li.small_size), kThreads, 0, s>>>(
+          static_cast<T*>(lhs_grad->dptr), li, req_l, BroadcastGradTerm<T>{op, true, g, a, b, li, ri});
     }
     if (req_r != kNullOp && ri.small_size > 0) {
-      BroadcastGradKernel<T><<<Blocks(ri.small_size), kThreads, 0, s>>>(op, false, g, a, b,
-                                                                        static_cast<T*>(rhs_grad->dptr), ri, li, req_r);
+      nn_cuda::SumToSmallKernel<<<Blocks(ri.small_size), kThreads, 0, s>>>(
+          static_cast<T*>(rhs_grad->dptr), ri, req_r, BroadcastGradTerm<T>{op, false, g, a, b, li, ri});
     }
   });
   CheckLaunch("backward kernel", name);

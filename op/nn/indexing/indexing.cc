@@ -1,6 +1,6 @@
 // Indexing operators of MXNet 1.9 (src/operator/tensor/indexing_op.*) on the CPU: take (alias _npi_take),
-// gather_nd (aliases _npi_gather_nd, _npx_gather_nd) and one_hot (alias _npx_one_hot). A GPU context is an
-// error naming the operator.
+// gather_nd (aliases _npi_gather_nd, _npx_gather_nd) and one_hot (alias _npx_one_hot); all three also run on
+// the GPU (indexing.cu, with indexing.h's element code).
 //
 // Index arrays may have any number type; their values are truncated to integers as MXNet's casts do, and
 // they get no gradient (zeros where one is asked for, as MXNet's zero-gradient nodes give).
@@ -23,11 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "op/nn/indexing/indexing.h"
+
 #include "base/error.h"
 #include "op/internal/op_util.h"
-#include "op/operator.h"
-#include "op/param.h"
-#include "tensor/detail/elementwise.h"
 
 namespace troupe {
 
@@ -50,23 +49,8 @@ void ZeroGrad(const TBlob& g, OpReqType req) {
 
 // ---- take
 
-struct TakeParam : Params<TakeParam> {
-  int axis = 0;
-  std::string mode = "clip";
-  static void Declare(ParamSchema<TakeParam>& s) {
-    s.Field("axis", &TakeParam::axis)
-        .Default(0)
-        .Describe(
-            "The axis of input array to be taken. For input tensor of rank r, it could be in the range of "
-            "[-r, r-1]");
-    s.Field("mode", &TakeParam::mode)
-        .Default("clip")
-        .Choices({"clip", "raise", "wrap"})
-        .Describe("How out-of-bound indices behave: 'clip' to the range, 'wrap' around, 'raise' an error.");
-  }
-};
-
-constexpr const char* kTake = "take";
+using indexing::kTake;
+using indexing::TakeParam;
 
 // a viewed as (outer, n, inner) around the axis.
 struct TakeView {
@@ -126,27 +110,14 @@ class TakeOp final : public Operator {
   // The positions along the axis (of size n) that the indices address under the mode.
   std::vector<std::int64_t> Positions(const TBlob& indices, std::int64_t n) const {
     if (p_.mode == "raise") {
-      // MXNet compares in the index type: a fraction above n - 1 is out of range too.
       internal::NumberSwitch(indices.dtype, kTake, [&](auto tag) {
         using I = decltype(tag);
         const I* p = static_cast<const I*>(indices.dptr);
-        for (std::int64_t i = 0; i < indices.Size(); ++i) {
-          if (static_cast<double>(p[i]) < 0 || static_cast<double>(p[i]) > static_cast<double>(n - 1)) {
-            throw Error(std::string(kTake) + ": index " + std::to_string(static_cast<double>(p[i])) +
-                        " is out of bounds for an axis of size " + std::to_string(n) + " (mode 'raise')");
-          }
-        }
+        for (std::int64_t i = 0; i < indices.Size(); ++i) indexing::CheckTakeIndex(static_cast<double>(p[i]), n);
       });
     }
     std::vector<std::int64_t> idx = ReadIndices(indices, kTake);
-    for (std::int64_t& j : idx) {
-      if (p_.mode == "clip") {
-        j = std::clamp<std::int64_t>(j, 0, n - 1);
-      } else {
-        j %= n;
-        if (j < 0) j += n;
-      }
-    }
+    for (std::int64_t& j : idx) j = indexing::TakePosition(j, n, p_.mode == "clip");
     return idx;
   }
 
@@ -192,7 +163,7 @@ class TakeProp final : public OperatorProperty {
     return {out_grad[0], in_data[1]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kTake, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // indexing.cu
     return std::make_unique<TakeOp>(p_);
   }
 
@@ -206,7 +177,7 @@ struct NoParam : Params<NoParam> {
   static void Declare(ParamSchema<NoParam>&) {}
 };
 
-constexpr const char* kGather = "gather_nd";
+using indexing::kGather;
 
 // The flat offset (in units of the trailing block of k elements) of every gathered element.
 struct GatherPlan {
@@ -215,29 +186,14 @@ struct GatherPlan {
 };
 GatherPlan PlanGather(const TShape& data, const TBlob& indices) {
   GatherPlan g;
-  g.m = indices.shape[0];
-  g.count = indices.Size() / std::max<std::int64_t>(g.m, 1);
-  g.block = data.ProdDims(static_cast<int>(g.m), data.ndim());
+  const indexing::GatherView v = indexing::ViewGather(data, indices.shape);
+  g.m = v.m;
+  g.count = v.count;
+  g.block = v.block;
   const std::vector<std::int64_t> idx = ReadIndices(indices, kGather);
-  // MXNet reports the last out-of-range index of the first axis that has one.
-  for (std::int64_t j = 0; j < g.m; ++j) {
-    for (std::int64_t i = g.count - 1; i >= 0; --i) {
-      const std::int64_t v = idx[j * g.count + i];
-      if (v < -data[static_cast<int>(j)] || v > data[static_cast<int>(j)] - 1) {
-        throw Error(std::string(kGather) + ": index " + std::to_string(v) + " is out of bounds for axis " +
-                    std::to_string(j) + " with size " + std::to_string(data[static_cast<int>(j)]));
-      }
-    }
-  }
+  indexing::CheckGatherIndices(data, idx.data(), v);
   g.offsets.assign(static_cast<std::size_t>(g.count), 0);
-  for (std::int64_t i = 0; i < g.count; ++i) {
-    std::int64_t off = 0;
-    for (std::int64_t j = 0; j < g.m; ++j) {
-      const std::int64_t size = data[static_cast<int>(j)];
-      off = off * size + (idx[j * g.count + i] + size) % size;
-    }
-    g.offsets[i] = off;
-  }
+  for (std::int64_t i = 0; i < g.count; ++i) g.offsets[i] = indexing::GatherOffset(v, idx.data(), i);
   return g;
 }
 
@@ -317,7 +273,7 @@ class GatherNDProp final : public OperatorProperty {
     return {out_grad[0], in_data[1]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kGather, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // indexing.cu
     return std::make_unique<GatherNDOp>();
   }
 
@@ -327,27 +283,8 @@ class GatherNDProp final : public OperatorProperty {
 
 // ---- one_hot
 
-struct OneHotParam : Params<OneHotParam> {
-  std::int64_t depth = 0;
-  double on_value = 1.0;
-  double off_value = 0.0;
-  std::string dtype = "float32";
-  static void Declare(ParamSchema<OneHotParam>& s) {
-    s.Field("depth", &OneHotParam::depth).LowerBound(0).Describe("Depth of the one hot dimension.");
-    s.Field("on_value", &OneHotParam::on_value)
-        .Default(1.0)
-        .Describe("The value assigned to the locations represented by indices.");
-    s.Field("off_value", &OneHotParam::off_value)
-        .Default(0.0)
-        .Describe("The value assigned to the locations not represented by indices.");
-    s.Field("dtype", &OneHotParam::dtype)
-        .Default("float32")
-        .Choices({"bfloat16", "float16", "float32", "float64", "int32", "int64", "int8", "uint8"})
-        .Describe("DType of the output");
-  }
-};
-
-constexpr const char* kOneHot = "one_hot";
+using indexing::kOneHot;
+using indexing::OneHotParam;
 
 class OneHotOp final : public Operator {
  public:
@@ -366,12 +303,7 @@ class OneHotOp final : public Operator {
         T* row = o + static_cast<std::int64_t>(i) * depth;
         const std::int64_t j = idx[i];
         for (std::int64_t c = 0; c < depth; ++c) {
-          const T v = c == j ? on : off;
-          if (req[0] == kAddTo) {
-            row[c] = internal::ConvertTo<T>(internal::ConvertTo<double>(row[c]) + internal::ConvertTo<double>(v));
-          } else {
-            row[c] = v;
-          }
+          indexing::OneHotElement(row + c, c == j ? on : off, req[0]);
         }
       }
     });
@@ -419,7 +351,7 @@ class OneHotProp final : public OperatorProperty {
     return {};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kOneHot, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // indexing.cu
     return std::make_unique<OneHotOp>(p_);
   }
 

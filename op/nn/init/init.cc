@@ -1,6 +1,6 @@
 // The operators that make arrays rather than transform them (MXNet 1.9's init_op and its contrib
 // arange_like, shape_array, size_array): _zeros, _ones, _full, _arange, _contrib_arange_like, shape_array
-// and size_array, on the CPU. A 0 in _zeros/_ones/_full's shape is MXNet 1.x's unknown dimension: shape
+// and size_array, on the CPU (init.cu runs init.h's element code on the GPU). A 0 in _zeros/_ones/_full's shape is MXNet 1.x's unknown dimension: shape
 // inference fills it from the consumer (an RNN's begin state written as _zeros(shape=(2, 0, 100))).
 // Their inputs, where they have one, lend only a shape: the gradient to it is zero.
 #include <algorithm>
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "op/nn/init/init.h"
+
 #include "op/internal/op_util.h"
-#include "op/operator.h"
 #include "op/param.h"
-#include "tensor/detail/elementwise.h"
 
 namespace troupe {
 
@@ -69,56 +69,72 @@ struct RangeLikeParam : Params<RangeLikeParam> {
   }
 };
 
-// What each operator writes at element i of its output.
-enum class Fill { kZeros, kOnes, kFull, kRange, kRangeLike, kShape, kSize };
+using init::Fill;
+using init::FillSpec;
+
+// The settings of a fill (what FillSpec holds but the input's shape).
+struct FillSettings {
+  Fill fill;
+  double value, start, step;
+  int repeat;
+};
 
 class FillOp final : public Operator {
  public:
-  FillOp(Fill fill, double value, double start, double step, int repeat)
-      : fill_(fill), value_(value), start_(start), step_(step), repeat_(repeat) {}
-  void Forward(const OpContext&, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
+  FillOp(FillSettings settings, init::FillFn fill, init::ZeroFn zero) : s_(settings), fill_(fill), zero_(zero) {}
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
-    DTypeSwitch(out[0].dtype, [&](auto tag) {
-      using T = decltype(tag);
-      T* o = static_cast<T*>(out[0].dptr);
-      const std::int64_t n = out[0].Size();
-      for (std::int64_t i = 0; i < n; ++i) {
-        double v = 0;
-        switch (fill_) {
-          case Fill::kZeros: v = 0; break;
-          case Fill::kOnes: v = 1; break;
-          case Fill::kFull: v = value_; break;
-          case Fill::kRange:
-          case Fill::kRangeLike: v = start_ + static_cast<double>(i / repeat_) * step_; break;
-          case Fill::kShape: v = static_cast<double>(in[0].shape[static_cast<int>(i)]); break;
-          case Fill::kSize: v = static_cast<double>(in[0].Size()); break;
-        }
-        o[i] = internal::ConvertTo<T>(req[0] == kAddTo ? internal::ConvertTo<double>(o[i]) + v : v);
-      }
-    });
+    FillSpec spec;
+    spec.fill = s_.fill;
+    spec.value = s_.value;
+    spec.start = s_.start;
+    spec.step = s_.step;
+    spec.repeat = s_.repeat;
+    if (!in.empty()) {
+      for (int d = 0; d < in[0].shape.ndim(); ++d) spec.dims[d] = in[0].shape[d];
+      spec.size = in[0].Size();
+    }
+    fill_(spec, out[0], req[0], ctx.run_ctx);
   }
-  void Backward(const OpContext&, const std::vector<TBlob>&, const std::vector<TBlob>&, const std::vector<TBlob>&,
-                const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+  void Backward(const OpContext& ctx, const std::vector<TBlob>&, const std::vector<TBlob>&,
+                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
     for (std::size_t k = 0; k < in_grad.size(); ++k) {
-      if (req[k] != kWriteTo && req[k] != kWriteInplace) continue;
-      DTypeSwitch(in_grad[k].dtype, [&](auto tag) {
-        using T = decltype(tag);
-        T* z = static_cast<T*>(in_grad[k].dptr);
-        std::fill(z, z + in_grad[k].Size(), internal::ConvertTo<T>(0.0));
-      });
+      if (req[k] == kWriteTo || req[k] == kWriteInplace) zero_(in_grad[k], ctx.run_ctx);
     }
   }
 
  private:
-  Fill fill_;
-  double value_, start_, step_;
-  int repeat_;
+  FillSettings s_;
+  init::FillFn fill_;
+  init::ZeroFn zero_;
+};
+
+void FillCpu(const FillSpec& spec, const TBlob& out, OpReqType req, const RunContext&) {
+  DTypeSwitch(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out.dptr);
+    for (std::int64_t i = 0; i < out.Size(); ++i) init::FillElement(spec, o, i, req);
+  });
+}
+
+void ZeroCpu(const TBlob& b, const RunContext&) {
+  DTypeSwitch(b.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* z = static_cast<T*>(b.dptr);
+    std::fill(z, z + b.Size(), internal::ConvertTo<T>(0.0));
+  });
+}
+
+// What the fill operators' properties share: their settings, read by MakeFillOperator.
+class FillPropBase : public OperatorProperty {
+ public:
+  virtual FillSettings Settings() const = 0;
 };
 
 template <Fill kFill>
-class FillProp final : public OperatorProperty {
+class FillProp final : public FillPropBase {
  public:
   void Init(const Kwargs& kwargs) override {
     if constexpr (kFill == Fill::kRange) {
@@ -216,13 +232,16 @@ class FillProp final : public OperatorProperty {
     return {};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(TypeString(), ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // init.cu
+    return init::MakeFillOperator(*this, FillCpu, ZeroCpu);
+  }
+  FillSettings Settings() const override {
     if constexpr (kFill == Fill::kRange) {
-      return std::make_unique<FillOp>(kFill, 0, RangeStart(), range_.step, range_.repeat);
+      return {kFill, 0, RangeStart(), range_.step, range_.repeat};
     } else if constexpr (kFill == Fill::kRangeLike) {
-      return std::make_unique<FillOp>(kFill, 0, like_.start, like_.step, like_.repeat);
+      return {kFill, 0, like_.start, like_.step, like_.repeat};
     } else {
-      return std::make_unique<FillOp>(kFill, init_.value, 0, 1, 1);
+      return {kFill, init_.value, 0, 1, 1};
     }
   }
 
@@ -244,6 +263,10 @@ class FillProp final : public OperatorProperty {
 };
 
 }  // namespace
+
+std::unique_ptr<Operator> init::MakeFillOperator(const OperatorProperty& prop, FillFn fill, ZeroFn zero) {
+  return std::make_unique<FillOp>(static_cast<const FillPropBase&>(prop).Settings(), fill, zero);
+}
 
 TROUPE_REGISTER_OP_PROPERTY(_zeros, FillProp<Fill::kZeros>)
     .describe("An array of zeros.")

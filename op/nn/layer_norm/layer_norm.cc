@@ -1,6 +1,6 @@
-// LayerNorm (alias _npx_layer_norm): normalisation of every slice along one axis by its own mean and standard
-// deviation, then a scale gamma and a shift beta per position of that axis. CPU only; a GPU context is an
-// error naming the operator.
+// LayerNorm (alias _npx_layer_norm) on the CPU: normalisation of every slice along one axis by its own mean
+// and standard deviation, then a scale gamma and a shift beta per position of that axis. The element code is
+// layer_norm.h's, which layer_norm.cu runs on the GPU.
 //
 // Semantics, as MXNet 1.9's (src/operator/nn/layer_norm*.h):
 //   mean = mean(x, axis), std = sqrt(mean((x - mean)^2, axis) + eps)   (the biased variance)
@@ -19,11 +19,10 @@
 #include <utility>
 #include <vector>
 
+#include "op/nn/layer_norm/layer_norm.h"
+
 #include "base/error.h"
 #include "op/internal/op_util.h"
-#include "op/nn/common/device_math.h"
-#include "op/operator.h"
-#include "op/param.h"
 
 namespace troupe {
 
@@ -31,23 +30,7 @@ namespace {
 
 using act_norm::AxisView;
 using internal::FloatSwitch;
-
-constexpr const char* kName = "LayerNorm";
-
-struct LayerNormParam : Params<LayerNormParam> {
-  int axis = -1;
-  float eps = 1e-5f;
-  bool output_mean_var = false;
-  static void Declare(ParamSchema<LayerNormParam>& s) {
-    s.Field("axis", &LayerNormParam::axis)
-        .Default(-1)
-        .Describe("The axis to normalise along (negative counts from the end); gamma and beta have its size.");
-    s.Field("eps", &LayerNormParam::eps).Default(1e-5f).Describe("An epsilon to prevent division by 0.");
-    s.Field("output_mean_var", &LayerNormParam::output_mean_var)
-        .Default(false)
-        .Describe("Output the mean and std computed along the axis as well (they get no gradient).");
-  }
-};
+using layer_norm::kName;
 
 class LayerNormOp final : public Operator {
  public:
@@ -66,27 +49,8 @@ class LayerNormOp final : public Operator {
       T* mean_out = out[1].dptr_as<T>();
       T* std_out = out[2].dptr_as<T>();
       const double eps = static_cast<double>(static_cast<T>(p_.eps));
-      for (std::int64_t o = 0; o < v.outer; ++o) {
-        for (std::int64_t i = 0; i < v.inner; ++i) {
-          const std::int64_t base = o * v.n * v.inner + i;
-          double sum = 0;
-          for (std::int64_t k = 0; k < v.n; ++k) sum += px[base + k * v.inner];
-          const double mean = sum / static_cast<double>(v.n);
-          double sq = 0;
-          for (std::int64_t k = 0; k < v.n; ++k) {
-            const double d = px[base + k * v.inner] - mean;
-            sq += d * d;
-          }
-          const double sd = std::sqrt(sq / static_cast<double>(v.n) + eps);
-          // Statistics first: y may be x's memory (kWriteInplace).
-          Assign(mean_out + o * v.inner + i, req[1], static_cast<T>(mean));
-          Assign(std_out + o * v.inner + i, req[2], static_cast<T>(sd));
-          if (req[0] == kNullOp) continue;
-          for (std::int64_t k = 0; k < v.n; ++k) {
-            const std::int64_t j = base + k * v.inner;
-            Assign(y + j, req[0], static_cast<T>((px[j] - mean) / sd * gamma[k] + beta[k]));
-          }
-        }
+      for (std::int64_t s = 0; s < v.outer * v.inner; ++s) {
+        layer_norm::ForwardSlice(v, s, eps, px, gamma, beta, y, mean_out, std_out, req[0], req[1], req[2]);
       }
     });
   }
@@ -103,40 +67,17 @@ class LayerNormOp final : public Operator {
       const T* gamma = in[1].dptr_as<T>();
       const T* mean = out[1].dptr_as<T>();
       const T* sd = out[2].dptr_as<T>();
-      // d gamma and d beta: sums over every slice, per axis position.
-      std::vector<double> dgamma(static_cast<std::size_t>(v.n), 0.0), dbeta(static_cast<std::size_t>(v.n), 0.0);
-      T* gx = req[0] == kNullOp ? nullptr : in_grad[0].dptr_as<T>();
-      for (std::int64_t o = 0; o < v.outer; ++o) {
-        for (std::int64_t i = 0; i < v.inner; ++i) {
-          const std::int64_t base = o * v.n * v.inner + i;
-          const double m = mean[o * v.inner + i], s = sd[o * v.inner + i];
-          double sum_w = 0, sum_wx = 0;
-          for (std::int64_t k = 0; k < v.n; ++k) {
-            const std::int64_t j = base + k * v.inner;
-            const double xhat = (px[j] - m) / s;
-            const double w = og[j] * static_cast<double>(gamma[k]) / s;
-            dgamma[k] += og[j] * xhat;
-            dbeta[k] += og[j];
-            sum_w += w;
-            sum_wx += w * xhat;
-          }
-          if (gx == nullptr) continue;
-          const double mean_w = sum_w / static_cast<double>(v.n), mean_wx = sum_wx / static_cast<double>(v.n);
-          for (std::int64_t k = 0; k < v.n; ++k) {
-            const std::int64_t j = base + k * v.inner;
-            const double xhat = (px[j] - m) / s;
-            const double w = og[j] * static_cast<double>(gamma[k]) / s;
-            Assign(gx + j, req[0], static_cast<T>(w - mean_w - xhat * mean_wx));
-          }
+      if (req[0] != kNullOp) {
+        T* gx = in_grad[0].dptr_as<T>();
+        for (std::int64_t s = 0; s < v.outer * v.inner; ++s) {
+          layer_norm::DataGradientSlice(v, s, og, px, gamma, mean, sd, gx, req[0]);
         }
       }
-      if (req[1] != kNullOp) {
-        internal::AssignEach(in_grad[1].dptr_as<T>(), v.n, req[1],
-                             [&](std::int64_t k) { return static_cast<T>(dgamma[k]); });
-      }
-      if (req[2] != kNullOp) {
-        internal::AssignEach(in_grad[2].dptr_as<T>(), v.n, req[2],
-                             [&](std::int64_t k) { return static_cast<T>(dbeta[k]); });
+      if (req[1] == kNullOp && req[2] == kNullOp) return;
+      T* ggamma = req[1] == kNullOp ? nullptr : in_grad[1].dptr_as<T>();
+      T* gbeta = req[2] == kNullOp ? nullptr : in_grad[2].dptr_as<T>();
+      for (std::int64_t k = 0; k < v.n; ++k) {
+        layer_norm::ScaleShiftGradient(v, k, og, px, mean, sd, ggamma, gbeta, req[1], req[2]);
       }
     });
   }
@@ -178,7 +119,7 @@ class LayerNormProp final : public OperatorProperty {
     return {{in_data[0], out_data[0]}};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kName, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // layer_norm.cu
     return std::make_unique<LayerNormOp>(p_);
   }
 

@@ -1,6 +1,7 @@
-// The matrix operators' strided copy and the CPU operator that runs every one of them, then transpose,
-// SwapAxis, expand_dims, squeeze, reshape_like, reverse, tile and repeat (shape rules as in MXNet 1.9.1 and
-// their movements). The slicing operators and stack are in slice.cc.
+// The matrix operators' strided copy on the CPU and the operator that runs every one of them on either device
+// (MakeMatrixOperator; matrix.cu gives it the GPU's copy), then transpose, SwapAxis, expand_dims, squeeze,
+// reshape_like, reverse, tile and repeat (shape rules as in MXNet 1.9.1 and their movements). The slicing
+// operators and stack are in slice.cc.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -69,16 +70,6 @@ CopyPlan ContiguousPlan(std::int64_t n) {
 
 namespace {
 
-// a + b in T; half and bfloat16 add in float, as their arithmetic does everywhere in troupe.
-template <typename T>
-inline T Add(T a, T b) {
-  if constexpr (std::is_arithmetic_v<T>) {
-    return static_cast<T>(a + b);
-  } else {
-    return T(static_cast<float>(a) + static_cast<float>(b));
-  }
-}
-
 // The copy of a simplified plan: an odometer over every dimension but the innermost, a plain loop over that
 // one (unit strides on both sides are the common case and vectorise).
 template <typename T, bool kAdd>
@@ -118,15 +109,22 @@ void RunTyped(const CopyPlan& p, const T* src, T* dst) {
 
 }  // namespace
 
-void RunCopy(const CopyPlan& plan, const TBlob& src, const TBlob& dst, OpReqType req) {
-  if (req == kNullOp || plan.Count() == 0) return;
+std::optional<CopyPlan> PlanToRun(const CopyPlan& plan, const TBlob& src, const TBlob& dst, OpReqType req) {
+  if (req == kNullOp || plan.Count() == 0) return std::nullopt;
   if (src.dtype != dst.dtype) {
     throw Error(std::string("matrix operator: source type ") + DTypeName(src.dtype) + " and destination type " +
                 DTypeName(dst.dtype) + " differ");
   }
   const CopyPlan p = plan.Simplified();
   const bool identity = p.ndim == 1 && p.src_stride[0] == 1 && p.dst_stride[0] == 1 && p.src_offset == p.dst_offset;
-  if (req != kAddTo && identity && src.dptr == dst.dptr) return;  // in place: the data is already there
+  if (req != kAddTo && identity && src.dptr == dst.dptr) return std::nullopt;  // in place: the data is there
+  return p;
+}
+
+void RunCopy(const CopyPlan& plan, const TBlob& src, const TBlob& dst, OpReqType req) {
+  const std::optional<CopyPlan> to_run = PlanToRun(plan, src, dst, req);
+  if (!to_run) return;
+  const CopyPlan& p = *to_run;
   DTypeSwitch(dst.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* s = static_cast<const T*>(src.dptr);
@@ -165,21 +163,22 @@ bool InferTypeOfFirst(const OperatorProperty& prop, std::vector<int>* in_type, s
 
 namespace {
 
-// Runs a property's movements: forward input -> output, backward output gradient -> input gradient.
-class MatrixCpuOp : public Operator {
+// Runs a property's movements with one device's copy and fill: forward input -> output, backward output
+// gradient -> input gradient.
+class MatrixOperator : public Operator {
  public:
-  explicit MatrixCpuOp(std::unique_ptr<OperatorProperty> prop)
-      : prop_(static_cast<const MatrixProp*>(prop.release())) {}
+  MatrixOperator(std::unique_ptr<OperatorProperty> prop, CopyFn copy, ZeroFn zero)
+      : prop_(static_cast<const MatrixProp*>(prop.release())), copy_(copy), zero_(zero) {}
 
-  void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (std::all_of(req.begin(), req.end(), [](OpReqType r) { return r == kNullOp; })) return;
     for (const Movement& m : prop_->Movements(Shapes(in_data), Shapes(out_data))) {
-      RunCopy(m.plan, in_data[m.in], out_data[m.out], req[m.out]);
+      copy_(m.plan, in_data[m.in], out_data[m.out], req[m.out], ctx.run_ctx);
     }
   }
 
-  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
+  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
     if (std::all_of(req.begin(), req.end(), [](OpReqType r) { return r == kNullOp; })) return;
@@ -190,12 +189,12 @@ class MatrixCpuOp : public Operator {
     std::vector<bool> moved(in_grad.size(), false);
     for (const Movement& m : moves) moved[m.in] = true;
     for (std::size_t i = 0; i < in_grad.size(); ++i) {
-      if ((req[i] == kWriteTo || req[i] == kWriteInplace) && (!once || !moved[i])) ZeroFill(in_grad[i]);
+      if ((req[i] == kWriteTo || req[i] == kWriteInplace) && (!once || !moved[i])) zero_(in_grad[i], ctx.run_ctx);
     }
     for (const Movement& m : moves) {
       const OpReqType r = req[m.in];
       if (r == kNullOp) continue;
-      RunCopy(m.plan.Reversed(), out_grad[m.out], in_grad[m.in], once ? r : kAddTo);
+      copy_(m.plan.Reversed(), out_grad[m.out], in_grad[m.in], once ? r : kAddTo, ctx.run_ctx);
     }
   }
 
@@ -206,15 +205,26 @@ class MatrixCpuOp : public Operator {
     return s;
   }
   std::unique_ptr<const MatrixProp> prop_;
+  CopyFn copy_;
+  ZeroFn zero_;
 };
 
+void RunCopyCpu(const CopyPlan& plan, const TBlob& src, const TBlob& dst, OpReqType req, const RunContext&) {
+  RunCopy(plan, src, dst, req);
+}
+void ZeroFillCpu(const TBlob& b, const RunContext&) { ZeroFill(b); }
+
 }  // namespace
+
+std::unique_ptr<Operator> MakeMatrixOperator(std::unique_ptr<OperatorProperty> prop, CopyFn copy, ZeroFn zero) {
+  return std::make_unique<MatrixOperator>(std::move(prop), copy, zero);
+}
 
 }  // namespace matrix
 
 std::unique_ptr<Operator> MatrixProp::CreateOperator(Context ctx) const {
-  if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // none registered: an error naming this operator
-  return std::make_unique<matrix::MatrixCpuOp>(Copy());
+  if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // matrix.cu
+  return matrix::MakeMatrixOperator(Copy(), matrix::RunCopyCpu, matrix::ZeroFillCpu);
 }
 
 namespace {

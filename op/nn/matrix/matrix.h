@@ -8,15 +8,15 @@
 // same plans the other way (output gradient -> input gradient), adding where several output elements come
 // from one input element (tile, repeat) and zeroing what no output element comes from (slice).
 //
-// Properties are immutable after Init (thread-safe to share); the helpers are pure functions. CPU only for
-// now: CreateOperator for a GPU context asks CreateGpuOperator, which throws a troupe::Error naming the
-// operator and the device (no operator is registered for GPUs).
+// Properties are immutable after Init (thread-safe to share); the helpers are pure functions. On a GPU the same
+// operator runs the plans with matrix.cu's strided-copy kernel (CreateOperator asks CreateGpuOperator).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -64,6 +64,10 @@ CopyPlan ContiguousPlan(std::int64_t n);
 // (an in-place Reshape-like operator) is nothing to do.
 void RunCopy(const CopyPlan& plan, const TBlob& src, const TBlob& dst, OpReqType req);
 
+// What RunCopy (and the GPU's copy) runs: plan simplified, or nothing when there is nothing to do (kNullOp, no
+// element, an identity copy onto the same memory). Throws troupe::Error when the element types differ.
+std::optional<CopyPlan> PlanToRun(const CopyPlan& plan, const TBlob& src, const TBlob& dst, OpReqType req);
+
 // Sets every element of b to zero (any element type).
 void ZeroFill(const TBlob& b);
 
@@ -72,6 +76,25 @@ struct Movement {
   int in = 0, out = 0;
   CopyPlan plan;
 };
+
+// a + b in T; half and bfloat16 add in float, as their arithmetic does everywhere in troupe. Host and device.
+template <typename T>
+TROUPE_HOST_DEVICE inline T Add(T a, T b) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return static_cast<T>(a + b);
+  } else {
+    return T(static_cast<float>(a) + static_cast<float>(b));
+  }
+}
+
+// One device's strided copy (RunCopy's contract, enqueued on the run context's stream on a GPU) and fill with
+// zeros.
+using CopyFn = void (*)(const CopyPlan& plan, const TBlob& src, const TBlob& dst, OpReqType req,
+                        const RunContext& rctx);
+using ZeroFn = void (*)(const TBlob& b, const RunContext& rctx);
+// The operator that runs a MatrixProp's movements (prop: a copy of it) with these functions: forward copies
+// input -> output along the plans, backward runs them output gradient -> input gradient (see MatrixProp).
+std::unique_ptr<Operator> MakeMatrixOperator(std::unique_ptr<OperatorProperty> prop, CopyFn copy, ZeroFn zero);
 
 }  // namespace matrix
 

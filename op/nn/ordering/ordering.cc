@@ -1,7 +1,8 @@
 // Ordering and index-reduction operators of MXNet 1.9 (ordering_op.cc, broadcast_reduce_op_index.cc) on the
 // CPU: topk, sort, argsort, argmax, argmin and pick. Each works on the lines of the input along one axis
 // (act_norm::AxisView: outer x n x inner); a line is ordered as MXNet's CPU sort orders it, equal values
-// included (OrderLine).
+// included (OrderLine). argmax, argmin and pick share their element code with the GPU (ordering.h,
+// ordering.cu); topk, sort and argsort are CPU-only.
 //
 // Gradients: topk's values and sort's output send the gradient back to the elements they came from; pick
 // to the picked element; indices, masks, argmax and argmin pass none.
@@ -12,15 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "op/nn/ordering/ordering.h"
+
 #include "op/internal/op_util.h"
-#include "op/nn/common/device_math.h"
-#include "op/operator.h"
 #include "op/param.h"
-#include "tensor/detail/elementwise.h"
 
 namespace troupe {
 
 namespace {
+
+using ordering::ArgReduceParam;
+using ordering::Lines;
+using ordering::PickParam;
 
 const std::vector<std::string> kIndexTypes = {"float16", "float32", "float64", "int32", "int64", "uint8"};
 
@@ -42,26 +46,6 @@ struct OrderingParam : Params<OrderingParam> {
   }
 };
 
-struct ArgReduceParam : Params<ArgReduceParam> {
-  std::optional<int> axis;
-  bool keepdims = false;
-  static void Declare(ParamSchema<ArgReduceParam>& s) {
-    s.Field("axis", &ArgReduceParam::axis).Default(std::nullopt).Describe("The axis; None: the flattened array.");
-    s.Field("keepdims", &ArgReduceParam::keepdims).Default(false).Describe("Keep the reduced axis as a dimension of size 1.");
-  }
-};
-
-struct PickParam : Params<PickParam> {
-  std::optional<int> axis = -1;
-  bool keepdims = false;
-  std::string mode = "clip";
-  static void Declare(ParamSchema<PickParam>& s) {
-    s.Field("axis", &PickParam::axis).Default(-1).Describe("The axis to pick along; None: the flattened array.");
-    s.Field("keepdims", &PickParam::keepdims).Default(false).Describe("Keep the picked axis as a dimension of size 1.");
-    s.Field("mode", &PickParam::mode).Default("clip").Choices({"clip", "wrap"}).Describe("Out-of-range indices: clip or wrap.");
-  }
-};
-
 enum class Kind { kTopK, kSort, kArgSort, kArgMax, kArgMin, kPick };
 
 const char* KindName(Kind k) {
@@ -74,12 +58,6 @@ const char* KindName(Kind k) {
     case Kind::kPick: return "pick";
   }
   return "?";
-}
-
-// The lines along `axis` (None: one line over the flattened array).
-act_norm::AxisView Lines(const TShape& s, std::optional<int> axis, const std::string& op) {
-  if (!axis.has_value()) return act_norm::AxisView{1, s.Size(), 1};
-  return act_norm::ViewAround(s, internal::NormalizeAxis(*axis, s.ndim(), op, "axis"));
 }
 
 // The shape with the axis removed (or kept as 1); None: (1,) (or all ones with keepdims).
@@ -138,10 +116,7 @@ class OrderingOp final : public Operator {
           const std::int64_t base = a * v.n * v.inner + b;
           auto at = [&](std::int64_t j) { return x[base + j * v.inner]; };
           if constexpr (kKind == Kind::kArgMax || kKind == Kind::kArgMin) {
-            std::int64_t best = 0;
-            for (std::int64_t j = 1; j < v.n; ++j) {
-              if (kKind == Kind::kArgMax ? at(j) > at(best) : at(j) < at(best)) best = j;
-            }
+            const std::int64_t best = ordering::ArgExtreme(x, base, v, kKind == Kind::kArgMax);
             Write(out[0], req[0], a * v.inner + b, static_cast<double>(best));
           } else if constexpr (kKind == Kind::kPick) {
             const std::int64_t j = PickIndex(in[1], a * v.inner + b, v.n);
@@ -227,21 +202,13 @@ class OrderingOp final : public Operator {
       using I = decltype(t);
       v = static_cast<double>(static_cast<const I*>(index.dptr)[i]);
     });
-    auto j = static_cast<std::int64_t>(v);
-    if (p_.mode == "wrap") {
-      j %= n;
-      if (j < 0) j += n;
-    } else {
-      j = std::clamp<std::int64_t>(j, 0, n - 1);
-    }
-    return j;
+    return ordering::PickPosition(v, n, p_.mode == "wrap");
   }
   static void Write(const TBlob& out, OpReqType req, std::int64_t i, double v) {
     if (req == kNullOp) return;
     DTypeSwitch(out.dtype, [&](auto t) {
       using O = decltype(t);
-      O* o = static_cast<O*>(out.dptr) + i;
-      *o = internal::ConvertTo<O>(req == kAddTo ? internal::ConvertTo<double>(*o) + v : v);
+      ordering::WriteConverted(static_cast<O*>(out.dptr) + i, req, v);
     });
   }
   static void Zero(const TBlob& b, OpReqType req) {
@@ -347,7 +314,10 @@ class OrderingProp final : public OperatorProperty {
     return d;
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(TypeString(), ctx);
+    if (ctx.is_gpu()) {
+      // ordering.cu: argmax, argmin and pick; topk, sort and argsort have no GPU code (an error naming them).
+      return CreateGpuOperator(*this, ctx);
+    }
     return std::make_unique<OrderingOp<kKind>>(o_, r_, p_);
   }
 

@@ -88,12 +88,6 @@ const char* ReduceName(ReduceKind kind) {
 
 namespace {
 
-// A NaN counts as 0 in nansum and as 1 in nanprod; other values as themselves.
-template <typename T>
-bool IsNan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return std::isnan(v); else return false;
-}
-
 class ReduceAxesCpuOp : public Operator {
  public:
   ReduceAxesCpuOp(const ReduceAxesParam& p, ReduceKind kind) : param_(p), kind_(kind), name_(ReduceName(kind)) {}
@@ -108,26 +102,7 @@ class ReduceAxesCpuOp : public Operator {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(in.dptr);
       T* o = static_cast<T*>(out.dptr);
-      for (std::int64_t i = 0; i < ix.small_size; ++i) {
-        // Sums and products accumulate in double: float32 sums of many terms drift otherwise.
-        double acc = kind_ == ReduceKind::kProd || kind_ == ReduceKind::kNanProd ? 1.0 : 0.0;
-        T best = ix.reduce_size > 0 ? x[ix.BigOffset(i, 0)] : T(0);
-        for (std::int64_t r = 0; r < ix.reduce_size; ++r) {
-          const T v = x[ix.BigOffset(i, r)];
-          switch (kind_) {
-            case ReduceKind::kSum:
-            case ReduceKind::kMean: acc += static_cast<double>(v); break;
-            case ReduceKind::kNanSum: acc += IsNan(v) ? 0.0 : static_cast<double>(v); break;
-            case ReduceKind::kProd: acc *= static_cast<double>(v); break;
-            case ReduceKind::kNanProd: acc *= IsNan(v) ? 1.0 : static_cast<double>(v); break;
-            case ReduceKind::kMax: best = v > best ? v : best; break;
-            case ReduceKind::kMin: best = v < best ? v : best; break;
-          }
-        }
-        if (kind_ == ReduceKind::kMean) acc /= static_cast<double>(ix.reduce_size);
-        const bool extreme = kind_ == ReduceKind::kMax || kind_ == ReduceKind::kMin;
-        Assign(o + i, req[0], extreme ? best : static_cast<T>(acc));
-      }
+      for (std::int64_t i = 0; i < ix.small_size; ++i) Assign(o + i, req[0], reduce::ReduceElement(kind_, x, ix, i));
     };
     if (kind_ == ReduceKind::kMean) {
       internal::FloatSwitch(in.dtype, name_, run);
@@ -150,20 +125,8 @@ class ReduceAxesCpuOp : public Operator {
       const T* y = out_data.size() > 0 ? static_cast<const T*>(out_data[0].dptr) : nullptr;
       T* o = static_cast<T*>(ig.dptr);
       const T scale = kind_ == ReduceKind::kMean ? static_cast<T>(1.0 / static_cast<double>(ix.reduce_size)) : T(1);
-      internal::AssignEach(o, ix.big_size, req[0], [&](std::int64_t i) -> T {
-        const std::int64_t j = ix.SmallOffset(i);
-        switch (kind_) {
-          case ReduceKind::kSum:
-          case ReduceKind::kMean: return g[j] * scale;
-          // MXNet's rule: every element equal to the extreme gets the whole gradient.
-          case ReduceKind::kMax:
-          case ReduceKind::kMin: return x[i] == y[j] ? g[j] : T(0);
-          case ReduceKind::kNanSum: return IsNan(x[i]) ? T(0) : g[j];
-          case ReduceKind::kProd: return g[j] * y[j] / x[i];
-          case ReduceKind::kNanProd: return IsNan(x[i]) ? T(0) : g[j] * y[j] / x[i];
-        }
-        return T(0);
-      });
+      internal::AssignEach(o, ix.big_size, req[0],
+                           [&](std::int64_t i) { return reduce::GradientElement(kind_, g, x, y, scale, ix, i); });
     });
   }
 

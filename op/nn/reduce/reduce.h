@@ -1,7 +1,7 @@
 // The reductions over axes with MXNet 1.x's axis / keepdims / exclude rules: sum (alias sum_axis), mean,
 // max, min, prod, nansum and nanprod. The parameter struct, the shape rules and the property, shared by the
-// CPU operator (reduce.cc: every reduction) and the CUDA one (reduce.cu: sum and mean), which both use the
-// index map of op/nn/common/broadcast.h.
+// CPU operator (reduce.cc) and the CUDA one (reduce.cu), with the element code both run (namespace reduce),
+// over the index map of op/nn/common/broadcast.h.
 //
 // Properties are immutable after Init (thread-safe to share); helpers are pure functions. Compiles under
 // nvcc (the .cu file includes it): no CAF or Cap'n Proto, and what runs in kernels is TROUPE_HOST_DEVICE.
@@ -11,14 +11,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "op/internal/op_util.h"
+#include "op/nn/common/broadcast.h"
 #include "op/operator.h"
 #include "op/param.h"
 #include "tensor/tensor.h"
-#include "op/nn/common/broadcast.h"
 
 namespace troupe {
 
@@ -31,8 +32,9 @@ struct ReduceAxesParam : Params<ReduceAxesParam> {
   static void Declare(ParamSchema<ReduceAxesParam>& s) {
     s.Field("axis", &ReduceAxesParam::axis)
         .Default(std::nullopt)
-        .Describe("The axis or axes along which to perform the reduction. None or () reduces all axes; negative "
-                  "values count from the end.");
+        .Describe(
+            "The axis or axes along which to perform the reduction. None or () reduces all axes; negative "
+            "values count from the end.");
     s.Field("keepdims", &ReduceAxesParam::keepdims)
         .Default(false)
         .Describe("If this is set to True, the reduced axes are left in the result as dimension with size one.");
@@ -50,6 +52,78 @@ TShape ReduceOutputShape(const ReduceAxesParam& param, const TShape& in, const s
 
 enum class ReduceKind { kSum, kMean, kMax, kMin, kProd, kNanSum, kNanProd };
 const char* ReduceName(ReduceKind kind);
+
+namespace reduce {
+
+// A NaN counts as 0 in nansum and as 1 in nanprod; other values as themselves (integers are never NaN).
+template <typename T>
+TROUPE_HOST_DEVICE inline bool IsNan(T v) {
+  if constexpr (std::is_floating_point_v<T>)
+    return v != v;
+  else
+    return false;
+}
+
+// Output element i: the reduction of the input elements ix maps onto it, in increasing order. Sums and
+// products accumulate in double (float32 sums of many terms drift otherwise); max and min keep T.
+template <typename T>
+TROUPE_HOST_DEVICE inline T ReduceElement(ReduceKind kind, const T* x, const tensor_ops::BroadcastIndexer& ix,
+                                          std::int64_t i) {
+  double acc = kind == ReduceKind::kProd || kind == ReduceKind::kNanProd ? 1.0 : 0.0;
+  T best = ix.reduce_size > 0 ? x[ix.BigOffset(i, 0)] : T(0);
+  for (std::int64_t r = 0; r < ix.reduce_size; ++r) {
+    const T v = x[ix.BigOffset(i, r)];
+    switch (kind) {
+      case ReduceKind::kSum:
+      case ReduceKind::kMean:
+        acc += static_cast<double>(v);
+        break;
+      case ReduceKind::kNanSum:
+        acc += IsNan(v) ? 0.0 : static_cast<double>(v);
+        break;
+      case ReduceKind::kProd:
+        acc *= static_cast<double>(v);
+        break;
+      case ReduceKind::kNanProd:
+        acc *= IsNan(v) ? 1.0 : static_cast<double>(v);
+        break;
+      case ReduceKind::kMax:
+        best = v > best ? v : best;
+        break;
+      case ReduceKind::kMin:
+        best = v < best ? v : best;
+        break;
+    }
+  }
+  if (kind == ReduceKind::kMean) acc /= static_cast<double>(ix.reduce_size);
+  return kind == ReduceKind::kMax || kind == ReduceKind::kMin ? best : static_cast<T>(acc);
+}
+
+// The gradient of input element i from the output gradient g (x: the input, y: the output, where the kind's
+// DeclareBackwardDependency names them; scale: 1 / the reduced count for mean, else 1).
+template <typename T>
+TROUPE_HOST_DEVICE inline T GradientElement(ReduceKind kind, const T* g, const T* x, const T* y, T scale,
+                                            const tensor_ops::BroadcastIndexer& ix, std::int64_t i) {
+  const std::int64_t j = ix.SmallOffset(i);
+  switch (kind) {
+    case ReduceKind::kSum:
+    case ReduceKind::kMean:
+      return g[j] * scale;
+    // MXNet's rule: every element equal to the extreme gets the whole gradient.
+    case ReduceKind::kMax:
+    case ReduceKind::kMin:
+      return x[i] == y[j] ? g[j] : T(0);
+    case ReduceKind::kNanSum:
+      return IsNan(x[i]) ? T(0) : g[j];
+    case ReduceKind::kProd:
+      return g[j] * y[j] / x[i];
+    case ReduceKind::kNanProd:
+      return IsNan(x[i]) ? T(0) : g[j] * y[j] / x[i];
+  }
+  return T(0);
+}
+
+}  // namespace reduce
 
 // The reductions share everything but the name, the combining rule and what the gradient reads.
 class ReduceAxesProp : public OperatorProperty {

@@ -1,5 +1,6 @@
 // SequenceMask (alias _npx_sequence_mask), SequenceLast and SequenceReverse, as MXNet 1.9's
-// (src/operator/sequence_*). CPU only; a GPU context is an error naming the operator.
+// (src/operator/sequence_*), on the CPU; SequenceMask also on the GPU (sequence.cu, with sequence.h's view and
+// masking rule), the other two are CPU-only.
 //
 // The data is (max_sequence_length, batch, ...) with axis=0 or (batch, max_sequence_length, ...) with axis=1
 // (SequenceReverse takes axis 0 only). With use_sequence_length=True a second argument 'sequence_length' of
@@ -19,10 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include "op/nn/sequence/sequence.h"
+
 #include "base/error.h"
 #include "op/internal/op_util.h"
-#include "op/operator.h"
-#include "op/param.h"
 
 namespace troupe {
 
@@ -30,20 +31,12 @@ namespace {
 
 using internal::FloatSwitch;
 
+using sequence::SequenceParam;
+using sequence::SeqView;
+using sequence::ViewOf;
+
 enum class SeqKind { kMask, kLast, kReverse };
 
-struct SequenceParam : Params<SequenceParam> {
-  bool use_sequence_length = false;
-  float value = 0.0f;  // SequenceMask only
-  int axis = 0;
-  static void Declare(ParamSchema<SequenceParam>& s) {
-    s.Field("use_sequence_length", &SequenceParam::use_sequence_length)
-        .Default(false)
-        .Describe("Take an extra input 'sequence_length' with the length of each sequence.");
-    s.Field("value", &SequenceParam::value).Default(0.0f).Describe("The value to be used as a mask.");
-    s.Field("axis", &SequenceParam::axis).Default(0).Describe("The sequence axis: 0 or 1.");
-  }
-};
 // SequenceLast and SequenceReverse have no 'value'.
 struct SequenceNoValueParam : Params<SequenceNoValueParam> {
   bool use_sequence_length = false;
@@ -55,24 +48,6 @@ struct SequenceNoValueParam : Params<SequenceNoValueParam> {
     s.Field("axis", &SequenceNoValueParam::axis).Default(0).Describe("The sequence axis.");
   }
 };
-
-// The data as (d0, d1, rest) with the sequence on `axis` (0 or 1) and the batch on the other.
-struct SeqView {
-  std::int64_t d0, d1, rest, steps, batch;
-  int axis;
-  // Offset of (step, batch entry) in the data; `rest` elements follow.
-  std::int64_t At(std::int64_t t, std::int64_t b) const { return (axis == 0 ? t * d1 + b : b * d1 + t) * rest; }
-};
-SeqView ViewOf(const TShape& s, int axis) {
-  SeqView v;
-  v.d0 = s[0];
-  v.d1 = s[1];
-  v.rest = s.ProdDims(2, s.ndim());
-  v.axis = axis;
-  v.steps = axis == 0 ? v.d0 : v.d1;
-  v.batch = axis == 0 ? v.d1 : v.d0;
-  return v;
-}
 
 const char* NameOf(SeqKind k) {
   switch (k) {
@@ -132,11 +107,8 @@ class SequenceOp final : public Operator {
           if (kind_ == SeqKind::kMask) {
             const T* src = x + v.At(t, b);
             // y may be x's memory: each element is read before it is written.
-            if (t >= len[b]) {
-              internal::AssignEach(dst, v.rest, req[0], [&](std::int64_t) { return value; });
-            } else {
-              internal::AssignEach(dst, v.rest, req[0], [&](std::int64_t r) { return src[r]; });
-            }
+            internal::AssignEach(dst, v.rest, req[0],
+                                 [&](std::int64_t r) { return sequence::Masked(src[r], value, t, len[b]); });
           } else {
             const T* src = x + v.At(t < len[b] ? len[b] - 1 - t : t, b);
             internal::AssignEach(dst, v.rest, req[0], [&](std::int64_t r) { return src[r]; });
@@ -172,11 +144,8 @@ class SequenceOp final : public Operator {
           T* dst = gx + v.At(t, b);
           if (kind_ == SeqKind::kMask) {
             const T* src = og + v.At(t, b);  // gx may be og's memory
-            if (t >= len[b]) {
-              internal::AssignEach(dst, v.rest, req[0], [&](std::int64_t) { return T(0); });
-            } else {
-              internal::AssignEach(dst, v.rest, req[0], [&](std::int64_t r) { return src[r]; });
-            }
+            internal::AssignEach(dst, v.rest, req[0],
+                                 [&](std::int64_t r) { return sequence::Masked(src[r], T(0), t, len[b]); });
           } else {
             const T* src = og + v.At(t < len[b] ? len[b] - 1 - t : t, b);
             internal::AssignEach(dst, v.rest, req[0], [&](std::int64_t r) { return src[r]; });
@@ -261,7 +230,7 @@ class SequenceProp final : public OperatorProperty {
     return {};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(NameOf(kKind), ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // sequence.cu: SequenceMask only
     float value = 0.0f;
     if constexpr (kKind == SeqKind::kMask) value = p_.value;
     return std::make_unique<SequenceOp>(kKind, p_.use_sequence_length, p_.axis, value);

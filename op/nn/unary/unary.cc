@@ -1,5 +1,5 @@
-// The element-wise unary operators on the CPU (the formulas are in unary.h): the table of MXNet 1.9's names
-// and aliases, registered as SimpleOps, and the two that take parameters, clip and Cast.
+// The element-wise unary operators on the CPU (the formulas and the table of MXNet 1.9's names and aliases are
+// in unary.h, which unary.cu runs on the GPU): SimpleOps, and the two that take parameters, clip and Cast.
 #include "op/nn/unary/unary.h"
 
 #include <cstdint>
@@ -53,60 +53,8 @@ UnaryGradT2 GradientFn(UnaryOp op, std::string name) {
   };
 }
 
-struct UnaryDef {
-  const char* name;
-  UnaryOp op;
-  const char* aliases[2];
-  const char* text;
-};
-
 [[maybe_unused]] const bool kUnaryRegistered = [] {
-  const UnaryDef defs[] = {
-      {"relu", UnaryOp::kRelu, {}, "Rectified linear unit: max(x, 0)."},
-      {"abs", UnaryOp::kAbs, {}, "Absolute value."},
-      {"negative", UnaryOp::kNegative, {}, "Numerical negative: -x."},
-      {"square", UnaryOp::kSquare, {}, "x * x."},
-      {"sign", UnaryOp::kSign, {}, "The sign of x: -1, 0 or 1 (no gradient)."},
-      {"floor", UnaryOp::kFloor, {}, "The largest integer not above x (no gradient)."},
-      {"ceil", UnaryOp::kCeil, {}, "The smallest integer not below x (no gradient)."},
-      {"round", UnaryOp::kRound, {}, "The nearest integer, halves away from zero (no gradient)."},
-      {"rint", UnaryOp::kRint, {}, "The nearest integer, halves to even (no gradient)."},
-      {"fix", UnaryOp::kFix, {}, "The nearest integer towards zero (no gradient)."},
-      {"trunc", UnaryOp::kTrunc, {}, "The integer part, towards zero (no gradient)."},
-      {"_copy", UnaryOp::kIdentity, {"identity"}, "A copy of the input."},
-      {"BlockGrad", UnaryOp::kBlockGrad, {"stop_gradient"}, "The input unchanged; no gradient flows back."},
-      {"zeros_like", UnaryOp::kZerosLike, {}, "Zeros of the input's shape and type."},
-      {"ones_like", UnaryOp::kOnesLike, {}, "Ones of the input's shape and type."},
-      {"sigmoid", UnaryOp::kSigmoid, {}, "1 / (1 + exp(-x))."},
-      {"exp", UnaryOp::kExp, {}, "e^x."},
-      {"expm1", UnaryOp::kExpm1, {}, "e^x - 1, accurate near 0."},
-      {"log", UnaryOp::kLog, {}, "Natural logarithm."},
-      {"log2", UnaryOp::kLog2, {}, "Base-2 logarithm."},
-      {"log10", UnaryOp::kLog10, {}, "Base-10 logarithm."},
-      {"log1p", UnaryOp::kLog1p, {}, "log(1 + x), accurate near 0."},
-      {"sqrt", UnaryOp::kSqrt, {}, "Square root."},
-      {"rsqrt", UnaryOp::kRsqrt, {}, "1 / sqrt(x)."},
-      {"cbrt", UnaryOp::kCbrt, {}, "Cube root."},
-      {"rcbrt", UnaryOp::kRcbrt, {}, "1 / cbrt(x)."},
-      {"reciprocal", UnaryOp::kReciprocal, {}, "1 / x."},
-      {"tanh", UnaryOp::kTanh, {}, "Hyperbolic tangent."},
-      {"sin", UnaryOp::kSin, {}, "Sine."},
-      {"cos", UnaryOp::kCos, {}, "Cosine."},
-      {"tan", UnaryOp::kTan, {}, "Tangent."},
-      {"arcsin", UnaryOp::kArcsin, {}, "Inverse sine."},
-      {"arccos", UnaryOp::kArccos, {}, "Inverse cosine."},
-      {"arctan", UnaryOp::kArctan, {}, "Inverse tangent."},
-      {"sinh", UnaryOp::kSinh, {}, "Hyperbolic sine."},
-      {"cosh", UnaryOp::kCosh, {}, "Hyperbolic cosine."},
-      {"arcsinh", UnaryOp::kArcsinh, {}, "Inverse hyperbolic sine."},
-      {"arccosh", UnaryOp::kArccosh, {}, "Inverse hyperbolic cosine."},
-      {"arctanh", UnaryOp::kArctanh, {}, "Inverse hyperbolic tangent."},
-      {"softsign", UnaryOp::kSoftsign, {}, "x / (1 + |x|)."},
-      {"erf", UnaryOp::kErf, {}, "The Gauss error function."},
-      {"degrees", UnaryOp::kDegrees, {}, "Radians to degrees."},
-      {"radians", UnaryOp::kRadians, {}, "Degrees to radians."},
-  };
-  for (const UnaryDef& d : defs) {
+  for (const unary::UnaryDef& d : unary::kUnaryDefs) {
     SimpleOpEntry& e = SimpleOpRegister(d.name);
     // Not in place: the gradient reads the input.
     e.set_function(DeviceType::kCPU, ForwardFn(d.op, d.name));
@@ -133,10 +81,8 @@ class ClipOp final : public Operator {
       using T = decltype(tag);
       const T lo = static_cast<T>(p_.a_min), hi = static_cast<T>(p_.a_max);
       const T* x = static_cast<const T*>(in[0].dptr);
-      internal::AssignEach(static_cast<T*>(out[0].dptr), out[0].Size(), req[0], [&](std::int64_t i) {
-        const T v = x[i] < lo ? lo : x[i];
-        return v > hi ? hi : v;
-      });
+      internal::AssignEach(static_cast<T*>(out[0].dptr), out[0].Size(), req[0],
+                           [&](std::int64_t i) { return unary::Clip(x[i], lo, hi); });
     });
   }
   void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
@@ -147,9 +93,8 @@ class ClipOp final : public Operator {
       const T lo = static_cast<T>(p_.a_min), hi = static_cast<T>(p_.a_max);
       const T* og = static_cast<const T*>(out_grad[0].dptr);
       const T* x = static_cast<const T*>(in[0].dptr);
-      internal::AssignEach(static_cast<T*>(in_grad[0].dptr), in_grad[0].Size(), req[0], [&](std::int64_t i) {
-        return x[i] > hi || x[i] < lo ? T(0) : og[i];
-      });
+      internal::AssignEach(static_cast<T*>(in_grad[0].dptr), in_grad[0].Size(), req[0],
+                           [&](std::int64_t i) { return unary::ClipGradient(og[i], x[i], lo, hi); });
     });
   }
 
@@ -175,7 +120,7 @@ class ClipProp final : public OperatorProperty {
     return {out_grad[0], in_data[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation("clip", ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // unary.cu
     return std::make_unique<ClipOp>(p_);
   }
 
@@ -241,7 +186,7 @@ class CastProp final : public OperatorProperty {
     return {out_grad[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation("Cast", ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // unary.cu
     return std::make_unique<CastOp>();
   }
 

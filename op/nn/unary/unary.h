@@ -43,10 +43,12 @@ TROUPE_HOST_DEVICE inline T Forward(UnaryOp op, T x) {
   if constexpr (!std::is_floating_point_v<T>) {
     switch (op) {
       case UnaryOp::kRelu: return x > T(0) ? x : T(0);
-      case UnaryOp::kAbs: return x < T(0) ? T(-x) : x;
+      case UnaryOp::kAbs:
+        if constexpr (std::is_signed_v<T>) return x < T(0) ? T(-x) : x; else return x;
       case UnaryOp::kNegative: return T(-x);
       case UnaryOp::kSquare: return T(x * x);
-      case UnaryOp::kSign: return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+      case UnaryOp::kSign:
+        if constexpr (std::is_signed_v<T>) return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)); else return T(x > T(0));
       case UnaryOp::kZerosLike: return T(0);
       case UnaryOp::kOnesLike: return T(1);
       default: return x;  // the rounding functions, identity, BlockGrad
@@ -164,6 +166,71 @@ TROUPE_HOST_DEVICE inline T Gradient(UnaryOp op, T og, T x) {
     default: return T(0);  // sign, the rounding functions, BlockGrad, zeros_like, ones_like
   }
 }
+
+// clip's element formulas: min(max(x, lo), hi); the gradient passes where lo <= x <= hi.
+template <typename T>
+TROUPE_HOST_DEVICE inline T Clip(T x, T lo, T hi) {
+  const T v = x < lo ? lo : x;
+  return v > hi ? hi : v;
+}
+template <typename T>
+TROUPE_HOST_DEVICE inline T ClipGradient(T og, T x, T lo, T hi) {
+  return x > hi || x < lo ? T(0) : og;
+}
+
+// The operators of the table, MXNet 1.9's names and aliases (unary.cc registers them for the CPU, unary.cu
+// for the GPU).
+struct UnaryDef {
+  const char* name;
+  UnaryOp op;
+  const char* aliases[2];
+  const char* text;
+};
+inline constexpr UnaryDef kUnaryDefs[] = {
+    {"relu", UnaryOp::kRelu, {}, "Rectified linear unit: max(x, 0)."},
+    {"abs", UnaryOp::kAbs, {}, "Absolute value."},
+    {"negative", UnaryOp::kNegative, {}, "Numerical negative: -x."},
+    {"square", UnaryOp::kSquare, {}, "x * x."},
+    {"sign", UnaryOp::kSign, {}, "The sign of x: -1, 0 or 1 (no gradient)."},
+    {"floor", UnaryOp::kFloor, {}, "The largest integer not above x (no gradient)."},
+    {"ceil", UnaryOp::kCeil, {}, "The smallest integer not below x (no gradient)."},
+    {"round", UnaryOp::kRound, {}, "The nearest integer, halves away from zero (no gradient)."},
+    {"rint", UnaryOp::kRint, {}, "The nearest integer, halves to even (no gradient)."},
+    {"fix", UnaryOp::kFix, {}, "The nearest integer towards zero (no gradient)."},
+    {"trunc", UnaryOp::kTrunc, {}, "The integer part, towards zero (no gradient)."},
+    {"_copy", UnaryOp::kIdentity, {"identity"}, "A copy of the input."},
+    {"BlockGrad", UnaryOp::kBlockGrad, {"stop_gradient"}, "The input unchanged; no gradient flows back."},
+    {"zeros_like", UnaryOp::kZerosLike, {}, "Zeros of the input's shape and type."},
+    {"ones_like", UnaryOp::kOnesLike, {}, "Ones of the input's shape and type."},
+    {"sigmoid", UnaryOp::kSigmoid, {}, "1 / (1 + exp(-x))."},
+    {"exp", UnaryOp::kExp, {}, "e^x."},
+    {"expm1", UnaryOp::kExpm1, {}, "e^x - 1, accurate near 0."},
+    {"log", UnaryOp::kLog, {}, "Natural logarithm."},
+    {"log2", UnaryOp::kLog2, {}, "Base-2 logarithm."},
+    {"log10", UnaryOp::kLog10, {}, "Base-10 logarithm."},
+    {"log1p", UnaryOp::kLog1p, {}, "log(1 + x), accurate near 0."},
+    {"sqrt", UnaryOp::kSqrt, {}, "Square root."},
+    {"rsqrt", UnaryOp::kRsqrt, {}, "1 / sqrt(x)."},
+    {"cbrt", UnaryOp::kCbrt, {}, "Cube root."},
+    {"rcbrt", UnaryOp::kRcbrt, {}, "1 / cbrt(x)."},
+    {"reciprocal", UnaryOp::kReciprocal, {}, "1 / x."},
+    {"tanh", UnaryOp::kTanh, {}, "Hyperbolic tangent."},
+    {"sin", UnaryOp::kSin, {}, "Sine."},
+    {"cos", UnaryOp::kCos, {}, "Cosine."},
+    {"tan", UnaryOp::kTan, {}, "Tangent."},
+    {"arcsin", UnaryOp::kArcsin, {}, "Inverse sine."},
+    {"arccos", UnaryOp::kArccos, {}, "Inverse cosine."},
+    {"arctan", UnaryOp::kArctan, {}, "Inverse tangent."},
+    {"sinh", UnaryOp::kSinh, {}, "Hyperbolic sine."},
+    {"cosh", UnaryOp::kCosh, {}, "Hyperbolic cosine."},
+    {"arcsinh", UnaryOp::kArcsinh, {}, "Inverse hyperbolic sine."},
+    {"arccosh", UnaryOp::kArccosh, {}, "Inverse hyperbolic cosine."},
+    {"arctanh", UnaryOp::kArctanh, {}, "Inverse hyperbolic tangent."},
+    {"softsign", UnaryOp::kSoftsign, {}, "x / (1 + |x|)."},
+    {"erf", UnaryOp::kErf, {}, "The Gauss error function."},
+    {"degrees", UnaryOp::kDegrees, {}, "Radians to degrees."},
+    {"radians", UnaryOp::kRadians, {}, "Degrees to radians."},
+};
 
 }  // namespace unary
 
