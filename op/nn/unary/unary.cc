@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "op/internal/op_util.h"
 #include "op/simple_op.h"
 #include "tensor/detail/elementwise.h"
+#include "tensor/detail/vector_math.h"
 
 namespace troupe {
 
@@ -21,6 +23,19 @@ void CheckSizes(const std::string& op, const TBlob& a, const TBlob& b) {
   }
 }
 
+// tensor/detail/vector_math.h's float32 form of `op`, or null.
+using VectorFn = void (*)(const float*, float*, std::int64_t);
+VectorFn VectorForm(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kExp: return internal::VecExp;
+    case UnaryOp::kLog: return internal::VecLog;
+    case UnaryOp::kTanh: return internal::VecTanh;
+    case UnaryOp::kSigmoid: return internal::VecSigmoid;
+    case UnaryOp::kErf: return internal::VecErf;
+    default: return nullptr;
+  }
+}
+
 UnaryFunction ForwardFn(UnaryOp op, std::string name) {
   return [op, name](const TBlob& src, const EnvArguments&, TBlob* ret, OpReqType req, RunContext) {
     if (req == kNullOp) return;
@@ -28,6 +43,12 @@ UnaryFunction ForwardFn(UnaryOp op, std::string name) {
     auto run = [&](auto tag) {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(src.dptr);
+      if constexpr (std::is_same_v<T, float>) {
+        // The vectorised polynomials where there is one (a scalar libm call is 7-70x slower).
+        if (const VectorFn vec = VectorForm(op); vec != nullptr && (req == kWriteTo || req == kWriteInplace)) {
+          return vec(x, static_cast<float*>(ret->dptr), ret->Size());
+        }
+      }
       internal::AssignEach(static_cast<T*>(ret->dptr), ret->Size(), req,
                            [&](std::int64_t i) { return unary::Forward(op, x[i]); });
     };
