@@ -24,7 +24,10 @@
 //      order, the HLS shift (random_h/s/l) and PCA lighting noise, each bit for bit as MXNet computes them
 //      through OpenCV for given draws (io/internal/image_color.h);
 //   4. mirror left-right with probability 1/2 when rand_mirror (always when mirror=True);
-//   5. out = (pixel - mean_c) * (scale / std_c), float32, CHW (channels R, G, B; C = 1 uses mean_r, std_r).
+//   5. out = (pixel - mean_c) * (contrast * scale / std_c) + illumination * scale / std_c, float32, CHW (channels
+//      R, G, B; C = 1 uses mean_r, std_r); mean_c is mean_img's value at the pixel when mean_img is given;
+//      contrast is 1 + a random value in [-max_random_contrast, max_random_contrast] and illumination one in
+//      [-max_random_illumination, max_random_illumination] (both 1 and 0 by default).
 // Labels: header.label when header.flag is 0 (then label_width must be 1, as MXNet), else the first
 // label_width of the header's labels (MXNet demands flag == label_width exactly; we accept more and take
 // the first ones, fewer is an error). Batches: data (batch, C, H, W); label (batch,) for label_width 1
@@ -117,6 +120,8 @@ struct ImageRecordParam : Params<ImageRecordParam> {
   float mean_r = 0, mean_g = 0, mean_b = 0;
   float std_r = 1, std_g = 1, std_b = 1;
   float scale = 1;
+  std::string mean_img;
+  float max_random_contrast = 0, max_random_illumination = 0;
   int resize = -1;
   int rotate = -1;
   int max_rotate_angle = 0;
@@ -166,6 +171,18 @@ struct ImageRecordParam : Params<ImageRecordParam> {
     s.Field("std_g", &ImageRecordParam::std_g).Default(1.0f).Describe("Standard deviation of the G channel.");
     s.Field("std_b", &ImageRecordParam::std_b).Default(1.0f).Describe("Standard deviation of the B channel.");
     s.Field("scale", &ImageRecordParam::scale).Default(1.0f).Describe("Multiplier of every value after normalising.");
+    s.Field("mean_img", &ImageRecordParam::mean_img)
+        .Default("")
+        .Describe("A file of the mean image (C, H, W), subtracted per pixel instead of mean_r/g/b; when it does not "
+                  "exist it is computed over the records (of this part) and written there first.");
+    s.Field("max_random_contrast", &ImageRecordParam::max_random_contrast)
+        .Default(0.0f)
+        .Describe("Multiply the normalised values by 1 + a random value in [-max_random_contrast, "
+                  "max_random_contrast].");
+    s.Field("max_random_illumination", &ImageRecordParam::max_random_illumination)
+        .Default(0.0f)
+        .Describe("Add a random value in [-max_random_illumination, max_random_illumination] (times scale / std) "
+                  "to the normalised values.");
     s.Field("resize", &ImageRecordParam::resize)
         .Default(-1)
         .Describe("Resize the shorter edge to this size before cropping; -1: no resize.");
@@ -341,16 +358,17 @@ bool DecodeJpeg(const unsigned char* data, std::size_t size, bool gray, std::vec
 
 // One row of RGBX pixels into three float planes: (value - mean[c]) * mult[c].
 void ConvertRgbxRow(const unsigned char* __restrict row, int width, const float* mean, const float* mult,
-                    float* __restrict o0, float* __restrict o1, float* __restrict o2) {
+                    const float* bias, float* __restrict o0, float* __restrict o1, float* __restrict o2) {
   const float m0 = mean[0], m1 = mean[1], m2 = mean[2];
   const float s0 = mult[0], s1 = mult[1], s2 = mult[2];
+  const float b0 = bias[0], b1 = bias[1], b2 = bias[2];
   for (int j = 0; j < width; ++j) {
     std::uint32_t p;
     std::memcpy(&p, row + 4 * static_cast<std::size_t>(j), 4);  // R, G, B, X in memory order
     const std::uint32_t le = std::endian::native == std::endian::little ? p : __builtin_bswap32(p);
-    o0[j] = (static_cast<float>(static_cast<int>(le & 255u)) - m0) * s0;
-    o1[j] = (static_cast<float>(static_cast<int>((le >> 8) & 255u)) - m1) * s1;
-    o2[j] = (static_cast<float>(static_cast<int>((le >> 16) & 255u)) - m2) * s2;
+    o0[j] = (static_cast<float>(static_cast<int>(le & 255u)) - m0) * s0 + b0;
+    o1[j] = (static_cast<float>(static_cast<int>((le >> 8) & 255u)) - m1) * s1 + b1;
+    o2[j] = (static_cast<float>(static_cast<int>((le >> 16) & 255u)) - m2) * s2 + b2;
   }
 }
 
@@ -682,6 +700,7 @@ class ImageRecordIter : public DataIter {
         throw Error(std::string(kWho) + ": " + std_names[c] + " is 0; it divides every value of its channel");
       }
       mean_[c] = means[c];
+      std_[c] = stds[c];
       mult_[c] = param_.scale / stds[c];
     }
 
@@ -714,6 +733,7 @@ class ImageRecordIter : public DataIter {
                     offsets.begin() + static_cast<std::ptrdiff_t>(end));
     const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     pool_ = std::make_unique<WorkPool>(std::min(param_.preprocess_threads, hw) - 1);
+    if (!param_.mean_img.empty()) LoadOrMakeMeanImage();
     MakeOrder();
   }
 
@@ -986,29 +1006,80 @@ class ImageRecordIter : public DataIter {
       x = y = 0;
     }
     const bool mirrored = (param_.rand_mirror && (rng.Next() >> 63) != 0) || param_.mirror;
+    // out = (pixel - mean) * contrast * scale / std + illumination * scale / std, as MXNet's parser.
+    float mult[3] = {mult_[0], mult_[1], mult_[2]}, bias[3] = {0, 0, 0};
+    if (param_.max_random_contrast > 0 || param_.max_random_illumination > 0) {
+      const float rc = param_.max_random_contrast, ri = param_.max_random_illumination;
+      const float contrast = (rng.Unit() * rc * 2 - rc + 1) * param_.scale;
+      const float illumination = (rng.Unit() * ri * 2 - ri) * param_.scale;
+      for (int c = 0; c < 3; ++c) {
+        mult[c] = contrast / std_[c];
+        bias[c] = illumination / std_[c];
+      }
+    }
     const std::size_t plane = static_cast<std::size_t>(height_) * width_;
     const std::size_t stride = static_cast<std::size_t>(w) * pixel_bytes;
     for (int i = 0; i < height_; ++i) {
       const unsigned char* row = img->data() + (y + i) * stride + x * pixel_bytes;
-      if (channels_ == 3 && !mirrored) {
+      if (channels_ == 3 && !mirrored && mean_image_.empty()) {
         // The common case: one pass over the row for all three planes, a whole RGBX pixel per load (the
         // compiler vectorises this loop; it does not vectorise one over 3-byte pixels).
-        ConvertRgbxRow(row, width_, mean_, mult_, out + static_cast<std::size_t>(i) * width_,
+        ConvertRgbxRow(row, width_, mean_, mult, bias, out + static_cast<std::size_t>(i) * width_,
                        out + plane + static_cast<std::size_t>(i) * width_,
                        out + 2 * plane + static_cast<std::size_t>(i) * width_);
         continue;
       }
       for (int c = 0; c < channels_; ++c) {
         float* o = out + c * plane + static_cast<std::size_t>(i) * width_;
-        const float mean = mean_[c], mult = mult_[c];
-        if (mirrored) {
-          for (int j = 0; j < width_; ++j) o[width_ - 1 - j] = (row[j * pixel_bytes + c] - mean) * mult;
-        } else {
-          for (int j = 0; j < width_; ++j) o[j] = (row[j * pixel_bytes + c] - mean) * mult;
+        // The mean image's value is the one at the pixel's place before mirroring, as MXNet subtracts it.
+        const float* mean_row = mean_image_.empty() ? nullptr : mean_image_.data() + c * plane + static_cast<std::size_t>(i) * width_;
+        const float mean = mean_[c], m = mult[c], b = bias[c];
+        for (int j = 0; j < width_; ++j) {
+          const float v = (row[j * pixel_bytes + c] - (mean_row != nullptr ? mean_row[j] : mean)) * m + b;
+          o[mirrored ? width_ - 1 - j : j] = v;
         }
       }
     }
     return header.id;
+  }
+
+  // mean_img: read the file, or (as MXNet) compute the mean of every record's output (this part's, in file
+  // order, summed in float32 and multiplied by 1 / count) and write it there as MXNet's one-array file.
+  void LoadOrMakeMeanImage() {
+    const std::size_t n = static_cast<std::size_t>(channels_) * height_ * width_;
+    const TShape shape{channels_, height_, width_};
+    if (std::FILE* f = std::fopen(param_.mean_img.c_str(), "rb")) {
+      std::fclose(f);
+      std::vector<NDArray> arrays;
+      std::vector<std::string> names;
+      NDArray::Load(param_.mean_img, &arrays, &names);
+      if (arrays.size() != 1 || arrays[0].shape() != shape) {
+        throw Error(std::string(kWho) + ": mean_img '" + param_.mean_img + "' must hold one array of shape " +
+                    shape.ToString() + " (data_shape); it holds " + std::to_string(arrays.size()) +
+                    (arrays.size() == 1 ? " of shape " + arrays[0].shape().ToString() : " arrays"));
+      }
+      mean_image_ = arrays[0].AsType(DType::kFloat32).ToVector<float>();
+      return;
+    }
+    std::fprintf(stderr, "%s: mean_img '%s' not found: computing the mean of %zu images\n", kWho,
+                 param_.mean_img.c_str(), offsets_.size());
+    std::vector<float> sum(n, 0.0f), sample(n);
+    std::vector<float> label(static_cast<std::size_t>(param_.label_width));
+    std::string raw;
+    for (std::size_t k = 0; k < offsets_.size(); ++k) {
+      if (reader_->Tell() != offsets_[k]) reader_->Seek(offsets_[k]);
+      if (!reader_->Next(&raw)) {
+        throw Error(std::string(kWho) + ": '" + param_.path_imgrec + "' ends before the record at byte offset " +
+                    std::to_string(offsets_[k]));
+      }
+      Process(raw, offsets_[k], first_record_ + k, 0, sample.data(), label.data());
+      for (std::size_t i = 0; i < n; ++i) sum[i] += sample[i];
+    }
+    const float inv = 1.0f / static_cast<float>(offsets_.size());
+    for (float& v : sum) v *= inv;
+    NDArray::Save(param_.mean_img, {NDArray::FromVector<float>(sum, shape, Context::CPU())}, {"mean_img"});
+    std::fprintf(stderr, "%s: wrote the mean image to '%s'\n", kWho, param_.mean_img.c_str());
+    mean_image_ = std::move(sum);
   }
 
   // MXNet 1.9's colour jitter (brightness, contrast, saturation in a random order), HLS shift and PCA noise.
@@ -1056,6 +1127,8 @@ class ImageRecordIter : public DataIter {
   int channels_ = 3, height_ = 0, width_ = 0;
   float mean_[3] = {0, 0, 0};
   float mult_[3] = {1, 1, 1};  // scale / std per channel
+  float std_[3] = {1, 1, 1};
+  std::vector<float> mean_image_;  // mean_img's (C, H, W) values, or empty
   std::unique_ptr<RecordIOReader> reader_;
   std::vector<std::uint64_t> offsets_;  // this part's records, in file order
   std::uint64_t first_record_ = 0;      // position in the file's record list of offsets_[0]

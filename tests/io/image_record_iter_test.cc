@@ -381,7 +381,8 @@ TEST_F(ImageRecordIterTest, ColourAugmentationsAreDeterministicPerSeed) {
     return Epoch(it.get());
   };
   const Kwargs colour = {{"brightness", "0.3"}, {"contrast", "0.3"}, {"saturation", "0.3"}, {"random_h", "20"},
-                         {"random_s", "30"}, {"random_l", "30"}, {"pca_noise", "0.1"}};
+                         {"random_s", "30"}, {"random_l", "30"}, {"pca_noise", "0.1"},
+                         {"max_random_contrast", "0.2"}, {"max_random_illumination", "10"}};
   const auto plain = run("1", {}), a = run("3", colour), b = run("1", colour);
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].data, b[0].data);
@@ -628,8 +629,13 @@ TEST(ImageRecordIterMxnet, BatchesAreMxnetsBitForBit) {
                  {"path_imgidx", dir + "/images.idx"},
                  {"batch_size", std::to_string(c["batch_size"].get<int>())},
                  {"shuffle", "False"}};
+    std::string made_mean;  // mean_img: a fresh path, so that troupe computes the mean image as MXNet did
     for (const auto& [k, v] : c["settings"].items()) {
-      if (v.is_string()) kw.emplace_back(k, v.get<std::string>());
+      if (k == "mean_img") {
+        made_mean = testing::TempDir() + "/troupe_mean_" + name + ".params";
+        std::remove(made_mean.c_str());
+        kw.emplace_back(k, made_mean);
+      } else if (v.is_string()) kw.emplace_back(k, v.get<std::string>());
       else if (v.is_boolean()) kw.emplace_back(k, v.get<bool>() ? "True" : "False");
       else if (v.is_number_integer()) kw.emplace_back(k, std::to_string(v.get<long long>()));
       else kw.emplace_back(k, nlohmann::json(v).dump());  // a float, as JSON writes it (round-trips)
@@ -648,6 +654,18 @@ TEST(ImageRecordIterMxnet, BatchesAreMxnetsBitForBit) {
     }
     EXPECT_EQ(bad, 0) << name << ": " << bad << " of " << expected.size() << " values differ";
     EXPECT_EQ(b.label[0].ToVector<float>(), want.at(name + "/label").ToVector<float>());
+    if (!made_mean.empty()) {  // the mean image troupe wrote is MXNet's, value for value
+      std::vector<NDArray> ours, theirs;
+      std::vector<std::string> our_names, their_names;
+      NDArray::Load(made_mean, &ours, &our_names);
+      NDArray::Load(dir + "/" + c["settings"]["mean_img"].get<std::string>(), &theirs, &their_names);
+      ASSERT_EQ(ours.size(), 1u);
+      ASSERT_EQ(theirs.size(), 1u);
+      EXPECT_EQ(our_names, their_names);
+      EXPECT_EQ(ours[0].shape(), theirs[0].shape());
+      EXPECT_EQ(ours[0].ToVector<float>(), theirs[0].ToVector<float>());
+      std::remove(made_mean.c_str());
+    }
   }
 }
 

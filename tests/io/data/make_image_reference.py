@@ -36,6 +36,8 @@ VARIANTS = {
     'crop_size_fixed': dict(data_shape=(3, 16, 16), resize=28, min_crop_size=20, max_crop_size=20),
     'aspect_range_fixed': dict(data_shape=(3, 20, 20), resize=26, min_aspect_ratio=1.25, max_aspect_ratio=1.25,
                                fill_value=10),
+    # MXNet computes the mean image (absent file) and writes it to mean_img.params, then subtracts it.
+    'mean_img_mirror': dict(data_shape=(3, 20, 20), resize=24, mean_img='mean_img.params', mirror=True, scale=0.5),
     'scale_img_size_pad': dict(data_shape=(3, 26, 26), resize=30, min_random_scale=0.8, max_random_scale=0.8,
                                min_img_size=22, max_img_size=23, pad=2, fill_value=128),
 }
@@ -59,8 +61,13 @@ def main():
 
     arrays, cases = {}, []
     for name, settings in VARIANTS.items():
+        run = dict(settings)
+        if 'mean_img' in run:  # relative to this folder; removed first so that MXNet computes it
+            run['mean_img'] = os.path.join(HERE, run['mean_img'])
+            if os.path.exists(run['mean_img']):
+                os.remove(run['mean_img'])
         it = mx.io.ImageRecordIter(path_imgrec=rec_path, path_imgidx=idx_path, batch_size=len(SIZES), shuffle=False,
-                                   preprocess_threads=1, **settings)
+                                   preprocess_threads=1, **run)
         batch = it.next()
         arrays[name + '/data'] = batch.data[0].copy()
         arrays[name + '/label'] = batch.label[0].copy()
