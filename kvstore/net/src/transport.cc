@@ -101,6 +101,14 @@ template <class M, class F>
 void ForEachTensorBlob(M& m, F&& f) {
   if (auto* t = std::get_if<TensorMsg>(&m)) f(t->value.data);
   if (auto* a = std::get_if<Ack>(&m); a != nullptr && a->value) f(a->value->data);
+  if (auto* b = std::get_if<TensorBatch>(&m)) {
+    for (auto& t : b->entries) f(t.value.data);
+  }
+  if (auto* b = std::get_if<ReplyBatch>(&m)) {
+    for (auto& a : b->acks) {
+      if (a.value) f(a.value->data);
+    }
+  }
 }
 
 // The tensor bytes of a message that an owner keeps alive (a borrowed view is copied instead).
@@ -356,7 +364,8 @@ void LogFault(const std::string& line) {
 }
 
 bool IsTensorFrame(const Message& m) {
-  return std::holds_alternative<TensorMsg>(m) || (std::holds_alternative<Ack>(m) && std::get<Ack>(m).value);
+  return std::holds_alternative<TensorMsg>(m) || std::holds_alternative<TensorBatch>(m) ||
+         std::holds_alternative<ReplyBatch>(m) || (std::holds_alternative<Ack>(m) && std::get<Ack>(m).value);
 }
 
 // The writers of this process's live connections, by broker (Send finds them here).
@@ -398,7 +407,7 @@ enum LogKind { kLogEvicted, kLogTimedOut, kLogAuthFailed, kLogRefused, kLogOther
 
 const char* KindOf(const Message& m) {
   static const char* kNames[] = {"hello", "tensor", "barrier", "heartbeat", "command", "ack", "error",
-                                 "auth challenge", "auth proof"};
+                                 "auth challenge", "auth proof", "tensor batch", "reply batch"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>, "a name for every kind of Message");
   return kNames[m.index()];
 }
