@@ -227,6 +227,11 @@ class FrameDecoder {
   // the body into a buffer of its own (a connection reading exactly N bytes) hands it over with AdoptBody,
   // and the decoded message keeps that buffer alive instead of copying it.
   std::size_t awaiting_body() const;
+  // Bytes of the current frame's prefix not in yet (8 between frames; 0 once the prefix is whole), and of
+  // its body once the prefix is whole (0 before): a reader that reads ahead feeds at most these, so that it
+  // sees each frame end (and each prefix, to reserve its body) before it feeds the next.
+  std::size_t prefix_missing() const { return 8 - prefix_filled_; }
+  std::size_t body_missing() const { return prefix_filled_ == 8 ? body_size_ - body_filled_ : 0; }
   void AdoptBody(std::shared_ptr<std::vector<char>> body);
   // The next decoded message, or nullopt when none is complete.
   std::optional<Message> Next();
