@@ -59,6 +59,9 @@ using reconnect_atom = caf::atom_constant<caf::atom("wk_recon")>;
 // Answers of at most this many bytes are handled in the connection's broker (FrameHook); bigger ones
 // (a tensor to copy into the output) go to the worker's actor, off the thread that reads the sockets.
 constexpr std::size_t kAnswerInBrokerBytes = std::size_t{64} << 10;
+// A batch of answers (a step's small keys, at most DistConfig::coalesce_bytes by default) is answered in the
+// broker up to this many bytes in all: copying them there costs less than waking the worker's actor to do it.
+constexpr std::size_t kBatchAnswerInBrokerBytes = std::size_t{1} << 20;
 
 // The requests in flight and which servers are up, shared by the worker's actor (handshakes, failures,
 // the scheduler), the engine functions (which send tensor requests straight to a server's broker when it
@@ -186,7 +189,7 @@ class Requests {
     if (auto* b = std::get_if<net::ReplyBatch>(&m)) {
       std::size_t bytes = 0;
       for (const net::Ack& a : b->acks) bytes += a.value ? a.value->data.size() : 0;
-      if (bytes > kAnswerInBrokerBytes) return false;
+      if (bytes > kBatchAnswerInBrokerBytes) return false;
       for (net::ErrorMsg& e : b->errors) {
         if (e.request_id == 0) continue;
         NoteError(e.message);
