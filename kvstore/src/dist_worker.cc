@@ -43,50 +43,16 @@ struct Part {
   std::int64_t end = 0;
 };
 
-// The completion of one engine function waiting for several parts' answers.
+// The completion of one engine function waiting for several answers: the parts of a key, or the keys of a
+// frame (net::TensorBatch). Each answer's value goes to its slot of the output; the function fails if any
+// answer failed, and then its keys drain before their next call.
 struct Gather {
-  std::atomic<int> left{0};
-  std::mutex mu;
-  std::string error;
-  CallbackOnComplete done;
-  void* target = nullptr;  // where answered values go (null: answers carry no value)
-  std::size_t elem = 0;    // bytes per element of the target
-  std::atomic<bool>* key_failed = nullptr;
-
-  void Complete(const std::vector<Part>& parts, std::size_t p, Reply r) {
-    if (r.error.empty() && target != nullptr) {
-      const Part& part = parts[p];
-      const std::size_t bytes = static_cast<std::size_t>(part.end - part.begin) * elem;
-      if (!r.value || r.value->data.size() != bytes) {
-        r.error = "kvstore worker: a server answered with " + std::to_string(r.value ? r.value->data.size() : 0) +
-                  " bytes for a part of " + std::to_string(bytes) + " bytes";
-      } else {
-        std::memcpy(static_cast<std::byte*>(target) + static_cast<std::size_t>(part.begin) * elem,
-                    r.value->data.bytes.data(), bytes);
-      }
-    }
-    if (!r.error.empty()) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (error.empty()) error = r.error;
-    }
-    if (left.fetch_sub(1) == 1) {
-      if (error.empty()) return done();
-      if (key_failed != nullptr) key_failed->store(true);
-      done(std::make_exception_ptr(Error(error)));
-    }
-  }
-};
-
-// The completion of one engine function waiting for the answers of several keys sent in one frame: each
-// answer's value goes to its key's output; the function fails if any key failed (every key of it then drains
-// before its next call).
-struct BatchGather {
   struct Slot {
     void* target = nullptr;  // where the answered value goes (null: the answer carries no value)
-    std::size_t bytes = 0;   // the key's bytes
-    std::atomic<bool>* key_failed = nullptr;
+    std::size_t bytes = 0;   // its bytes
   };
   std::vector<Slot> slots;
+  std::vector<std::atomic<bool>*> key_failed;
   std::atomic<int> left{0};
   std::mutex mu;
   std::string error;
@@ -97,7 +63,7 @@ struct BatchGather {
     if (r.error.empty() && s.target != nullptr) {
       if (!r.value || r.value->data.size() != s.bytes) {
         r.error = "kvstore worker: a server answered with " + std::to_string(r.value ? r.value->data.size() : 0) +
-                  " bytes for a key of " + std::to_string(s.bytes) + " bytes";
+                  " bytes for " + std::to_string(s.bytes) + " bytes";
       } else {
         std::memcpy(s.target, r.value->data.bytes.data(), s.bytes);
       }
@@ -108,7 +74,7 @@ struct BatchGather {
     }
     if (left.fetch_sub(1) == 1) {
       if (error.empty()) return done();
-      for (const Slot& x : slots) x.key_failed->store(true);
+      for (std::atomic<bool>* f : key_failed) f->store(true);
       done(std::make_exception_ptr(Error(error)));
     }
   }
@@ -553,10 +519,12 @@ class KVStoreDist final : public KVStore {
       auto gather = std::make_shared<Gather>();
       gather->left = static_cast<int>(kp->parts.size());
       gather->done = done;
-      gather->key_failed = &kp->failed;
-      if (has_target) {
-        gather->target = target.dptr;
-        gather->elem = DTypeSize(kp->proto.dtype());
+      gather->key_failed = {&kp->failed};
+      const std::size_t elem = DTypeSize(kp->proto.dtype());
+      for (const Part& part : kp->parts) {
+        gather->slots.push_back(Gather::Slot{
+            has_target ? static_cast<std::byte*>(target.dptr) + static_cast<std::size_t>(part.begin) * elem : nullptr,
+            static_cast<std::size_t>(part.end - part.begin) * elem});
       }
       for (std::size_t p = 0; p < kp->parts.size(); ++p) {
         net::Message frame;
@@ -565,10 +533,10 @@ class KVStoreDist final : public KVStore {
           frame = TensorFrame(op, key, *kp, p, data, id, held, codes.empty() ? nullptr : &codes[p], threshold,
                               priority, round);
         } catch (const std::exception& e) {
-          gather->Complete(kp->parts, p, Reply{e.what(), std::nullopt});
+          gather->Complete(p, Reply{e.what(), std::nullopt, {}});
           continue;
         }
-        ReplyFn reply([gather, kp, p](Reply r) { gather->Complete(kp->parts, p, std::move(r)); });
+        ReplyFn reply([gather, p](Reply r) { gather->Complete(p, std::move(r)); });
         link_->SendTensor(kp->parts[p].server, id, std::get<net::TensorMsg>(frame), std::move(reply));
       }
     };
@@ -609,15 +577,14 @@ class KVStoreDist final : public KVStore {
     const int server = jobs[0]->k->parts[0].server;
     const net::TensorOp op = jobs[0]->op;
     auto fn = [this, items = std::move(items), held, priority, server](RunContext, CallbackOnComplete done) {
-      auto gather = std::make_shared<BatchGather>();
+      auto gather = std::make_shared<Gather>();
       gather->left = static_cast<int>(items.size());
       gather->done = done;
       std::vector<WorkerLink::Outgoing> out;
       out.reserve(items.size());
-      for (std::size_t i = 0; i < items.size(); ++i) {
-        const Item& it = items[i];
-        gather->slots.push_back(BatchGather::Slot{it.has_target ? it.target.dptr : nullptr, it.k->proto.Bytes(),
-                                                  &it.k->failed});
+      for (const Item& it : items) {
+        gather->slots.push_back(Gather::Slot{it.has_target ? it.target.dptr : nullptr, it.k->proto.Bytes()});
+        gather->key_failed.push_back(&it.k->failed);
       }
       for (std::size_t i = 0; i < items.size(); ++i) {
         const Item& it = items[i];
@@ -626,7 +593,7 @@ class KVStoreDist final : public KVStore {
         try {
           frame = TensorFrame(it.op, it.key, *it.k, 0, it.data, id, held, nullptr, 0.f, priority, it.round);
         } catch (const std::exception& e) {
-          gather->Complete(i, Reply{e.what(), std::nullopt});
+          gather->Complete(i, Reply{e.what(), std::nullopt, {}});
           continue;
         }
         out.push_back(WorkerLink::Outgoing{

@@ -233,6 +233,21 @@ void SetTensorRequest(wire::TensorRequest::Builder out, const TensorMsg& m, capn
   out.setRound(m.round);
 }
 
+// A tensor request as the union member of its op: in a Frame, or in a TensorBatch's entry.
+template <class Builder>
+void SetRequestOfOp(Builder out, const TensorMsg& m, capnp::Orphanage orphanage) {
+  switch (m.op) {
+    case TensorOp::kInit:
+      return SetTensorRequest(out.initInit(), m, orphanage);
+    case TensorOp::kPush:
+      return SetTensorRequest(out.initPush(), m, orphanage);
+    case TensorOp::kPull:
+      return SetTensorRequest(out.initPull(), m, orphanage);
+    case TensorOp::kPushPull:
+      return SetTensorRequest(out.initPushPull(), m, orphanage);
+  }
+}
+
 void SetAck(wire::Ack::Builder out, const Ack& a, capnp::Orphanage orphanage) {
   out.setRequestId(a.request_id);
   if (a.value) {
@@ -320,6 +335,23 @@ TensorMsg ReadTensorRequest(TensorOp op, wire::TensorRequest::Reader in, const s
   return m;
 }
 
+// The tensor request of a union (a Frame's, or a TensorBatch entry's), or nullopt when the member is not one.
+template <class Struct>
+std::optional<TensorMsg> ReadRequestOfOp(typename Struct::Reader in, const std::shared_ptr<const void>& owner) {
+  switch (in.which()) {
+    case Struct::INIT:
+      return ReadTensorRequest(TensorOp::kInit, in.getInit(), owner);
+    case Struct::PUSH:
+      return ReadTensorRequest(TensorOp::kPush, in.getPush(), owner);
+    case Struct::PULL:
+      return ReadTensorRequest(TensorOp::kPull, in.getPull(), owner);
+    case Struct::PUSH_PULL:
+      return ReadTensorRequest(TensorOp::kPushPull, in.getPushPull(), owner);
+    default:
+      return std::nullopt;
+  }
+}
+
 Ack ReadAck(wire::Ack::Reader in, const std::shared_ptr<const void>& owner) {
   Ack a;
   a.request_id = in.getRequestId();
@@ -370,13 +402,10 @@ Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& 
       return h;
     }
     case wire::Frame::INIT:
-      return ReadTensorRequest(TensorOp::kInit, frame.getInit(), owner);
     case wire::Frame::PUSH:
-      return ReadTensorRequest(TensorOp::kPush, frame.getPush(), owner);
     case wire::Frame::PULL:
-      return ReadTensorRequest(TensorOp::kPull, frame.getPull(), owner);
     case wire::Frame::PUSH_PULL:
-      return ReadTensorRequest(TensorOp::kPushPull, frame.getPushPull(), owner);
+      return *ReadRequestOfOp<wire::Frame>(frame, owner);
     case wire::Frame::BARRIER: {
       auto in = frame.getBarrier();
       return Barrier{in.getRequestId(), in.getGroup()};
@@ -420,23 +449,12 @@ Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& 
       TensorBatch b;
       b.entries.reserve(entries.size());
       for (auto e : entries) {
-        switch (e.which()) {
-          case wire::BatchEntry::INIT:
-            b.entries.push_back(ReadTensorRequest(TensorOp::kInit, e.getInit(), owner));
-            break;
-          case wire::BatchEntry::PUSH:
-            b.entries.push_back(ReadTensorRequest(TensorOp::kPush, e.getPush(), owner));
-            break;
-          case wire::BatchEntry::PULL:
-            b.entries.push_back(ReadTensorRequest(TensorOp::kPull, e.getPull(), owner));
-            break;
-          case wire::BatchEntry::PUSH_PULL:
-            b.entries.push_back(ReadTensorRequest(TensorOp::kPushPull, e.getPushPull(), owner));
-            break;
-          default:
-            throw Error("tensor batch: unknown request kind " + std::to_string(static_cast<int>(e.which())) +
-                        " (a newer protocol?)");
+        auto m = ReadRequestOfOp<wire::BatchEntry>(e, owner);
+        if (!m) {
+          throw Error("tensor batch: unknown request kind " + std::to_string(static_cast<int>(e.which())) +
+                      " (a newer protocol?)");
         }
+        b.entries.push_back(std::move(*m));
       }
       return b;
     }
@@ -494,22 +512,7 @@ void BuildFrame(const Message& message, const EncodeOptions& options, capnp::Mes
                    out.setHost(TextOf(h.host));
                    out.setPort(h.port);
                  },
-                 [&](const TensorMsg& m) {
-                   switch (m.op) {
-                     case TensorOp::kInit:
-                       SetTensorRequest(frame.initInit(), m, orphanage);
-                       break;
-                     case TensorOp::kPush:
-                       SetTensorRequest(frame.initPush(), m, orphanage);
-                       break;
-                     case TensorOp::kPull:
-                       SetTensorRequest(frame.initPull(), m, orphanage);
-                       break;
-                     case TensorOp::kPushPull:
-                       SetTensorRequest(frame.initPushPull(), m, orphanage);
-                       break;
-                   }
-                 },
+                 [&](const TensorMsg& m) { SetRequestOfOp(frame, m, orphanage); },
                  [&](const Barrier& b) {
                    auto out = frame.initBarrier();
                    out.setRequestId(b.request_id);
@@ -542,24 +545,7 @@ void BuildFrame(const Message& message, const EncodeOptions& options, capnp::Mes
                  },
                  [&](const TensorBatch& b) {
                    auto entries = frame.initTensorBatch().initEntries(static_cast<unsigned>(b.entries.size()));
-                   for (unsigned i = 0; i < b.entries.size(); ++i) {
-                     const TensorMsg& m = b.entries[i];
-                     auto e = entries[i];
-                     switch (m.op) {
-                       case TensorOp::kInit:
-                         SetTensorRequest(e.initInit(), m, orphanage);
-                         break;
-                       case TensorOp::kPush:
-                         SetTensorRequest(e.initPush(), m, orphanage);
-                         break;
-                       case TensorOp::kPull:
-                         SetTensorRequest(e.initPull(), m, orphanage);
-                         break;
-                       case TensorOp::kPushPull:
-                         SetTensorRequest(e.initPushPull(), m, orphanage);
-                         break;
-                     }
-                   }
+                   for (unsigned i = 0; i < b.entries.size(); ++i) SetRequestOfOp(entries[i], b.entries[i], orphanage);
                  },
                  [&](const ReplyBatch& b) {
                    auto out = frame.initReplyBatch();
