@@ -227,6 +227,9 @@ class Server {
     for (std::size_t i = 0; i < gathered.size(); ++i) {
       if (sent[i]) continue;
       const caf::actor& conn = gathered[i].conn;
+      // Only workers read batches of answers (the scheduler and observers get one answer per request).
+      auto w = workers_.find(conn);
+      const bool batches = w != workers_.end() && !w->second.observer;
       net::ReplyBatch batch;
       std::size_t answers = 0;
       std::optional<net::Message> single;
@@ -241,7 +244,9 @@ class Server {
         if (sent[j] || gathered[j].conn != conn) continue;
         sent[j] = true;
         net::Message& m = gathered[j].message;
-        if (auto* a = std::get_if<net::Ack>(&m)) {
+        if (!batches) {
+          net::Send(conn, m);
+        } else if (auto* a = std::get_if<net::Ack>(&m)) {
           if (answers++ == 0) single = *a;
           batch.acks.push_back(std::move(*a));
         } else if (auto* e = std::get_if<net::ErrorMsg>(&m); e != nullptr && e->request_id != 0) {
