@@ -13,8 +13,10 @@
 // Bulk execution (MXNet's MXNET_EXEC_BULK_EXEC_*): consecutive operators of a pass, up to
 // ExecutorOptions::bulk_max_nodes, run as one engine function that reads and writes the union of their
 // arrays, in their order. That saves the engine's hand-off between small operators; the price is that
-// nothing waiting for one of the segment's arrays starts before the whole segment ends. An error in one of
-// them poisons every array the segment writes (the later operators do not run).
+// nothing waiting for one of the segment's arrays starts before the whole segment ends. So, as in MXNet, a
+// backward segment ends at each operator that writes an argument's gradient: a KVStore push of that gradient
+// starts while the rest of backward runs. An error in one of them poisons every array the segment writes
+// (the later operators do not run).
 // Gradient of an entry used by several nodes: the contributions are added (the first written, the others
 // added).
 //

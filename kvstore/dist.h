@@ -14,6 +14,14 @@
 //   - Keys of fewer than `bigarray_bound` elements live on one server, chosen so that the servers carry
 //     similar bytes (in Init order); bigger arrays are split into one part per server (part boundaries at
 //     multiples of 16 elements, so 2-bit compressed parts stay whole words).
+//   - One Push, Pull or PushPull call with several keys sends the keys bound for the same server together:
+//     keys that are not split and not compressed go in one frame (net::TensorBatch) up to `coalesce_bytes` of
+//     tensor data (more frames past that; a bigger key alone), in the call's key order (ascending: Module's
+//     keys are its parameters in order, so the first layer's, which MXNet gives the highest priority
+//     -index, go first); the server handles them in that order as if each had come alone and answers what it
+//     has ready at the same time in one frame (net::ReplyBatch). Such a frame is one engine function: it
+//     starts when all of its keys' values are ready, and a failure of any of its keys fails all of them
+//     (every output it writes carries the error).
 //   - Gradient compression (SetGradientCompression, 2-bit) applies to worker -> server pushes; the
 //     residuals stay on the worker.
 //   - Failures never hang: every node sends heartbeats to the scheduler and the scheduler to every node.
@@ -88,6 +96,9 @@ struct DistConfig {
                                        // TROUPE_KVSTORE_CHECKPOINT_EVERY
   std::int64_t bigarray_bound = 1000000;              // TROUPE_KVSTORE_BIGARRAY_BOUND (elements)
   std::size_t max_frame_bytes = std::size_t{1} << 30;  // TROUPE_KVSTORE_MAX_FRAME_BYTES
+  std::size_t coalesce_bytes = std::size_t{1} << 20;  // TROUPE_KVSTORE_COALESCE_BYTES: a worker's keys of one
+                                                      // Push/Pull/PushPull call for one server travel in one
+                                                      // frame up to this many tensor bytes (0 = one frame per key)
   std::int64_t fault_kill_after_rounds = 0;  // TROUPE_FAULT_KILL_AFTER_ROUNDS: fault injection (tests): a
                                              // server kills itself (SIGKILL) after this many updates since
                                              // it started (0 = never); not one that resumed from a checkpoint
@@ -163,6 +174,8 @@ struct ClusterKeyInfo {
 struct ClusterServerStats {
   int rank = 0;
   std::int64_t keys = 0, pushes = 0, pulls = 0, updates = 0, bytes_in = 0, bytes_out = 0;
+  std::int64_t tensor_frames = 0;  // frames from workers carrying tensor requests (a batch counts once)
+  std::int64_t batches = 0;        // of those, batches of several keys (net::TensorBatch)
   int workers = 0;   // connected workers
   std::string mode;  // "sync", "async" or "unset"
 };

@@ -787,6 +787,18 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
   for (const auto& [k, ge] : m.head_alias) m.arr[ge] = head(k);
 
   auto get = [&](int e) { return e < 0 ? NDArray() : m.arr[static_cast<std::size_t>(e)]; };
+  // As MXNet's training segments: a segment ends at a node that writes an argument's gradient, so that the
+  // gradient is ready (and a KVStore can push it) while the rest of backward runs, instead of after the
+  // whole segment.
+  std::vector<VarHandle> grad_vars;
+  for (const NDArray& g : m.grads) {
+    if (!g.is_none()) grad_vars.push_back(g.var());
+  }
+  auto writes_grad = [&](const std::vector<NDArray>& ig) {
+    return std::any_of(ig.begin(), ig.end(), [&](const NDArray& a) {
+      return !a.is_none() && std::find(grad_vars.begin(), grad_vars.end(), a.var()) != grad_vars.end();
+    });
+  };
   Impl::Bulk bulk(m);
   for (const auto& b : m.bwd) {
     if (b.kind != Impl::BwStep::kNode) bulk.Flush();  // copies and sums are pushed on their own, in order
@@ -809,7 +821,9 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
         for (auto e : b.aux) aux.push_back(m.arr[e]);
         for (int e : b.in_grad) ig.push_back(get(e));
         OperatorRunner& r = *m.runners[b.node];
+        const bool ends_segment = writes_grad(ig);
         bulk.Add(r.PrepareBackward(og, id, od, aux, ig, b.req), r);
+        if (ends_segment) bulk.Flush();
         break;
       }
     }

@@ -58,6 +58,15 @@ class WorkerLink {
   // itself (a numbered push), and written straight to the server's connection when it is up (one hop
   // less), else queued by the actor until the server is back.
   void SendTensor(int server, std::uint64_t id, const net::TensorMsg& frame, ReplyFn fn);
+  // Several tensor requests to one server in one frame (net::TensorBatch), in the given order; each is
+  // registered, kept and answered as if sent alone by SendTensor. A server that is down gets them one by one
+  // once it is back.
+  struct Outgoing {
+    std::uint64_t id = 0;
+    net::TensorMsg frame;  // checked (net::ValidateMessage)
+    ReplyFn fn;
+  };
+  void SendBatch(int server, std::vector<Outgoing> batch);
   // From now on, connections closing are the cluster ending (the worker is leaving).
   void Leave();
   // Fails every request in flight, and every later one, with `why`.

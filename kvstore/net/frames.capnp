@@ -117,6 +117,26 @@ struct Error {
   deadNodeRole @3 :Role;      # Its role (meaningful when deadNodeRank >= 0).
 }
 
+# Protocol version 4: several tensor requests of one worker to one server in one frame (a training step's
+# small keys), answered each by its own Ack or Error; the answers that a server has ready at the same time for
+# one connection travel together in one ReplyBatch. The receiver handles the entries in order, exactly as if
+# each had come in a frame of its own.
+struct BatchEntry {
+  union {
+    init @0 :TensorRequest;
+    push @1 :TensorRequest;
+    pull @2 :TensorRequest;
+    pushPull @3 :TensorRequest;
+  }
+}
+struct TensorBatch {
+  entries @0 :List(BatchEntry);  # At least two; in the order the sender wants them handled.
+}
+struct ReplyBatch {
+  acks @0 :List(Ack);      # Answers in the order they were given.
+  errors @1 :List(Error);  # Failures (each of its own request); the acks and the errors answer distinct requests.
+}
+
 struct Frame {
   version @0 :UInt32;  # The sender's protocol version; frames of another version are refused.
   union {
@@ -132,5 +152,7 @@ struct Frame {
     error @10 :Error;
     authChallenge @11 :AuthChallenge;
     authProof @12 :AuthProof;
+    tensorBatch @13 :TensorBatch;  # Protocol version 4.
+    replyBatch @14 :ReplyBatch;    # Protocol version 4.
   }
 }

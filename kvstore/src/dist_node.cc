@@ -81,6 +81,8 @@ DistConfig DistConfig::FromEnv() {
   c.bigarray_bound = EnvInt("TROUPE_KVSTORE_BIGARRAY_BOUND", c.bigarray_bound, 1);
   c.max_frame_bytes = static_cast<std::size_t>(
       EnvInt("TROUPE_KVSTORE_MAX_FRAME_BYTES", static_cast<std::int64_t>(c.max_frame_bytes), 1024));
+  c.coalesce_bytes = static_cast<std::size_t>(
+      EnvInt("TROUPE_KVSTORE_COALESCE_BYTES", static_cast<std::int64_t>(c.coalesce_bytes), 0));
   c.Validate();
   return c;
 }

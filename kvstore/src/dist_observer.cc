@@ -277,6 +277,8 @@ std::vector<ClusterServerStats> ClusterObserver::Stats() {
       if (k == "updates") s.updates = ToInt(v, k);
       if (k == "bytes_in") s.bytes_in = ToInt(v, k);
       if (k == "bytes_out") s.bytes_out = ToInt(v, k);
+      if (k == "tensor_frames") s.tensor_frames = ToInt(v, k);
+      if (k == "batches") s.batches = ToInt(v, k);
       if (k == "workers") s.workers = static_cast<int>(ToInt(v, k));
       if (k == "mode") s.mode = v;
     }

@@ -59,6 +59,10 @@ struct Entry {
   net::Blob first_push;
   std::vector<Waiter> waiters;
   std::vector<std::pair<caf::actor, net::TensorMsg>> deferred;  // a worker's next-round pushes
+  // An optimizer update pushed while a frame is handled is waited for once for all of the frame's keys
+  // (Server::SettleUpdates), not once per key: until then `stored` and `merged` are the engine's.
+  bool unsettled = false;
+  std::string update_error;  // why such an update failed (its answers become errors), until the flush
 };
 
 struct WorkerConn {
@@ -157,7 +161,19 @@ class Server {
           Send(scheduler_, net::Hello{net::Role::kServer, config_.rank, net::kProtocolVersion, config_.host, port_});
           self_->send(self_, net::tick_atom::value);
         },
-        [this](net::recv_atom, const caf::actor& conn, const net::Message& m) { OnFrame(conn, m); },
+        [this](net::recv_atom, const caf::actor& conn, const net::Message& m) {
+          // What handling the frame says to each connection leaves together, at the end (Flush).
+          ++gathering_;
+          try {
+            OnFrame(conn, m);
+          } catch (...) {
+            --gathering_;
+            Flush();
+            throw;
+          }
+          --gathering_;
+          Flush();
+        },
         [this](net::closed_atom, const caf::actor& conn, const std::string& why) { OnClosed(conn, why); },
         [this](net::tick_atom) { OnTick(); },
     };
@@ -165,8 +181,85 @@ class Server {
 
  private:
   // Written on this thread when nothing waits on the connection, else by its broker (a value reply views
-  // `stored`: see Entry::stored_hold).
-  void Send(const caf::actor& conn, const net::Message& m) { net::Send(conn, m); }
+  // `stored`: see Entry::stored_hold). While a frame is handled, messages are gathered and Flush sends
+  // them: the answers a connection gets from one frame (a batch's keys, or a sync round that the frame
+  // completed for every worker) go out as one ReplyBatch instead of a frame each.
+  void Send(const caf::actor& conn, const net::Message& m) {
+    if (gathering_ > 0) {
+      gathered_.push_back(Said{conn, m, answering_});
+      return;
+    }
+    net::Send(conn, m);
+  }
+  // Waits for an entry's optimizer update pushed while this frame was handled; a failure is kept for its
+  // answers (Flush) and never thrown here.
+  void Settle(Entry& e) {
+    if (!e.unsettled) return;
+    e.unsettled = false;
+    try {
+      e.stored.WaitToRead();
+    } catch (const std::exception& ex) {
+      e.update_error = Me() + ": the update of a key failed: " + ex.what();
+      errored_.push_back(&e);
+    }
+  }
+  void SettleUpdates() {
+    for (Entry* e : unsettled_) Settle(*e);
+    unsettled_.clear();
+  }
+  // Sends what was gathered, per connection in order: consecutive answers (acks, and errors about a
+  // request) in one ReplyBatch when there are several; anything else as it is. Called before a connection
+  // is closed too, so that nothing said to it before is lost.
+  void Flush() {
+    SettleUpdates();  // the replies view `stored`: its pending updates first
+    auto gathered = std::move(gathered_);
+    gathered_.clear();
+    for (auto& [conn, m, entry] : gathered) {
+      // An answer after an update that failed when it was waited for reports the failure instead.
+      const auto* a = std::get_if<net::Ack>(&m);
+      if (a != nullptr && entry != nullptr && !entry->update_error.empty()) {
+        m = net::ErrorMsg{a->request_id, entry->update_error, -1, net::Role::kWorker};
+      }
+    }
+    for (Entry* e : errored_) e->update_error.clear();
+    errored_.clear();
+    std::vector<bool> sent(gathered.size(), false);
+    for (std::size_t i = 0; i < gathered.size(); ++i) {
+      if (sent[i]) continue;
+      const caf::actor& conn = gathered[i].conn;
+      // Only workers read batches of answers (the scheduler and observers get one answer per request).
+      auto w = workers_.find(conn);
+      const bool batches = w != workers_.end() && !w->second.observer;
+      net::ReplyBatch batch;
+      std::size_t answers = 0;
+      std::optional<net::Message> single;
+      auto flush_answers = [&] {
+        if (answers == 1) net::Send(conn, *single);
+        if (answers > 1) net::Send(conn, batch);
+        batch = {};
+        single.reset();
+        answers = 0;
+      };
+      for (std::size_t j = i; j < gathered.size(); ++j) {
+        if (sent[j] || gathered[j].conn != conn) continue;
+        sent[j] = true;
+        net::Message& m = gathered[j].message;
+        if (!batches) {
+          net::Send(conn, m);
+        } else if (auto* a = std::get_if<net::Ack>(&m)) {
+          if (answers++ == 0) single = *a;
+          batch.acks.push_back(std::move(*a));
+        } else if (auto* e = std::get_if<net::ErrorMsg>(&m); e != nullptr && e->request_id != 0) {
+          if (answers++ == 0) single = *e;
+          batch.errors.push_back(std::move(*e));
+        } else {
+          flush_answers();
+          net::Send(conn, m);
+        }
+      }
+      flush_answers();
+    }
+  }
   void Fail(const caf::actor& conn, std::uint64_t id, const std::string& why, int dead_rank = -1) {
     Send(conn, net::ErrorMsg{id, why, dead_rank, net::Role::kWorker});
   }
@@ -221,6 +314,7 @@ class Server {
       if (!why.empty()) {
         std::fprintf(stderr, "troupe %s: refused a connection: %s\n", Me().c_str(), why.c_str());
         Fail(conn, 0, "refused by " + Me() + ": " + why);
+        Flush();
         self_->send(conn, net::close_atom::value);
         return;
       }
@@ -230,7 +324,22 @@ class Server {
     }
     const WorkerConn& w = it->second;
     if (w.observer) return OnObserverFrame(conn, m);
-    if (const auto* t = std::get_if<net::TensorMsg>(&m)) return OnTensor(conn, w, *t);
+    if (const auto* t = std::get_if<net::TensorMsg>(&m)) {
+      ++tensor_frames_;
+      return OnTensor(conn, w, *t);
+    }
+    if (const auto* b = std::get_if<net::TensorBatch>(&m)) {
+      ++tensor_frames_;
+      ++batches_;
+      // A worker's keys for this server in one frame: each handled as if it came alone, in order; their
+      // answers leave together (Flush).
+      for (const net::TensorMsg& t : b->entries) {
+        auto again = workers_.find(conn);  // an entry's failure may have ended the job
+        if (again == workers_.end() || finished_) return;
+        OnTensor(conn, again->second, t);
+      }
+      return;
+    }
     if (const auto* c = std::get_if<net::Command>(&m)) return OnWorkerCommand(conn, w, *c);
     if (std::holds_alternative<net::Heartbeat>(m)) return;
     Fail(conn, 0, Me() + " does not take this kind of frame");
@@ -268,6 +377,7 @@ class Server {
                     {"pushes", std::to_string(pushes_)},    {"pulls", std::to_string(pulls_)},
                     {"updates", std::to_string(updates_)},  {"bytes_in", std::to_string(bytes_in_)},
                     {"bytes_out", std::to_string(bytes_out_)}, {"workers", std::to_string(workers)},
+                    {"tensor_frames", std::to_string(tensor_frames_)}, {"batches", std::to_string(batches_)},
                     {"mode", !mode_set_ ? "unset" : sync_ ? "sync" : "async"}};
     } else {
       return Fail(conn, c->request_id, Me() + " has no observer command '" + c->name + "' (keys, stats, checkpoint)");
@@ -445,8 +555,14 @@ class Server {
       } catch (const std::exception& ex) {
         return Fail(conn, t.request_id, Me() + ": the update of " + key_text + " failed: " + ex.what());
       }
-      if (t.op == net::TensorOp::kPushPull) return ReplyValue(conn, t.request_id, e);
-      return Send(conn, net::Ack{t.request_id, std::nullopt});
+      answering_ = &e;
+      if (t.op == net::TensorOp::kPushPull) {
+        ReplyValue(conn, t.request_id, e);
+      } else {
+        Send(conn, net::Ack{t.request_id, std::nullopt});
+      }
+      answering_ = nullptr;
+      return;
     }
     if (!broken_.empty()) return Fail(conn, t.request_id, broken_, dead_rank_);
     // A numbered push: round r applies to round r only. An earlier one was applied already (a resend after
@@ -472,6 +588,7 @@ class Server {
   // Nothing else touches `merged` here: the last update that read it was waited for (Update), and a reply
   // still viewing it (it was `stored` before a swap) makes it fresh memory.
   void Accumulate(Entry& e, const net::TensorMsg& t, bool first, bool defer_first = false) {
+    Settle(e);  // the last update read `merged`
     if (first && defer_first && !t.compressed) {
       e.first_push = t.value.data;
       return;
@@ -513,10 +630,19 @@ class Server {
   // an optimizer nothing is pending and no wait is needed.
   void Update(int key, Entry& e) {
     const ProfileScope span("kvstore", "server update", Profiler::on() ? "key " + std::to_string(key) : std::string());
+    Settle(e);
+    const bool checkpoint_due = config_.checkpoint_every > 0 && (updates_ + 1) % config_.checkpoint_every == 0 &&
+                                !config_.checkpoint_dir.empty();
     if (optimizer_ != nullptr) {
       Unshare(&e.stored, &e.stored_hold, true);  // updated in place
       optimizer_->Update(key, e.stored, e.merged);
-      e.stored.WaitToRead();
+      if (gathering_ > 0 && !checkpoint_due && config_.fault_kill_after_rounds == 0) {
+        // Waited for at the end of the frame, with the other keys' updates (SettleUpdates).
+        e.unsettled = true;
+        unsettled_.push_back(&e);
+      } else {
+        e.stored.WaitToRead();
+      }
     } else {
       std::swap(e.stored, e.merged);
       std::swap(e.stored_hold, e.merged_hold);
@@ -539,6 +665,7 @@ class Server {
 
   void MaybeComplete(int key, Entry& e) {
     if (e.pushed.empty() || ActivePushed(e.pushed) < ActiveWorkers()) return;
+    Settle(e);  // the last update read `merged`
     if (e.first_push.size() != 0) {  // a round of one push
       Unshare(&e.merged, &e.merged_hold, false);
       std::memcpy(e.merged.data().dptr, e.first_push.bytes.data(), e.merged.Bytes());
@@ -554,6 +681,7 @@ class Server {
     } catch (const std::exception& ex) {
       error = Me() + ": the update of key " + std::to_string(key) + " failed: " + ex.what();
     }
+    answering_ = &e;
     for (const Waiter& w : waiters) {
       if (!error.empty()) {
         Fail(w.conn, w.id, error);
@@ -563,6 +691,7 @@ class Server {
         Send(w.conn, net::Ack{w.id, std::nullopt});
       }
     }
+    answering_ = nullptr;
     // Pushes that arrived a round early start the next round.
     auto deferred = std::move(e.deferred);
     e.deferred.clear();
@@ -780,6 +909,7 @@ class Server {
   }
 
   void WriteCheckpoint(const std::string& dir) {
+    SettleUpdates();
     std::filesystem::create_directories(dir);
     const std::string base = CheckpointBase(dir, rank_);
     std::vector<NDArray> arrays;
@@ -816,6 +946,7 @@ class Server {
     if (finished_) return;
     finished_ = true;
     if (!message.empty()) std::fprintf(stderr, "troupe %s: %s\n", Me().c_str(), message.c_str());
+    Flush();
     for (const auto& [conn, w] : workers_) self_->send(conn, net::close_atom::value);
     if (scheduler_) self_->send(scheduler_, net::close_atom::value);
     outcome_->Set(status, message);
@@ -844,7 +975,19 @@ class Server {
   bool resumed_ = false;           // loaded a checkpoint at start
   // Observer statistics: pushes received (and their payload bytes), values sent back.
   std::int64_t pushes_ = 0, pulls_ = 0, bytes_in_ = 0, bytes_out_ = 0;
+  std::int64_t tensor_frames_ = 0, batches_ = 0;  // worker frames with tensor requests; batches among them
   std::vector<float> scratch_;
+  int gathering_ = 0;  // > 0 while a frame is handled
+  // What it said so far (Send, Flush), with the entry whose update an answer reports (answering_).
+  struct Said {
+    caf::actor conn;
+    net::Message message;
+    Entry* entry = nullptr;
+  };
+  std::vector<Said> gathered_;
+  Entry* answering_ = nullptr;      // set while the answers after an entry's update are sent
+  std::vector<Entry*> unsettled_;   // entries (of entries_, a std::map: stable) with an update not waited for
+  std::vector<Entry*> errored_;     // entries whose update failed when waited for (until the flush)
   // Init declarations (OnDeclare), by Init call: per worker rank, key -> "dtype(shape)"; the declarers
   // waiting for the answer; when the first came.
   struct Declarations {

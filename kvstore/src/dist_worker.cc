@@ -43,26 +43,29 @@ struct Part {
   std::int64_t end = 0;
 };
 
-// The completion of one engine function waiting for several parts' answers.
+// The completion of one engine function waiting for several answers: the parts of a key, or the keys of a
+// frame (net::TensorBatch). Each answer's value goes to its slot of the output; the function fails if any
+// answer failed, and then its keys drain before their next call.
 struct Gather {
+  struct Slot {
+    void* target = nullptr;  // where the answered value goes (null: the answer carries no value)
+    std::size_t bytes = 0;   // its bytes
+  };
+  std::vector<Slot> slots;
+  std::vector<std::atomic<bool>*> key_failed;
   std::atomic<int> left{0};
   std::mutex mu;
   std::string error;
   CallbackOnComplete done;
-  void* target = nullptr;  // where answered values go (null: answers carry no value)
-  std::size_t elem = 0;    // bytes per element of the target
-  std::atomic<bool>* key_failed = nullptr;
 
-  void Complete(const std::vector<Part>& parts, std::size_t p, Reply r) {
-    if (r.error.empty() && target != nullptr) {
-      const Part& part = parts[p];
-      const std::size_t bytes = static_cast<std::size_t>(part.end - part.begin) * elem;
-      if (!r.value || r.value->data.size() != bytes) {
+  void Complete(std::size_t i, Reply r) {
+    const Slot& s = slots[i];
+    if (r.error.empty() && s.target != nullptr) {
+      if (!r.value || r.value->data.size() != s.bytes) {
         r.error = "kvstore worker: a server answered with " + std::to_string(r.value ? r.value->data.size() : 0) +
-                  " bytes for a part of " + std::to_string(bytes) + " bytes";
+                  " bytes for " + std::to_string(s.bytes) + " bytes";
       } else {
-        std::memcpy(static_cast<std::byte*>(target) + static_cast<std::size_t>(part.begin) * elem,
-                    r.value->data.bytes.data(), bytes);
+        std::memcpy(s.target, r.value->data.bytes.data(), s.bytes);
       }
     }
     if (!r.error.empty()) {
@@ -71,7 +74,7 @@ struct Gather {
     }
     if (left.fetch_sub(1) == 1) {
       if (error.empty()) return done();
-      if (key_failed != nullptr) key_failed->store(true);
+      for (std::atomic<bool>* f : key_failed) f->store(true);
       done(std::make_exception_ptr(Error(error)));
     }
   }
@@ -157,27 +160,34 @@ class KVStoreDist final : public KVStore {
   }
 
   void PushGroups(const KeyGroups& groups, const std::vector<NDArray>& values, int priority) override {
+    std::vector<Job> jobs;
     for (const auto& [key, idx] : groups) {
       Key& k = Prepare(key);
-      Send(net::TensorOp::kPush, key, k, Source(key, k, values, idx, priority), {}, priority);
+      jobs.push_back(MakeJob(net::TensorOp::kPush, key, k, Source(key, k, values, idx, priority), {}));
     }
+    SendJobs(std::move(jobs), priority);
   }
 
   void PullGroups(const KeyGroups& groups, const std::vector<NDArray>& outs, int priority) override {
+    std::vector<Job> jobs;
     for (const auto& [key, idx] : groups) {
       Key& k = Prepare(key);
-      Send(net::TensorOp::kPull, key, k, {}, Outputs(k, outs, idx), priority);
+      jobs.push_back(MakeJob(net::TensorOp::kPull, key, k, {}, Outputs(k, outs, idx)));
     }
+    SendJobs(std::move(jobs), priority);
   }
 
-  // One round trip per key: the push and the pull of a key are one frame.
+  // One round trip per key: the push and the pull of a key are one frame (and a call's small keys for one
+  // server one frame together).
   void PushPullGroups(const KeyGroups& pushes, const std::vector<NDArray>& values, const KeyGroups& pulls,
                       const std::vector<NDArray>& outs, int priority) override {
+    std::vector<Job> jobs;
     for (const auto& [key, idx] : pushes) {
       Key& k = Prepare(key);
-      Send(net::TensorOp::kPushPull, key, k, Source(key, k, values, idx, priority), Outputs(k, outs, pulls.at(key)),
-           priority);
+      jobs.push_back(MakeJob(net::TensorOp::kPushPull, key, k, Source(key, k, values, idx, priority),
+                             Outputs(k, outs, pulls.at(key))));
     }
+    SendJobs(std::move(jobs), priority);
   }
 
   void SetUpdater(Updater) override {
@@ -400,52 +410,121 @@ class KVStoreDist final : public KVStore {
     return t;
   }
 
-  // One engine function: send every part of a push, pull or pushPull and complete when all are answered.
-  void Send(net::TensorOp op, int key, Key& k, const Src& src, const Outs& outs, int priority) {
-    std::vector<VarHandle> reads, writes{k.order.var()};
+  // What one key of a call sends and where its answer goes, with the engine variables it reads and writes.
+  struct Job {
+    net::TensorOp op = net::TensorOp::kPush;
+    int key = 0;
+    Key* k = nullptr;
+    TBlob data;                  // the pushed value (uncompressed)
+    std::vector<TBlob> codes;    // per part, when compressed
+    float threshold = 0.f;
+    TBlob target;                // where the answer's value goes (has_target)
+    bool has_target = false;
+    std::uint64_t round = 0;     // the push's number (0 for a pull)
+    std::vector<NDArray> held;   // the arrays whose bytes the frames view (kept until answered)
+    std::vector<NDArray> copies; // outputs copied from the target afterwards
+    NDArray target_array;
+    std::vector<VarHandle> reads, writes;
+    std::size_t bytes = 0;       // tensor bytes of the key (sent or answered)
+  };
+
+  Job MakeJob(net::TensorOp op, int key, Key& k, const Src& src, const Outs& outs) {
+    Job j;
+    j.op = op;
+    j.key = key;
+    j.k = &k;
+    j.writes = {k.order.var()};
     if (op == net::TensorOp::kPull) {
-      reads = {k.order.var()};
-      writes = {outs.target.var()};
+      j.reads = {k.order.var()};
+      j.writes = {outs.target.var()};
     }
-    TBlob data;
-    std::vector<TBlob> codes;
-    // The arrays whose bytes the frames view, kept alive until every frame was written (and unchanged: this
-    // function holds them until the answers arrive).
-    auto held = std::make_shared<std::vector<NDArray>>();
     if (!src.array.is_none()) {
       if (src.compressed.empty()) {
-        data = src.array.data();
-        reads.push_back(src.array.var());
-        held->push_back(src.array);
+        j.data = src.array.data();
+        j.reads.push_back(src.array.var());
+        j.held.push_back(src.array);
       } else {
         for (const NDArray& c : src.compressed) {
-          codes.push_back(c.data());
-          reads.push_back(c.var());
-          held->push_back(c);
+          j.codes.push_back(c.data());
+          j.reads.push_back(c.var());
+          j.held.push_back(c);
         }
       }
     }
-    TBlob target;
     if (outs.present) {
-      target = outs.target.data();
-      if (op != net::TensorOp::kPull) writes.push_back(outs.target.var());
+      j.target = outs.target.data();
+      j.has_target = true;
+      j.target_array = outs.target;
+      j.copies = outs.copies;
+      if (op != net::TensorOp::kPull) j.writes.push_back(outs.target.var());
     }
-    // A variable both read and written is declared written only.
-    reads.erase(std::remove_if(reads.begin(), reads.end(),
-                               [&](VarHandle v) { return std::find(writes.begin(), writes.end(), v) != writes.end(); }),
-                reads.end());
-    const float threshold = src.threshold;
-    Key* kp = &k;
-    const std::uint64_t round = op == net::TensorOp::kPull ? 0 : ++k.round;
-    auto fn = [this, op, key, kp, data, codes, held, target, threshold, priority, round, has_target = outs.present](
+    j.threshold = src.threshold;
+    j.round = op == net::TensorOp::kPull ? 0 : ++k.round;
+    j.bytes = k.proto.Bytes();
+    return j;
+  }
+
+  // Pushes the engine functions of a call's keys, in key order: the keys for one server that are not split
+  // and not compressed share one function and one frame (net::TensorBatch) up to the coalescing limit; any
+  // other key has a function of its own. Then the copies to further outputs.
+  void SendJobs(std::vector<Job> jobs, int priority) {
+    const std::size_t limit = std::min(config_.coalesce_bytes, config_.max_frame_bytes / 2);
+    auto batchable = [&](const Job& j) {
+      return limit > 0 && j.k->parts.size() == 1 && j.codes.empty() && j.bytes <= limit;
+    };
+    std::vector<std::vector<Job*>> functions;                    // in the order of their first key
+    std::map<int, std::pair<std::size_t, std::size_t>> open;  // server -> (its open batch in functions, bytes)
+    for (Job& j : jobs) {
+      if (!batchable(j)) {
+        functions.push_back({&j});
+        continue;
+      }
+      const int server = j.k->parts[0].server;
+      auto it = open.find(server);
+      if (it != open.end() && it->second.second + j.bytes <= limit) {
+        functions[it->second.first].push_back(&j);
+        it->second.second += j.bytes;
+        continue;
+      }
+      open[server] = {functions.size(), j.bytes};  // the first batch for this server, or the next one past the limit
+      functions.push_back({&j});
+    }
+    for (const std::vector<Job*>& f : functions) {
+      if (f.size() == 1) {
+        PushOne(*f[0], priority);
+      } else {
+        PushBatch(f, priority);
+      }
+    }
+    for (const Job& j : jobs) {
+      for (const NDArray& c : j.copies) CopyFromTo(j.target_array, c, priority);
+    }
+  }
+
+  // A variable both read and written is declared written only.
+  static void DropWritten(std::vector<VarHandle>* reads, const std::vector<VarHandle>& writes) {
+    reads->erase(std::remove_if(reads->begin(), reads->end(),
+                                [&](VarHandle v) { return std::find(writes.begin(), writes.end(), v) != writes.end(); }),
+                 reads->end());
+  }
+
+  // One engine function for one key: sends every part of a push, pull or pushPull and completes when all are
+  // answered.
+  void PushOne(Job& j, int priority) {
+    DropWritten(&j.reads, j.writes);
+    auto held = std::make_shared<std::vector<NDArray>>(j.held);
+    auto fn = [this, op = j.op, key = j.key, kp = j.k, data = j.data, codes = j.codes, held, target = j.target,
+               threshold = j.threshold, priority, round = j.round, has_target = j.has_target](
                   RunContext, CallbackOnComplete done) {
       auto gather = std::make_shared<Gather>();
       gather->left = static_cast<int>(kp->parts.size());
       gather->done = done;
-      gather->key_failed = &kp->failed;
-      if (has_target) {
-        gather->target = target.dptr;
-        gather->elem = DTypeSize(kp->proto.dtype());
+      gather->key_failed = {&kp->failed};
+      const std::size_t elem = DTypeSize(kp->proto.dtype());
+      for (const Part& part : kp->parts) {
+        gather->slots.push_back(Gather::Slot{
+            has_target ? static_cast<std::byte*>(target.dptr) + static_cast<std::size_t>(part.begin) * elem : nullptr,
+            static_cast<std::size_t>(part.end - part.begin) * elem});
       }
       for (std::size_t p = 0; p < kp->parts.size(); ++p) {
         net::Message frame;
@@ -454,16 +533,78 @@ class KVStoreDist final : public KVStore {
           frame = TensorFrame(op, key, *kp, p, data, id, held, codes.empty() ? nullptr : &codes[p], threshold,
                               priority, round);
         } catch (const std::exception& e) {
-          gather->Complete(kp->parts, p, Reply{e.what(), std::nullopt});
+          gather->Complete(p, Reply{e.what(), std::nullopt, {}});
           continue;
         }
-        ReplyFn reply([gather, kp, p](Reply r) { gather->Complete(kp->parts, p, std::move(r)); });
+        ReplyFn reply([gather, p](Reply r) { gather->Complete(p, std::move(r)); });
         link_->SendTensor(kp->parts[p].server, id, std::get<net::TensorMsg>(frame), std::move(reply));
       }
     };
-    k.proto.engine()->PushAsync(std::move(fn), Context::CPU(0), reads, writes, FnProperty::kAsync, priority,
-                                op == net::TensorOp::kPull ? "kvstore_dist_pull" : "kvstore_dist_push");
-    for (const NDArray& c : outs.copies) CopyFromTo(outs.target, c, priority);
+    j.k->proto.engine()->PushAsync(std::move(fn), Context::CPU(0), j.reads, j.writes, FnProperty::kAsync, priority,
+                                   j.op == net::TensorOp::kPull ? "kvstore_dist_pull" : "kvstore_dist_push");
+  }
+
+  // One engine function for several unsplit, uncompressed keys bound for one server: one frame
+  // (net::TensorBatch) in key order, complete when every key was answered; any key's failure fails the
+  // function (and so every output it writes, and each key drains before its next call).
+  void PushBatch(const std::vector<Job*>& jobs, int priority) {
+    std::vector<VarHandle> reads, writes;
+    for (const Job* j : jobs) {
+      reads.insert(reads.end(), j->reads.begin(), j->reads.end());
+      writes.insert(writes.end(), j->writes.begin(), j->writes.end());
+    }
+    auto unique = [](std::vector<VarHandle>* v) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    };
+    unique(&reads);
+    unique(&writes);
+    DropWritten(&reads, writes);
+    struct Item {
+      net::TensorOp op;
+      int key;
+      Key* k;
+      TBlob data, target;
+      bool has_target;
+      std::uint64_t round;
+    };
+    std::vector<Item> items;
+    auto held = std::make_shared<std::vector<NDArray>>();
+    for (Job* j : jobs) {
+      items.push_back(Item{j->op, j->key, j->k, j->data, j->target, j->has_target, j->round});
+      held->insert(held->end(), j->held.begin(), j->held.end());
+    }
+    const int server = jobs[0]->k->parts[0].server;
+    const net::TensorOp op = jobs[0]->op;
+    auto fn = [this, items = std::move(items), held, priority, server](RunContext, CallbackOnComplete done) {
+      auto gather = std::make_shared<Gather>();
+      gather->left = static_cast<int>(items.size());
+      gather->done = done;
+      std::vector<WorkerLink::Outgoing> out;
+      out.reserve(items.size());
+      for (const Item& it : items) {
+        gather->slots.push_back(Gather::Slot{it.has_target ? it.target.dptr : nullptr, it.k->proto.Bytes()});
+        gather->key_failed.push_back(&it.k->failed);
+      }
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        const Item& it = items[i];
+        const std::uint64_t id = NextId();
+        net::Message frame;
+        try {
+          frame = TensorFrame(it.op, it.key, *it.k, 0, it.data, id, held, nullptr, 0.f, priority, it.round);
+        } catch (const std::exception& e) {
+          gather->Complete(i, Reply{e.what(), std::nullopt, {}});
+          continue;
+        }
+        out.push_back(WorkerLink::Outgoing{
+            id, std::move(std::get<net::TensorMsg>(frame)),
+            ReplyFn([gather, i](Reply r) { gather->Complete(i, std::move(r)); })});
+      }
+      if (!out.empty()) link_->SendBatch(server, std::move(out));
+    };
+    jobs[0]->k->proto.engine()->PushAsync(std::move(fn), Context::CPU(0), reads, writes, FnProperty::kAsync, priority,
+                                          op == net::TensorOp::kPull ? "kvstore_dist_pull_batch"
+                                                                     : "kvstore_dist_push_batch");
   }
 
   // Sends one request and returns its answer's future (answered on a node's death too).

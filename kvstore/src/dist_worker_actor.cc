@@ -59,6 +59,9 @@ using reconnect_atom = caf::atom_constant<caf::atom("wk_recon")>;
 // Answers of at most this many bytes are handled in the connection's broker (FrameHook); bigger ones
 // (a tensor to copy into the output) go to the worker's actor, off the thread that reads the sockets.
 constexpr std::size_t kAnswerInBrokerBytes = std::size_t{64} << 10;
+// A batch of answers (a step's small keys, at most DistConfig::coalesce_bytes by default) is answered in the
+// broker up to this many bytes in all: copying them there costs less than waking the worker's actor to do it.
+constexpr std::size_t kBatchAnswerInBrokerBytes = std::size_t{1} << 20;
 
 // The requests in flight and which servers are up, shared by the worker's actor (handshakes, failures,
 // the scheduler), the engine functions (which send tensor requests straight to a server's broker when it
@@ -93,6 +96,17 @@ class Requests {
       return nullptr;
     }
     pending_[id] = Pending{target, fn, Clock::now(), KeptFrame(target, frame)};
+    return links_[static_cast<std::size_t>(target)];
+  }
+  // RegisterIfUp for several requests to one server under one lock: all of them, or none.
+  caf::actor RegisterAllIfUp(int target, const std::vector<WorkerLink::Outgoing>& batch, bool* recover) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *recover = RecoverLocked(target);
+    if (target < 0 || target >= static_cast<int>(links_.size()) || !links_[static_cast<std::size_t>(target)]) {
+      return nullptr;
+    }
+    const auto now = Clock::now();
+    for (const auto& o : batch) pending_[o.id] = Pending{target, o.fn, now, KeptFrame(target, o.frame)};
     return links_[static_cast<std::size_t>(target)];
   }
   void Add(int target, std::uint64_t id, const ReplyFn& fn, const net::Message& frame = {}) {
@@ -169,8 +183,23 @@ class Requests {
     return first_error_;
   }
 
-  // The broker's hook: answers an ack or error of a registered request, unless it carries a big tensor.
+  // The broker's hook: answers an ack or error of a registered request, unless it carries a big tensor;
+  // a batch of answers whole, unless its tensors are big together.
   bool AnswerInBroker(net::Message& m) {
+    if (auto* b = std::get_if<net::ReplyBatch>(&m)) {
+      std::size_t bytes = 0;
+      for (const net::Ack& a : b->acks) bytes += a.value ? a.value->data.size() : 0;
+      if (bytes > kBatchAnswerInBrokerBytes) return false;
+      for (net::ErrorMsg& e : b->errors) {
+        if (e.request_id == 0) continue;
+        NoteError(e.message);
+        if (ReplyFn fn = Take(e.request_id)) fn(Reply{std::move(e.message), std::nullopt, {}});
+      }
+      for (net::Ack& a : b->acks) {
+        if (ReplyFn fn = Take(a.request_id)) fn(Reply{{}, std::move(a.value), {}});
+      }
+      return true;
+    }
     std::uint64_t id = 0;
     Reply reply;
     if (auto* a = std::get_if<net::Ack>(&m)) {
@@ -393,6 +422,11 @@ class WorkerActor {
     if (target == -2) return;  // a connection already replaced
     if (target == kScheduler) last_seen_ = Clock::now();
     if (const auto* a = std::get_if<net::Ack>(&m)) return Answer(a->request_id, Reply{{}, a->value});
+    if (const auto* b = std::get_if<net::ReplyBatch>(&m)) {
+      for (const net::Ack& a : b->acks) Answer(a.request_id, Reply{{}, a.value, {}});
+      for (const net::ErrorMsg& e : b->errors) Answer(e.request_id, Reply{e.message, std::nullopt, {}});
+      return;
+    }
     if (const auto* e = std::get_if<net::ErrorMsg>(&m)) {
       if (e->request_id != 0) return Answer(e->request_id, Reply{e->message, std::nullopt});
       // Not about one request: a refusal (the connection closes next) or the cluster failed to form.
@@ -727,6 +761,28 @@ void WorkerLink::SendTensor(int server, std::uint64_t id, const net::TensorMsg& 
   } else {
     caf::anon_send(impl_->actor, request_atom::value, server, id, net::Message{frame}, std::move(fn));
   }
+}
+
+void WorkerLink::SendBatch(int server, std::vector<Outgoing> batch) {
+  if (batch.size() == 1) return SendTensor(server, batch[0].id, batch[0].frame, std::move(batch[0].fn));
+  Requests& requests = *impl_->requests;
+  bool recover = false;
+  caf::actor conn = requests.RegisterAllIfUp(server, batch, &recover);  // one lock for the whole batch
+  if (!conn) {
+    // The server is down: the actor queues each request until it is back (resent one by one then).
+    for (Outgoing& o : batch) {
+      if (recover && o.frame.round != 0) requests.Retain(server, o.frame);
+      caf::anon_send(impl_->actor, request_atom::value, server, o.id, net::Message{o.frame}, std::move(o.fn));
+    }
+    return;
+  }
+  net::TensorBatch frame;
+  frame.entries.reserve(batch.size());
+  for (Outgoing& o : batch) {
+    if (recover && o.frame.round != 0) requests.Retain(server, o.frame);
+    frame.entries.push_back(std::move(o.frame));
+  }
+  net::Send(conn, frame);
 }
 
 void WorkerLink::Leave() { caf::anon_send(impl_->actor, leave_atom::value); }

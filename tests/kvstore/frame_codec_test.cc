@@ -60,6 +60,22 @@ std::vector<Message> AllKinds() {
   all.push_back(Ack{42, Payload(DType::kFloat16, {3, 3}, 18, 5)});
   all.push_back(ErrorMsg{43, "worker 1 died during push of key 7", 1, Role::kWorker});
   all.push_back(ErrorMsg{0, "wrong cluster token", -1, Role::kScheduler});
+  // A step's keys for one server in one frame: every op, aligned and unaligned data, a pull among them.
+  all.push_back(TensorBatch{{
+      TensorMsg{TensorOp::kPushPull, 51, 0, 0, 1, Payload(DType::kFloat32, {4}, 16, 6), 0, false, 0.0f, 7},
+      TensorMsg{TensorOp::kPushPull, 52, 1, 0, 1, Payload(DType::kUint8, {5}, 5, 7), -1, false, 0.0f, 7},
+      TensorMsg{TensorOp::kPull, 53, 2, 0, 1, TensorPayload{DType::kFloat64, {2}, {}}, -2, false, 0.0f},
+      TensorMsg{TensorOp::kPush, 54, 3, 1, 2, Payload(DType::kFloat32, {17}, 8, 8), 3, true, 0.25f, 9},
+      TensorMsg{TensorOp::kInit, 55, 4, 0, 1, Payload(DType::kFloat32, {2, 2}, 16, 9), 0, false, 0.0f},
+  }});
+  all.push_back(TensorBatch{{TensorMsg{TensorOp::kPush, 56, 9, 0, 1, Payload(DType::kInt32, {1}, 4, 10), 0, false,
+                                       0.0f, 1}}});
+  // Answers ready together: values, a done and errors (about requests, and one that is not).
+  all.push_back(ReplyBatch{{Ack{61, Payload(DType::kFloat32, {4}, 16, 11)}, Ack{62, std::nullopt},
+                            Ack{63, Payload(DType::kUint8, {3}, 3, 12)}},
+                           {ErrorMsg{64, "server 0: the update of key 2 failed", -1, Role::kWorker},
+                            ErrorMsg{65, "worker 1 died", 1, Role::kWorker}}});
+  all.push_back(ReplyBatch{{}, {ErrorMsg{66, "only errors", -1, Role::kServer}}});
   return all;
 }
 
@@ -412,6 +428,22 @@ TEST(FrameCodecTest, WrongProtocolVersionIsRefused) {
   frame.resize(24);
   frame[12] = std::byte{1};  // segment table: one segment of one word (a null root pointer)
   ExpectError(zeros, frame, "protocol version 0");
+}
+
+// A batch holds something: an empty one is refused on both sides; an entry is checked as a lone request.
+TEST(FrameCodecTest, EmptyOrBadBatchesAreRefused) {
+  EXPECT_THROW(EncodeFrame(TensorBatch{}), Error);
+  EXPECT_THROW(EncodeFrame(ReplyBatch{}), Error);
+  EncodeOptions unchecked;
+  unchecked.check = false;
+  FrameDecoder decoder;
+  ExpectError(decoder, EncodeFrame(TensorBatch{}, unchecked), "tensor batch: no entries");
+  // The second entry's data disagrees with its shape.
+  const TensorBatch bad{{TensorMsg{TensorOp::kPush, 1, 0, 0, 1, Payload(DType::kFloat32, {2}, 8, 1), 0, false, 0.0f},
+                         TensorMsg{TensorOp::kPush, 2, 1, 0, 1, Payload(DType::kFloat32, {3}, 8, 2), 0, false, 0.0f}}};
+  EXPECT_THROW(EncodeFrame(bad), Error);
+  FrameDecoder second;
+  ExpectError(second, EncodeFrame(bad, unchecked), "push request 2 (key 1)");
 }
 
 TEST(FrameCodecTest, UnknownMessageKindIsRefused) {

@@ -39,10 +39,12 @@ DistConfig BaseConfig() {
 }
 
 // Starts the scheduler and the servers, runs `body` on every worker in its own thread, then checks that
-// every node ended in order (status 0).
-void RunCluster(const std::string& type, const std::function<void(KVStore&)>& body, DistConfig config = BaseConfig()) {
+// every node ended in order (status 0). *scheduler_port, when given, gets the scheduler's port first.
+void RunCluster(const std::string& type, const std::function<void(KVStore&)>& body, DistConfig config = BaseConfig(),
+                int* scheduler_port = nullptr) {
   auto scheduler = DistNode::StartScheduler(config);
   config.root_port = scheduler->port();
+  if (scheduler_port != nullptr) *scheduler_port = scheduler->port();
   std::vector<std::unique_ptr<DistNode>> servers;
   for (int s = 0; s < config.num_servers; ++s) servers.push_back(DistNode::StartServer(config));
   std::vector<std::string> errors(static_cast<std::size_t>(config.num_workers));
@@ -109,6 +111,98 @@ TEST(DistKVStore, ErrorsAreClearAndTheStoreStaysUsable) {
     kv.SetGradientCompression({{"type", "2bit"}, {"threshold", "0.5"}});
     EXPECT_THROW(kv.Push({7}, {NDArray::Zeros(TShape{2}, Context::CPU(0), DType::kFloat64)}), Error);
   });
+}
+
+// Keys of one PushPull call for one server travel in one frame (a batch), answered in one exchange, with
+// exact sums; past the coalescing limit they go in several frames, and a key bigger than the limit alone.
+// The server's counters (ClusterObserver::Stats) say how many frames carried tensors.
+struct BatchCase {
+  std::size_t coalesce_bytes;
+  std::int64_t frames_per_step;   // per worker
+  std::int64_t batches_per_step;  // per worker
+};
+
+void RunBatchCase(const BatchCase& c) {
+  DistConfig config = BaseConfig();
+  config.num_servers = 1;
+  config.coalesce_bytes = c.coalesce_bytes;
+  constexpr int kSteps = 4;
+  // Six keys of 16 float32 (64 bytes) and one of 64 (256 bytes).
+  const std::vector<int> keys{0, 1, 2, 3, 4, 5, 6};
+  auto shape_of = [](int k) { return TShape{k == 6 ? 64 : 16}; };
+  int port = 0;
+  ClusterServerStats stats;
+  RunCluster(
+      "dist_sync",
+      [&](KVStore& kv) {
+        std::vector<NDArray> init, grads, outs;
+        for (int k : keys) {
+          init.push_back(dist_test::Filled(shape_of(k), static_cast<float>(k)));
+          grads.push_back(dist_test::Filled(shape_of(k), static_cast<float>(kv.rank() + 1 + k)));
+          outs.emplace_back(shape_of(k), Context::CPU(0));
+        }
+        kv.Init(keys, init);
+        for (int step = 0; step < kSteps; ++step) {
+          kv.PushPull(keys, grads, outs);
+          for (int k : keys) {
+            // No optimizer: the round's sum replaces the value, (1 + k) + (2 + k).
+            dist_test::ExpectValues("key " + std::to_string(k) + " step " + std::to_string(step),
+                                    outs[static_cast<std::size_t>(k)].ToVector<float>(),
+                                    std::vector<float>(shape_of(k).Size(), static_cast<float>(3 + 2 * k)));
+          }
+        }
+        kv.Barrier();
+        if (kv.rank() == 0) {
+          auto observer = ClusterObserver::Connect("127.0.0.1", port, config.token, 30000);
+          stats = observer->Stats().at(0);
+        }
+        kv.Barrier();
+      },
+      config, &port);
+  // Init: one frame per key from worker 0.
+  EXPECT_EQ(stats.tensor_frames, static_cast<std::int64_t>(keys.size()) + 2 * kSteps * c.frames_per_step)
+      << "coalesce_bytes " << c.coalesce_bytes;
+  EXPECT_EQ(stats.batches, 2 * kSteps * c.batches_per_step) << "coalesce_bytes " << c.coalesce_bytes;
+  EXPECT_EQ(stats.pushes, 2 * kSteps * static_cast<std::int64_t>(keys.size()));
+  EXPECT_EQ(stats.updates, kSteps * static_cast<std::int64_t>(keys.size()));
+}
+
+TEST(DistKVStore, AStepsKeysForOneServerTravelInOneFrame) {
+  RunBatchCase({1 << 20, 1, 1});  // all seven keys in one batch
+}
+
+TEST(DistKVStore, TheCoalescingLimitSplitsABatch) {
+  RunBatchCase({128, 4, 3});  // keys 0-1, 2-3, 4-5 in three batches; key 6 (256 bytes) alone
+  RunBatchCase({0, 7, 0});    // off: one frame per key
+}
+
+// A key of a batch that fails on the server (here its update: the optimizer takes float32 and float64
+// only) fails the waiting caller with that key's error; the other keys were applied, and each key works on
+// its own afterwards.
+TEST(DistKVStore, AFailedKeyOfABatchIsAnErrorWhereTheCallerWaits) {
+  DistConfig config = BaseConfig();
+  config.num_servers = 1;
+  RunCluster(
+      "dist_sync",
+      [](KVStore& kv) {
+        const TShape shape{4};
+        kv.Init({0, 1}, {dist_test::Filled(shape, 1.f), NDArray::Zeros(shape, Context::CPU(0), DType::kInt32)});
+        kv.SetOptimizer(OptimizerConfig("sgd", {{"learning_rate", "0.5"}}));
+        NDArray out0(shape, Context::CPU(0)), out1(shape, Context::CPU(0), DType::kInt32);
+        kv.PushPull({0, 1}, {dist_test::Filled(shape, 1.f), NDArray::Zeros(shape, Context::CPU(0), DType::kInt32)},
+                    {out0, out1});
+        try {
+          out0.WaitToRead();
+          ADD_FAILURE() << "the batch's failed key did not reach the caller";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("update of key 1"), std::string::npos) << e.what();
+        }
+        EXPECT_THROW(out1.WaitToRead(), Error);
+        // Key 0 was updated in that round (1 - 0.5 * (1 + 1) = 0) and goes on: 0 - 0.5 * 2 = -1.
+        kv.PushPull({0}, {dist_test::Filled(shape, 1.f)}, {out0});
+        dist_test::ExpectValues("key 0 after the failed batch", out0.ToVector<float>(), std::vector<float>(4, -1.f));
+      },
+      config);
 }
 
 TEST(DistKVStore, UnknownTypeAndBadConfigAreErrors) {

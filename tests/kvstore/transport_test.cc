@@ -72,7 +72,9 @@ std::uint64_t IdOf(const Message& m) {
 // proof; the authentication frames are not counted among the frames read.
 class RawPeer {
  public:
-  explicit RawPeer(std::string token = kToken) : token_(std::move(token)) {
+  // `send`: bytes the peer writes once the sender authenticated, in writes of the sizes `chunks` (in turn).
+  explicit RawPeer(std::string token = kToken, std::vector<std::byte> send = {}, std::vector<std::size_t> chunks = {})
+      : token_(std::move(token)), send_(std::move(send)), chunks_(std::move(chunks)) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -130,6 +132,15 @@ class RawPeer {
           }
           if (const auto* p = std::get_if<AuthProof>(&*m)) {
             if (!VerifyAuthProof(token_, false, nonce, sender_nonce, p->mac)) error_ = "the sender's proof is wrong";
+            // Authenticated: the frames to send, cut into writes of the given sizes with a pause now and
+            // then, so that the sender's reads end anywhere in them.
+            for (std::size_t off = 0, c = 0; off < send_.size(); ++c) {
+              const std::size_t n = std::min(send_.size() - off, chunks_.empty() ? send_.size() : chunks_[c % chunks_.size()]);
+              SendAll(fd, std::vector<std::byte>(send_.begin() + static_cast<std::ptrdiff_t>(off),
+                                                 send_.begin() + static_cast<std::ptrdiff_t>(off + n)));
+              off += n;
+              if (c % 5 == 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
             continue;
           }
           std::lock_guard<std::mutex> lock(mu_);
@@ -148,6 +159,8 @@ class RawPeer {
   }
 
   std::string token_;
+  std::vector<std::byte> send_;
+  std::vector<std::size_t> chunks_;
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;
   std::thread reader_;
@@ -272,6 +285,56 @@ TEST_F(TransportTest, ConcurrentSendersKeepEachThreadsOrder) {
     ASSERT_LT(next[t], kPerThread) << "thread " << t << " sent no more frames";
     EXPECT_TRUE(m == sent[t][next[t]]) << "thread " << t << ": frame " << next[t] << " out of order or changed";
     ++next[t];
+  }
+}
+
+// The read side: a connection reads ahead at frame boundaries (several small frames, or a small frame's
+// prefix and body, in one read) and reads a big body whole. Frames of every size, back to back (small ones
+// in runs, a big one after a small one and after a big one), in writes that end anywhere, reach the owner
+// whole and in order, for several ways of cutting the stream.
+TEST(TransportReadTest, FramesOfEverySizeArriveWholeAndInOrder) {
+  std::vector<Message> want;
+  const std::size_t sizes[] = {16,   16,        4,  64, 4096, 4080, 4088, std::size_t{1} << 20, 16, (std::size_t{1} << 20) + 8,
+                               3 << 20, 64 << 10, 32, 8,  (64 << 10) - 8, 100000, 16, 16, 16};
+  std::uint64_t id = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t b : sizes) want.push_back(OwnedTensor(++id, b));
+    for (int i = 0; i < 20; ++i) want.push_back(Heartbeat{1, ++id});
+  }
+  std::vector<std::byte> stream;
+  for (const Message& m : want) {
+    const auto f = EncodeFrame(m);
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  const std::vector<std::vector<std::size_t>> cuts = {{}, {1, 7, 4095, 4097, 65536, 100000}, {3, 8, 9, 4104, 5000}};
+  for (const auto& chunks : cuts) {
+    RawPeer peer(kToken, stream, chunks);
+    auto net = NetSystem::Acquire();
+    caf::scoped_actor owner(net->system());
+    ConnOptions options;
+    options.max_frame_bytes = kMaxFrame;
+    options.token = kToken;
+    caf::actor conn = Connect(net->system(), "127.0.0.1", peer.port(), caf::actor_cast<caf::actor>(owner), options);
+    std::vector<Message> got;
+    bool timed_out = false;
+    while (got.size() < want.size() && !timed_out) {
+      owner->receive([&](recv_atom, const caf::actor&, const Message& m) { got.push_back(m); },
+                     [&](closed_atom, const caf::actor&, const std::string& why) {
+                       ADD_FAILURE() << "closed: " << why;
+                       timed_out = true;
+                     },
+                     caf::after(std::chrono::seconds(60)) >> [&] { timed_out = true; });
+    }
+    EXPECT_FALSE(timed_out) << got.size() << " of " << want.size() << " frames arrived (cut " << chunks.size() << ")";
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(IdOf(got[i]), IdOf(want[i])) << "frame " << i << " out of order";
+      EXPECT_TRUE(got[i] == want[i]) << "frame " << i << " (id " << IdOf(want[i]) << ") differs";
+    }
+    caf::anon_send(conn, close_atom::value);
+    std::string error;
+    peer.Finish(&error);
+    EXPECT_EQ(error, "");
   }
 }
 

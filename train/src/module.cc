@@ -659,7 +659,26 @@ void Module::Update() {
   // MXNet's _update_params(_on_kvstore): the last layers first (their gradients are ready first), priority
   // -index so that the first layers' pulls run first when several are ready. On the devices the sum is
   // pulled into every device's gradient.
-  for (std::size_t r = m.param_names.size(); r-- > 0;) {
+  if (m.dist()) {
+    // A cluster store: one PushPull for every parameter (MXNet 1.9's pushpull; one round trip per key), in
+    // parameter order, so that the store sends the keys bound for one server together (the first layer's
+    // first; kvstore/dist.h). A key sent alone starts as soon as backward produced its gradient (the executor
+    // ends a segment at every gradient), a frame of several keys once all of its gradients are there; the
+    // next Forward waits only on the weights it reads.
+    std::vector<int> keys;
+    std::vector<NDArray> g, w;
+    for (std::size_t r = 0; r < m.param_names.size(); ++r) {
+      const int i = m.param_arg_index[r];
+      if (!has_grad(i)) continue;
+      for (std::size_t c = 0; c < k; ++c) {
+        keys.push_back(static_cast<int>(r));
+        g.push_back(m.ExecAt(c)->grad_arrays()[i]);
+        w.push_back(m.ExecAt(c)->arg_arrays()[i]);
+      }
+    }
+    if (!keys.empty()) m.kv->PushPull(keys, g, on_store ? w : g, 0);
+  }
+  for (std::size_t r = m.param_names.size(); !m.dist() && r-- > 0;) {
     const int i = m.param_arg_index[r];
     if (!has_grad(i)) continue;
     const int key = static_cast<int>(r);

@@ -32,7 +32,8 @@
 namespace troupe::net {
 
 // The version this build speaks (Frame.version, Hello.protocolVersion). Bump on any incompatible change.
-inline constexpr std::uint32_t kProtocolVersion = 3;  // 2: the observer role; 3: authentication frames
+// 2: the observer role; 3: authentication frames; 4: TensorBatch and ReplyBatch.
+inline constexpr std::uint32_t kProtocolVersion = 4;
 
 // Default cap on one frame's body (N above). A peer can make a decoder allocate up to this much (address
 // space; pages are touched only as bytes arrive), so pick the smallest bound the traffic allows.
@@ -152,7 +153,25 @@ struct ErrorMsg {
   friend bool operator==(const ErrorMsg&, const ErrorMsg&) = default;
 };
 
-using Message = std::variant<Hello, TensorMsg, Barrier, Heartbeat, Command, Ack, ErrorMsg, AuthChallenge, AuthProof>;
+// Several tensor requests of one worker to one server in one frame (a step's small keys: one write, one
+// read, one wake-up of the server instead of one per key). At least two entries; each keeps its own
+// request id and is answered on its own (an Ack or an ErrorMsg, possibly inside a ReplyBatch), exactly as
+// if it had come alone, in entry order.
+struct TensorBatch {
+  std::vector<TensorMsg> entries;
+  friend bool operator==(const TensorBatch&, const TensorBatch&) = default;
+};
+
+// Answers a node had ready at the same time for one connection, in one frame (the values of a sync round's
+// keys for a worker). Each answers its own request, as if it had come alone. At least two in all.
+struct ReplyBatch {
+  std::vector<Ack> acks;
+  std::vector<ErrorMsg> errors;
+  friend bool operator==(const ReplyBatch&, const ReplyBatch&) = default;
+};
+
+using Message = std::variant<Hello, TensorMsg, Barrier, Heartbeat, Command, Ack, ErrorMsg, AuthChallenge, AuthProof,
+                             TensorBatch, ReplyBatch>;
 
 // The 8-byte prefix followed by the Cap'n Proto message. Throws troupe::Error for a message that cannot be
 // sent: tensor data over kMaxTensorBytes, a payload whose size disagrees with dtype and shape, a negative
@@ -208,6 +227,11 @@ class FrameDecoder {
   // the body into a buffer of its own (a connection reading exactly N bytes) hands it over with AdoptBody,
   // and the decoded message keeps that buffer alive instead of copying it.
   std::size_t awaiting_body() const;
+  // Bytes of the current frame's prefix not in yet (8 between frames; 0 once the prefix is whole), and of
+  // its body once the prefix is whole (0 before): a reader that reads ahead feeds at most these, so that it
+  // sees each frame end (and each prefix, to reserve its body) before it feeds the next.
+  std::size_t prefix_missing() const { return 8 - prefix_filled_; }
+  std::size_t body_missing() const { return prefix_filled_ == 8 ? body_size_ - body_filled_ : 0; }
   void AdoptBody(std::shared_ptr<std::vector<char>> body);
   // The next decoded message, or nullopt when none is complete.
   std::optional<Message> Next();

@@ -175,6 +175,20 @@ void CheckMessage(const Message& message) {
                                  std::to_string(kAuthMacBytes));
                    }
                  },
+                 [](const TensorBatch& b) {
+                   if (b.entries.empty()) throw Error("tensor batch: no entries");
+                   for (const TensorMsg& m : b.entries) CheckTensorMsg(m);
+                 },
+                 [](const ReplyBatch& b) {
+                   if (b.acks.empty() && b.errors.empty()) throw Error("reply batch: no answers");
+                   for (const Ack& a : b.acks) {
+                     if (a.value) CheckPayload(*a.value, false, true, "ack " + std::to_string(a.request_id));
+                   }
+                   for (const ErrorMsg& e : b.errors) {
+                     CheckRank(e.dead_node_rank, "error");
+                     CheckRole(static_cast<int>(e.dead_node_role), "error");
+                   }
+                 },
              },
              message);
 }
@@ -219,6 +233,37 @@ void SetTensorRequest(wire::TensorRequest::Builder out, const TensorMsg& m, capn
   out.setRound(m.round);
 }
 
+// A tensor request as the union member of its op: in a Frame, or in a TensorBatch's entry.
+template <class Builder>
+void SetRequestOfOp(Builder out, const TensorMsg& m, capnp::Orphanage orphanage) {
+  switch (m.op) {
+    case TensorOp::kInit:
+      return SetTensorRequest(out.initInit(), m, orphanage);
+    case TensorOp::kPush:
+      return SetTensorRequest(out.initPush(), m, orphanage);
+    case TensorOp::kPull:
+      return SetTensorRequest(out.initPull(), m, orphanage);
+    case TensorOp::kPushPull:
+      return SetTensorRequest(out.initPushPull(), m, orphanage);
+  }
+}
+
+void SetAck(wire::Ack::Builder out, const Ack& a, capnp::Orphanage orphanage) {
+  out.setRequestId(a.request_id);
+  if (a.value) {
+    SetTensor(out.initValue(), *a.value, orphanage);
+  } else {
+    out.setDone();
+  }
+}
+
+void SetError(wire::Error::Builder out, const ErrorMsg& e) {
+  out.setRequestId(e.request_id);
+  out.setMessage(TextOf(e.message));
+  out.setDeadNodeRank(e.dead_node_rank);
+  out.setDeadNodeRole(static_cast<wire::Role>(e.dead_node_role));
+}
+
 // Words the first segment needs so that the message stays one segment (plus referenced data segments).
 std::size_t EstimateWords(const Message& message) {
   auto strings = [](std::size_t bytes) { return bytes / 8 + 2; };
@@ -239,6 +284,17 @@ std::size_t EstimateWords(const Message& message) {
                              [&](const ErrorMsg& e) { return strings(e.message.size()); },
                              [&](const AuthChallenge& c) { return strings(c.nonce.size()); },
                              [&](const AuthProof& p) { return strings(p.mac.size()); },
+                             [&](const TensorBatch& b) {
+                               std::size_t n = 0;
+                               for (const TensorMsg& m : b.entries) n += 16 + tensor(m.value);
+                               return n;
+                             },
+                             [&](const ReplyBatch& b) {
+                               std::size_t n = 0;
+                               for (const Ack& a : b.acks) n += 8 + (a.value ? tensor(*a.value) : 0);
+                               for (const ErrorMsg& e : b.errors) n += 8 + strings(e.message.size());
+                               return n;
+                             },
                          },
                          message);
 }
@@ -279,6 +335,56 @@ TensorMsg ReadTensorRequest(TensorOp op, wire::TensorRequest::Reader in, const s
   return m;
 }
 
+// The tensor request of a union (a Frame's, or a TensorBatch entry's), or nullopt when the member is not one.
+template <class Struct>
+std::optional<TensorMsg> ReadRequestOfOp(typename Struct::Reader in, const std::shared_ptr<const void>& owner) {
+  switch (in.which()) {
+    case Struct::INIT:
+      return ReadTensorRequest(TensorOp::kInit, in.getInit(), owner);
+    case Struct::PUSH:
+      return ReadTensorRequest(TensorOp::kPush, in.getPush(), owner);
+    case Struct::PULL:
+      return ReadTensorRequest(TensorOp::kPull, in.getPull(), owner);
+    case Struct::PUSH_PULL:
+      return ReadTensorRequest(TensorOp::kPushPull, in.getPushPull(), owner);
+    default:
+      return std::nullopt;
+  }
+}
+
+Ack ReadAck(wire::Ack::Reader in, const std::shared_ptr<const void>& owner) {
+  Ack a;
+  a.request_id = in.getRequestId();
+  switch (in.which()) {
+    case wire::Ack::DONE:
+      break;
+    case wire::Ack::VALUE:
+      a.value = ReadTensor(in.getValue(), owner);
+      break;
+    default:
+      throw Error("ack: unknown result kind " + std::to_string(static_cast<int>(in.which())) + " (a newer protocol?)");
+  }
+  return a;
+}
+
+ErrorMsg ReadError(wire::Error::Reader in) {
+  ErrorMsg e;
+  e.request_id = in.getRequestId();
+  e.message = StringOf(in.getMessage());
+  e.dead_node_rank = in.getDeadNodeRank();
+  e.dead_node_role = static_cast<Role>(in.getDeadNodeRole());
+  return e;
+}
+
+// A list's element count checked against the frame before anything is reserved for it: a well-formed
+// element takes at least `min_bytes` on the wire, and a list of empty structs claims elements without bytes.
+void CheckListCount(std::size_t count, std::size_t min_bytes, std::size_t frame_bytes, const std::string& what) {
+  if (count > frame_bytes / min_bytes) {
+    throw Error(what + ": " + std::to_string(count) + " elements in a frame of " + std::to_string(frame_bytes) +
+                " bytes");
+  }
+}
+
 Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& owner, std::size_t frame_bytes) {
   if (frame.getVersion() != kProtocolVersion) {
     throw Error("protocol version " + std::to_string(frame.getVersion()) + ", this node speaks " +
@@ -296,13 +402,10 @@ Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& 
       return h;
     }
     case wire::Frame::INIT:
-      return ReadTensorRequest(TensorOp::kInit, frame.getInit(), owner);
     case wire::Frame::PUSH:
-      return ReadTensorRequest(TensorOp::kPush, frame.getPush(), owner);
     case wire::Frame::PULL:
-      return ReadTensorRequest(TensorOp::kPull, frame.getPull(), owner);
     case wire::Frame::PUSH_PULL:
-      return ReadTensorRequest(TensorOp::kPushPull, frame.getPushPull(), owner);
+      return *ReadRequestOfOp<wire::Frame>(frame, owner);
     case wire::Frame::BARRIER: {
       auto in = frame.getBarrier();
       return Barrier{in.getRequestId(), in.getGroup()};
@@ -327,31 +430,10 @@ Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& 
       for (auto kv : args) c.args.emplace_back(StringOf(kv.getKey()), StringOf(kv.getValue()));
       return c;
     }
-    case wire::Frame::ACK: {
-      auto in = frame.getAck();
-      Ack a;
-      a.request_id = in.getRequestId();
-      switch (in.which()) {
-        case wire::Ack::DONE:
-          break;
-        case wire::Ack::VALUE:
-          a.value = ReadTensor(in.getValue(), owner);
-          break;
-        default:
-          throw Error("ack: unknown result kind " + std::to_string(static_cast<int>(in.which())) +
-                      " (a newer protocol?)");
-      }
-      return a;
-    }
-    case wire::Frame::ERROR: {
-      auto in = frame.getError();
-      ErrorMsg e;
-      e.request_id = in.getRequestId();
-      e.message = StringOf(in.getMessage());
-      e.dead_node_rank = in.getDeadNodeRank();
-      e.dead_node_role = static_cast<Role>(in.getDeadNodeRole());
-      return e;
-    }
+    case wire::Frame::ACK:
+      return ReadAck(frame.getAck(), owner);
+    case wire::Frame::ERROR:
+      return ReadError(frame.getError());
     case wire::Frame::AUTH_CHALLENGE: {
       auto nonce = frame.getAuthChallenge().getNonce();
       return AuthChallenge{std::string(reinterpret_cast<const char*>(nonce.begin()), nonce.size())};
@@ -359,6 +441,35 @@ Message ReadFrame(wire::Frame::Reader frame, const std::shared_ptr<const void>& 
     case wire::Frame::AUTH_PROOF: {
       auto mac = frame.getAuthProof().getMac();
       return AuthProof{std::string(reinterpret_cast<const char*>(mac.begin()), mac.size())};
+    }
+    case wire::Frame::TENSOR_BATCH: {
+      auto entries = frame.getTensorBatch().getEntries();
+      // An entry is a union tag and a pointer to a request of several words.
+      CheckListCount(entries.size(), 16, frame_bytes, "tensor batch");
+      TensorBatch b;
+      b.entries.reserve(entries.size());
+      for (auto e : entries) {
+        auto m = ReadRequestOfOp<wire::BatchEntry>(e, owner);
+        if (!m) {
+          throw Error("tensor batch: unknown request kind " + std::to_string(static_cast<int>(e.which())) +
+                      " (a newer protocol?)");
+        }
+        b.entries.push_back(std::move(*m));
+      }
+      return b;
+    }
+    case wire::Frame::REPLY_BATCH: {
+      auto in = frame.getReplyBatch();
+      auto acks = in.getAcks();
+      auto errors = in.getErrors();
+      CheckListCount(acks.size(), 16, frame_bytes, "reply batch acks");
+      CheckListCount(errors.size(), 16, frame_bytes, "reply batch errors");
+      ReplyBatch b;
+      b.acks.reserve(acks.size());
+      for (auto a : acks) b.acks.push_back(ReadAck(a, owner));
+      b.errors.reserve(errors.size());
+      for (auto e : errors) b.errors.push_back(ReadError(e));
+      return b;
     }
   }
   throw Error("unknown message kind " + std::to_string(static_cast<int>(frame.which())) + " (a newer protocol?)");
@@ -401,22 +512,7 @@ void BuildFrame(const Message& message, const EncodeOptions& options, capnp::Mes
                    out.setHost(TextOf(h.host));
                    out.setPort(h.port);
                  },
-                 [&](const TensorMsg& m) {
-                   switch (m.op) {
-                     case TensorOp::kInit:
-                       SetTensorRequest(frame.initInit(), m, orphanage);
-                       break;
-                     case TensorOp::kPush:
-                       SetTensorRequest(frame.initPush(), m, orphanage);
-                       break;
-                     case TensorOp::kPull:
-                       SetTensorRequest(frame.initPull(), m, orphanage);
-                       break;
-                     case TensorOp::kPushPull:
-                       SetTensorRequest(frame.initPushPull(), m, orphanage);
-                       break;
-                   }
-                 },
+                 [&](const TensorMsg& m) { SetRequestOfOp(frame, m, orphanage); },
                  [&](const Barrier& b) {
                    auto out = frame.initBarrier();
                    out.setRequestId(b.request_id);
@@ -437,22 +533,8 @@ void BuildFrame(const Message& message, const EncodeOptions& options, capnp::Mes
                      args[i].setValue(TextOf(c.args[i].second));
                    }
                  },
-                 [&](const Ack& a) {
-                   auto out = frame.initAck();
-                   out.setRequestId(a.request_id);
-                   if (a.value) {
-                     SetTensor(out.initValue(), *a.value, orphanage);
-                   } else {
-                     out.setDone();
-                   }
-                 },
-                 [&](const ErrorMsg& e) {
-                   auto out = frame.initError();
-                   out.setRequestId(e.request_id);
-                   out.setMessage(TextOf(e.message));
-                   out.setDeadNodeRank(e.dead_node_rank);
-                   out.setDeadNodeRole(static_cast<wire::Role>(e.dead_node_role));
-                 },
+                 [&](const Ack& a) { SetAck(frame.initAck(), a, orphanage); },
+                 [&](const ErrorMsg& e) { SetError(frame.initError(), e); },
                  [&](const AuthChallenge& c) {
                    frame.initAuthChallenge().setNonce(
                        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(c.nonce.data()), c.nonce.size()));
@@ -460,6 +542,17 @@ void BuildFrame(const Message& message, const EncodeOptions& options, capnp::Mes
                  [&](const AuthProof& p) {
                    frame.initAuthProof().setMac(
                        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(p.mac.data()), p.mac.size()));
+                 },
+                 [&](const TensorBatch& b) {
+                   auto entries = frame.initTensorBatch().initEntries(static_cast<unsigned>(b.entries.size()));
+                   for (unsigned i = 0; i < b.entries.size(); ++i) SetRequestOfOp(entries[i], b.entries[i], orphanage);
+                 },
+                 [&](const ReplyBatch& b) {
+                   auto out = frame.initReplyBatch();
+                   auto acks = out.initAcks(static_cast<unsigned>(b.acks.size()));
+                   for (unsigned i = 0; i < b.acks.size(); ++i) SetAck(acks[i], b.acks[i], orphanage);
+                   auto errors = out.initErrors(static_cast<unsigned>(b.errors.size()));
+                   for (unsigned i = 0; i < b.errors.size(); ++i) SetError(errors[i], b.errors[i]);
                  },
              },
              message);
@@ -612,7 +705,7 @@ void FrameDecoder::FinishBody() {
   // Every word of a well-formed frame is read about once; twice that (plus slack for the root and small
   // lists) bounds a hostile message's amplification to a small multiple of its size.
   options.traversalLimitInWords = 2 * words + 64;
-  options.nestingLimit = 16;  // Frame -> request -> tensor -> list: 4 levels are enough
+  options.nestingLimit = 16;  // Frame -> batch -> entries -> entry -> request -> tensor -> list: 7 levels
   std::shared_ptr<const void> owner = body_owner_;
   std::optional<Message> message;
   try {

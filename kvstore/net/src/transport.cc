@@ -28,6 +28,11 @@ namespace {
 // Bodies at least this big are read into a buffer of their own and adopted by the decoder (no copy).
 constexpr std::size_t kAdoptBytes = std::size_t{64} << 10;
 constexpr std::size_t kPrefixBytes = 8;
+// At a frame boundary a connection reads what is there up to this many bytes: a small frame comes in with
+// its prefix in one system call (and several small frames in one), instead of the prefix, then the body.
+// After a frame of kAdoptBytes or more the next prefix is read alone, so that a big body is still read
+// whole into a buffer of its own (not copied) when big frames follow one another.
+constexpr std::size_t kReadAheadBytes = 4096;
 // What a connection's pool keeps per buffer size: up to this many bytes (a round of a model's keys can
 // be in flight at once), and at least a few buffers.
 constexpr std::size_t kPoolBytesPerSize = std::size_t{96} << 20;
@@ -101,6 +106,14 @@ template <class M, class F>
 void ForEachTensorBlob(M& m, F&& f) {
   if (auto* t = std::get_if<TensorMsg>(&m)) f(t->value.data);
   if (auto* a = std::get_if<Ack>(&m); a != nullptr && a->value) f(a->value->data);
+  if (auto* b = std::get_if<TensorBatch>(&m)) {
+    for (auto& t : b->entries) f(t.value.data);
+  }
+  if (auto* b = std::get_if<ReplyBatch>(&m)) {
+    for (auto& a : b->acks) {
+      if (a.value) f(a.value->data);
+    }
+  }
 }
 
 // The tensor bytes of a message that an owner keeps alive (a borrowed view is copied instead).
@@ -356,7 +369,8 @@ void LogFault(const std::string& line) {
 }
 
 bool IsTensorFrame(const Message& m) {
-  return std::holds_alternative<TensorMsg>(m) || (std::holds_alternative<Ack>(m) && std::get<Ack>(m).value);
+  return std::holds_alternative<TensorMsg>(m) || std::holds_alternative<TensorBatch>(m) ||
+         std::holds_alternative<ReplyBatch>(m) || (std::holds_alternative<Ack>(m) && std::get<Ack>(m).value);
 }
 
 // The writers of this process's live connections, by broker (Send finds them here).
@@ -398,7 +412,7 @@ enum LogKind { kLogEvicted, kLogTimedOut, kLogAuthFailed, kLogRefused, kLogOther
 
 const char* KindOf(const Message& m) {
   static const char* kNames[] = {"hello", "tensor", "barrier", "heartbeat", "command", "ack", "error",
-                                 "auth challenge", "auth proof"};
+                                 "auth challenge", "auth proof", "tensor batch", "reply batch"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>, "a name for every kind of Message");
   return kNames[m.index()];
 }
@@ -420,6 +434,7 @@ struct ConnState {
   bool lingering = false;   // closed, waiting for the peer to read the refusal (kLingerTime)
   bool in_body = false;     // the next read is (a chunk of) a body, else a prefix
   bool adopting = false;    // that body is read whole into a pool buffer
+  bool body_big = false;    // that body has kAdoptBytes or more (the next prefix is read alone)
   std::size_t body_left = 0;     // bytes of the current body still to read (chunked reading)
   std::size_t body_reserved = 0;  // bytes of the current body counted in the admission's buffered bytes
   // Authentication (kvstore/net/internal/auth.h).
@@ -436,7 +451,7 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
   if (auto r = caf::io::network::tcp_nodelay(static_cast<caf::io::network::native_socket>(hdl.id()), true); !r) {
     std::fprintf(stderr, "troupe kvstore: cannot set TCP_NODELAY on the connection from %s\n", st->peer.c_str());
   }
-  self->configure_read(hdl, caf::io::receive_policy::exactly(kPrefixBytes));
+  self->configure_read(hdl, caf::io::receive_policy::at_most(kReadAheadBytes));
   self->ack_writes(hdl, true);  // the Writer needs to know when CAF's queue is empty
   st->writer->Start(static_cast<int>(hdl.id()));
   // However the broker ends, no sender touches the socket afterwards (CAF closes it in the broker's cleanup,
@@ -556,29 +571,81 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
         if (st->done) return;
         std::string error;
         int error_log = kLogOther;
+        // Hands the decoded frames on; false when the connection ended meanwhile (a refused auth frame).
+        auto deliver = [&]() {
+          while (auto m = st->decoder.Next()) {
+            if (!st->authed) {
+              if (!on_auth_frame(*m)) return false;
+              continue;
+            }
+            if (hook && hook(*m)) continue;
+            self->send(owner, recv_atom::value, caf::actor_cast<caf::actor>(self), std::move(*m));
+          }
+          return !st->done;
+        };
+        // A frame's prefix is in: its body counts in the admission's buffered bytes until it is whole.
+        auto reserve = [&](std::size_t n) {
+          if (!st->options.admission) return;
+          if (!st->options.admission->Reserve(n)) {
+            error_log = kLogRefused;
+            throw Error("a frame of " + std::to_string(n) + " bytes would take the node over its cap of " +
+                        std::to_string(st->options.admission->limits().max_buffered_bytes) +
+                        " bytes of frames being received (TROUPE_KVSTORE_MAX_BUFFERED_BYTES)");
+          }
+          st->body_reserved = n;
+        };
+        auto release = [&] {
+          if (st->options.admission) st->options.admission->Release(st->body_reserved);
+          st->body_reserved = 0;
+        };
+        // The next read at a frame boundary: ahead, unless the last frame was big (kReadAheadBytes).
+        auto read_next_prefix = [&](bool after_big) {
+          self->configure_read(hdl, after_big ? caf::io::receive_policy::exactly(kPrefixBytes)
+                                              : caf::io::receive_policy::at_most(kReadAheadBytes));
+        };
         try {
           if (!st->in_body) {
-            st->decoder.Feed(reinterpret_cast<const std::byte*>(msg.buf.data()), msg.buf.size());
-            const std::size_t n = st->decoder.awaiting_body();
-            if (st->options.admission) {
-              if (!st->options.admission->Reserve(n)) {
-                error_log = kLogRefused;
-                throw Error("a frame of " + std::to_string(n) + " bytes would take the node over its cap of " +
-                            std::to_string(st->options.admission->limits().max_buffered_bytes) +
-                            " bytes of frames being received (TROUPE_KVSTORE_MAX_BUFFERED_BYTES)");
+            // Up to kReadAheadBytes (or exactly a prefix after a big frame): whole frames are handed on as
+            // each ends, before the next prefix is fed (it may meet the limits the previous frame changed).
+            const auto* p = reinterpret_cast<const std::byte*>(msg.buf.data());
+            std::size_t left = msg.buf.size();
+            while (left > 0) {
+              if (const std::size_t need = st->decoder.prefix_missing(); need > 0) {
+                const std::size_t take = std::min(need, left);
+                st->decoder.Feed(p, take);
+                p += take;
+                left -= take;
+                if (st->decoder.prefix_missing() == 0) reserve(st->decoder.awaiting_body());
+                continue;
               }
-              st->body_reserved = n;
+              const std::size_t missing = st->decoder.body_missing();
+              const std::size_t take = std::min(missing, left);
+              st->decoder.Feed(p, take);
+              p += take;
+              left -= take;
+              if (take == missing) {
+                release();
+                if (!deliver()) return;
+              }
             }
-            st->in_body = true;
-            st->body_left = n;
-            st->adopting = n >= kAdoptBytes && n <= kBodyChunkBytes;
-            // CAF reads the next bytes into msg.buf once this handler returns: for a big body, make that
-            // a pool buffer of exactly the body's size (no resize, no later copy).
-            if (st->adopting) {
-              auto buf = st->pool->Take(n);
-              msg.buf.swap(*buf);
+            const std::size_t missing = st->decoder.body_missing();
+            if (missing > 0) {
+              // A body still to come (its prefix ended this read, or its start is in already): read exactly.
+              const std::size_t n = st->decoder.awaiting_body();  // the whole body, when none of it is in
+              st->in_body = true;
+              st->body_left = missing;
+              st->body_big = missing >= kAdoptBytes;
+              st->adopting = n >= kAdoptBytes && n <= kBodyChunkBytes;
+              // CAF reads the next bytes into msg.buf once this handler returns: for a big body, make that
+              // a pool buffer of exactly the body's size (no resize, no later copy).
+              if (st->adopting) {
+                auto buf = st->pool->Take(n);
+                msg.buf.swap(*buf);
+              }
+              self->configure_read(hdl, caf::io::receive_policy::exactly(std::min(missing, kBodyChunkBytes)));
+            } else {
+              read_next_prefix(false);
             }
-            self->configure_read(hdl, caf::io::receive_policy::exactly(std::min(n, kBodyChunkBytes)));
           } else {
             if (st->adopting) {
               auto body = std::make_unique<std::vector<char>>();
@@ -593,23 +660,15 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
               self->configure_read(hdl, caf::io::receive_policy::exactly(std::min(st->body_left, kBodyChunkBytes)));
             } else {
               st->in_body = false;
-              if (st->options.admission) st->options.admission->Release(st->body_reserved);
-              st->body_reserved = 0;
-              self->configure_read(hdl, caf::io::receive_policy::exactly(kPrefixBytes));
+              release();
+              read_next_prefix(st->body_big);
             }
           }
         } catch (const std::exception& e) {
           error = e.what();
         }
         // Frames decoded before a bad one are delivered: they were well formed.
-        while (auto m = st->decoder.Next()) {
-          if (!st->authed) {
-            if (!on_auth_frame(*m)) return;
-            continue;
-          }
-          if (hook && hook(*m)) continue;
-          self->send(owner, recv_atom::value, caf::actor_cast<caf::actor>(self), std::move(*m));
-        }
+        if (!deliver()) return;
         if (!error.empty()) {
           finish(error, st->authed ? error_log : kLogAuthFailed,
                  st->authed ? Admission::End::kOther : Admission::End::kAuthFailed);
