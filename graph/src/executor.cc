@@ -90,6 +90,9 @@ struct Executor::Impl {
     std::vector<OpReqType> req;
   };
   std::vector<BwStep> bwd;
+  // Per backward step: a node that writes an argument's gradient (its bulk segment ends there). Filled by the
+  // first Backward: the gradient arrays are fixed from Bind on.
+  std::vector<char> bwd_writes_grad;
   bool need_backward = false;
   // Gradient entries that alias head `i`'s gradient (head index -> plan entry), set per Backward call.
   std::vector<std::pair<std::size_t, std::uint32_t>> head_alias;
@@ -790,17 +793,24 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
   // As MXNet's training segments: a segment ends at a node that writes an argument's gradient, so that the
   // gradient is ready (and a KVStore can push it) while the rest of backward runs, instead of after the
   // whole segment.
-  std::vector<VarHandle> grad_vars;
-  for (const NDArray& g : m.grads) {
-    if (!g.is_none()) grad_vars.push_back(g.var());
+  if (m.bwd_writes_grad.size() != m.bwd.size()) {
+    std::vector<VarHandle> grad_vars;
+    for (const NDArray& g : m.grads) {
+      if (!g.is_none()) grad_vars.push_back(g.var());
+    }
+    std::sort(grad_vars.begin(), grad_vars.end());
+    m.bwd_writes_grad.assign(m.bwd.size(), 0);
+    for (std::size_t i = 0; i < m.bwd.size(); ++i) {
+      for (int e : m.bwd[i].in_grad) {
+        if (e >= 0 && std::binary_search(grad_vars.begin(), grad_vars.end(), m.arr[static_cast<std::size_t>(e)].var())) {
+          m.bwd_writes_grad[i] = 1;
+        }
+      }
+    }
   }
-  auto writes_grad = [&](const std::vector<NDArray>& ig) {
-    return std::any_of(ig.begin(), ig.end(), [&](const NDArray& a) {
-      return !a.is_none() && std::find(grad_vars.begin(), grad_vars.end(), a.var()) != grad_vars.end();
-    });
-  };
   Impl::Bulk bulk(m);
-  for (const auto& b : m.bwd) {
+  for (std::size_t step = 0; step < m.bwd.size(); ++step) {
+    const auto& b = m.bwd[step];
     if (b.kind != Impl::BwStep::kNode) bulk.Flush();  // copies and sums are pushed on their own, in order
     switch (b.kind) {
       case Impl::BwStep::kHead:
@@ -821,9 +831,8 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
         for (auto e : b.aux) aux.push_back(m.arr[e]);
         for (int e : b.in_grad) ig.push_back(get(e));
         OperatorRunner& r = *m.runners[b.node];
-        const bool ends_segment = writes_grad(ig);
         bulk.Add(r.PrepareBackward(og, id, od, aux, ig, b.req), r);
-        if (ends_segment) bulk.Flush();
+        if (m.bwd_writes_grad[step]) bulk.Flush();
         break;
       }
     }
