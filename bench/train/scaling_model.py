@@ -11,23 +11,24 @@ M bytes in K arrays, the single process's step time T_1 measured in the same run
 (on this machine every process shares the same 2 cores, so the workers' compute together takes about the single
 process's time, and the bytes cost CPU at the rate the kvstore-dist run measured, not link time).
 
-Usage: scaling_model.py --kv KV.json [KV.json ...] --keys KEYS16.json [...] --train TRAIN.json [...]
-Prints the calibration and a Markdown table: predicted vs measured, error %.
+Usage: scaling_model.py --kv KV.json [...] --keys TINY.json [...] [--check KV2.json ...] [--train TRAIN.json ...]
+Prints the calibration and Markdown tables, predicted vs measured, error %: the rounds of the --check
+kvstore-dist runs (other key counts and sizes than the calibration's) and the steps of the --train runs.
 """
 import argparse
 import json
 import statistics
 
 
-def runs_of(paths, mode="netns"):
-    """(workers, servers) -> list of run dicts of that wire, over every file."""
+def runs_of(paths, mode="netns", with_config=False):
+    """(workers, servers) -> list of run dicts of that wire (with the file's config), over every file."""
     out = {}
     for p in paths:
         d = json.load(open(p))
         for r in d.get("runs", []):
             if r["net"]["mode"] != mode:
                 continue
-            out.setdefault((r["workers"], r["servers"]), []).append(r)
+            out.setdefault((r["workers"], r["servers"]), []).append((r, d["config"]) if with_config else r)
     return out
 
 
@@ -35,12 +36,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kv", nargs="+", required=True)
     ap.add_argument("--keys", nargs="+", required=True)
-    ap.add_argument("--train", nargs="+", required=True)
+    ap.add_argument("--train", nargs="*", default=[])
+    ap.add_argument("--check", nargs="*", default=[],
+                    help="kvstore-dist JSON whose rounds to predict (n keys of their size, same wire)")
     ap.add_argument("--mode", default="netns")
     a = ap.parse_args()
 
     kv = runs_of(a.kv, a.mode)
-    keys = runs_of(a.keys, a.mode)
+    keys = runs_of(a.keys, a.mode, with_config=True)
     cal = {}
     print("calibration (%s): W S | T_round us | Theta GiB/s | t_key us" % a.mode)
     for ws in sorted(kv):
@@ -48,16 +51,33 @@ def main():
         theta = statistics.median(r["kvstore"]["throughput_gibs"] for r in kv[ws]) * 2**30
         t_key = None
         if ws in keys:
-            k = keys[ws][0]
+            k, cfg = keys[ws][0]
             d = k["kvstore"]
-            n = len(d["workers"][0]["round_seconds"]) and 16
-            model_bytes = 16 * 16 * 1024
+            n = cfg["keys"]
+            model_bytes = n * int(cfg["key_mib"] * 2**20 / 4) * 4
             rnd = d["round_seconds_median"]
             lat = d["small_key_latency_us_median"] * 1e-6
             t_key = max(0.0, (rnd - lat - 2 * ws[0] * model_bytes / theta) / (n - 1))
         cal[ws] = (t_round, theta, t_key)
         print("  %d %d | %8.1f | %6.3f | %s" % (ws[0], ws[1], t_round * 1e6, theta / 2**30,
                                               "%.1f" % (t_key * 1e6) if t_key is not None else "-"))
+
+    if a.check:
+        print()
+        print("| kvstore-dist round | W | S | measured ms | predicted ms | error % |")
+        print("|---|---|---|---|---|---|")
+        for ws, lst in sorted(runs_of(a.check, a.mode, with_config=True).items()):
+            if ws not in cal or cal[ws][2] is None:
+                continue
+            t_round, theta, t_key = cal[ws]
+            for r, cfg in lst:
+                n = cfg["keys"]
+                nbytes = n * int(cfg["key_mib"] * 2**20 / 4) * 4
+                meas = r["kvstore"]["round_seconds_median"]
+                pred = t_round + (n - 1) * t_key + 2 * ws[0] * nbytes / theta
+                err = (pred - meas) / meas * 100
+                print("| %d keys x %g KiB | %d | %d | %.3f | %.3f | %+.0f |" % (
+                    n, cfg["key_mib"] * 1024, ws[0], ws[1], meas * 1e3, pred * 1e3, err))
 
     print()
     print("| model | W | S | single ms | measured ms | predicted ms | error % | dist / single |")
