@@ -7,8 +7,8 @@ Calibration (netns runs of `troupe bench kvstore-dist`, one per worker count W a
   t_key(W, S)    what each further key of a round adds: (round of 16 keys of 16 KiB - T_round - bytes / Theta) / 15.
 Prediction of a dist_sync step of `troupe bench train-dist` (the same wire, W workers, S servers, a model of
 M bytes in K arrays, the single process's step time T_1 measured in the same run):
-  T_step = T_1 + T_round + (K - 1) t_key + 2 W M / Theta
-(on this machine every process shares the same 2 cores, so the workers' compute together takes about the single
+  T_step = T_1 + T_round + max((K - 1) t_key, 2 W M / Theta)      (--additive: the sum of the two)
+(the keys are in flight together, so their fixed costs overlap the bytes of the others; on this machine every process shares the same 2 cores, so the workers' compute together takes about the single
 process's time, and the bytes cost CPU at the rate the kvstore-dist run measured, not link time).
 
 Usage: scaling_model.py --kv KV.json [...] --keys TINY.json [...] [--check KV2.json ...] [--train TRAIN.json ...]
@@ -32,6 +32,13 @@ def runs_of(paths, mode="netns", with_config=False):
     return out
 
 
+def sync(t_round, t_key, theta, keys, workers, nbytes, additive):
+    """A dist_sync round of `keys` keys of `nbytes` bytes in all, W = `workers`."""
+    fixed = (keys - 1) * t_key
+    moved = 2 * workers * nbytes / theta
+    return t_round + (fixed + moved if additive else max(fixed, moved))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kv", nargs="+", required=True)
@@ -40,6 +47,9 @@ def main():
     ap.add_argument("--check", nargs="*", default=[],
                     help="kvstore-dist JSON whose rounds to predict (n keys of their size, same wire)")
     ap.add_argument("--mode", default="netns")
+    ap.add_argument("--additive", action="store_true",
+                    help="the first form: T_round + (n - 1) t_key + bytes / Theta (default: the per-key costs "
+                         "overlap the bytes of the other keys in flight: T_round + max((n - 1) t_key, bytes / Theta))")
     a = ap.parse_args()
 
     kv = runs_of(a.kv, a.mode)
@@ -74,7 +84,7 @@ def main():
                 n = cfg["keys"]
                 nbytes = n * int(cfg["key_mib"] * 2**20 / 4) * 4
                 meas = r["kvstore"]["round_seconds_median"]
-                pred = t_round + (n - 1) * t_key + 2 * ws[0] * nbytes / theta
+                pred = sync(t_round, t_key, theta, n, ws[0], nbytes, a.additive)
                 err = (pred - meas) / meas * 100
                 print("| %d keys x %g KiB | %d | %d | %.3f | %.3f | %+.0f |" % (
                     n, cfg["key_mib"] * 1024, ws[0], ws[1], meas * 1e3, pred * 1e3, err))
@@ -99,7 +109,7 @@ def main():
                 if (w, s) not in cal or cal[(w, s)][2] is None:
                     continue
                 t_round, theta, t_key = cal[(w, s)]
-                pred = t1 + t_round + (K - 1) * t_key + 2 * w * M / theta
+                pred = t1 + sync(t_round, t_key, theta, K, w, M, a.additive)
                 err = (pred - meas) / meas * 100
                 errors.append(abs(err))
                 print("| %s | %d | %d | %.2f | %.2f | %.2f | %+.0f | %.2f |" % (
