@@ -37,6 +37,7 @@ constexpr std::int64_t kSmallKeyElems = 16;
 constexpr int kChildTimeoutMs = 600000;
 
 struct Resolved {
+  int workers;
   int repeat;
   double model_mib;
   double key_mib;
@@ -47,6 +48,7 @@ struct Resolved {
 
 Resolved Resolve(const KVStoreDistBenchOptions& o) {
   Resolved r;
+  r.workers = o.workers;
   r.repeat = o.repeat > 0 ? o.repeat : (o.quick ? 2 : kDistDefaultRepeat);
   r.model_mib = o.model_mib > 0 ? o.model_mib : (o.quick ? 4.0 : 64.0);
   r.key_mib = o.key_mib > 0 ? std::min(o.key_mib, r.model_mib) : 4.0;
@@ -93,10 +95,10 @@ struct Header {
   std::uint64_t n;
 };
 
-int RunTcpPeer(int port) {
-  const int fd = proc::ConnectLoopback(port);
+int RunTcpPeer(const std::string& host, int port) {
+  const int fd = proc::ConnectTcp(host, port);
   if (fd < 0) {
-    std::fprintf(stderr, "troupe bench kvstore-dist (tcp peer): cannot connect to port %d\n", port);
+    std::fprintf(stderr, "troupe bench kvstore-dist (tcp peer): cannot connect to %s:%d\n", host.c_str(), port);
     return 1;
   }
   NoDelay(fd);
@@ -136,23 +138,32 @@ struct TcpAnchor {
   std::vector<std::string> failures;
 };
 
-// Measures the anchors against a child process (this executable in the tcp-peer role).
-void MeasureTcp(const Resolved& r, const KVStoreDistBenchOptions& o, TcpAnchor* out) {
-  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+// Measures the anchors against a child process (this executable in the tcp-peer role). On a wire this
+// process listens in node 0's namespace (its socket stays there) and the peers run in nodes 1 and 2.
+void MeasureTcp(const Resolved& r, const KVStoreDistBenchOptions& o, const NetnsWire* wire, TcpAnchor* out) {
+  const std::string host = wire != nullptr ? wire->Address(0) : "127.0.0.1";
+  int lfd = -1;
+  auto listen = [&] { lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); };
+  if (wire != nullptr) {
+    wire->RunIn(0, listen);
+  } else {
+    listen();
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
   socklen_t len = sizeof addr;
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0 ||
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0 ||
       ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    out->failures.push_back("raw TCP anchor: cannot listen on 127.0.0.1");
-    ::close(lfd);
+    out->failures.push_back("raw TCP anchor: cannot listen on " + host);
+    if (lfd >= 0) ::close(lfd);
     return;
   }
   const int port = ntohs(addr.sin_port);
   const std::vector<std::string> peer_argv = {proc::SelfExe(), "bench", "kvstore-dist", "--role", "tcp-peer",
-                                              "--peer-port", std::to_string(port)};
-  proc::Process peer("tcp peer", peer_argv, {});
+                                              "--peer-host", host, "--peer-port", std::to_string(port)};
+  auto peer_at = [&](int node) { return wire != nullptr ? wire->Wrap(node, peer_argv) : peer_argv; };
+  proc::Process peer("tcp peer", peer_at(1), {});
   const int fd = ::accept(lfd, nullptr, nullptr);
   if (fd < 0) {
     ::close(lfd);
@@ -201,7 +212,7 @@ void MeasureTcp(const Resolved& r, const KVStoreDistBenchOptions& o, TcpAnchor* 
   }
   // lock-step: this process as the server of two client peers (a second peer joins), as a dist_sync round
   // with 2 workers and 1 server: both clients' 64 bytes in, then 64 bytes back to each.
-  proc::Process peer2("tcp peer 2", peer_argv, {});
+  proc::Process peer2("tcp peer 2", peer_at(2), {});
   const int fd2 = ok ? ::accept(lfd, nullptr, nullptr) : -1;
   if (fd2 >= 0) {
     NoDelay(fd2);
@@ -241,6 +252,7 @@ int RunWorker(const Resolved& r) {
   try {
     auto kv = KVStore::Create("dist_sync");
     const int rank = kv->rank();
+    const double ranks_sum = kv->num_workers() * (kv->num_workers() + 1) / 2.0;
     const TShape shape{r.key_elems};
     std::vector<int> keys;
     std::vector<NDArray> zeros, grads, outs;
@@ -261,8 +273,8 @@ int RunWorker(const Resolved& r) {
       for (const NDArray& a : outs) a.WaitToRead();
       const double s = Seconds(t0, Clock::now());
       if (round > 0) rounds.push_back(s);  // round 0 is the warm-up
-      // The sum of both workers' gradients: (1 + 2) x (round + 1).
-      const float want = static_cast<float>(3.0 * (round + 1.0));
+      // The sum of the workers' gradients: (1 + 2 + ... + W) x (round + 1).
+      const float want = static_cast<float>(ranks_sum * (round + 1.0));
       for (int k = 0; k < r.num_keys; ++k) {
         const NDArray& o = outs[static_cast<std::size_t>(k)];
         const TBlob b = o.data();
@@ -289,7 +301,9 @@ int RunWorker(const Resolved& r) {
       if (i >= 10) lat.push_back(Seconds(t0, Clock::now()) * 1e6);
       if (i == 0 || i + 1 == r.latency_calls + 10) {
         const std::vector<float> v = so.ToVector<float>();
-        if (v.front() != 3.f || v.back() != 3.f) failures.push_back("small key: pulled " + std::to_string(v.front()) + ", expected 3");
+        if (v.front() != ranks_sum || v.back() != ranks_sum) {
+          failures.push_back("small key: pulled " + std::to_string(v.front()) + ", expected " + std::to_string(ranks_sum));
+        }
       }
     }
     result = {{"rank", rank}, {"round_seconds", rounds}, {"latency_us_median", MedianOf(lat)},
@@ -303,34 +317,28 @@ int RunWorker(const Resolved& r) {
 
 // --- the coordinator ---------------------------------------------------------------------------------
 
-int RunCoordinator(const KVStoreDistBenchOptions& o) {
-  const Resolved r = Resolve(o);
-  const std::string started = UtcNow();
-  std::vector<std::string> failures;
-  std::fprintf(stderr, "troupe bench kvstore-dist: raw TCP anchors (%d runs)...\n", r.repeat);
-  TcpAnchor tcp;
-  MeasureTcp(r, o, &tcp);
-
-  std::fprintf(stderr, "troupe bench kvstore-dist: cluster of 1 scheduler, 1 server, 2 workers; %d keys x %g MiB, %d rounds...\n",
-               r.num_keys, r.key_mib, r.repeat);
+// One cluster of `servers` servers and r.workers workers on the wire (loopback when null), against the
+// anchors measured on the same wire: the figures and ratios of one entry of "runs".
+Json MeasureCluster(const Resolved& r, const NetnsWire* wire, int servers, const TcpAnchor& tcp,
+                    std::vector<std::string>* failures) {
+  const int nw = r.workers;
+  std::fprintf(stderr,
+               "troupe bench kvstore-dist: %s: 1 scheduler, %d server(s), %d workers; %d keys x %g MiB, %d rounds...\n",
+               wire != nullptr ? wire->Summary().c_str() : "loopback", servers, nw, r.num_keys, r.key_mib, r.repeat);
   std::vector<Json> workers;
   {
-    ChildCluster cluster(1, 2, kChildTimeoutMs);
+    ChildCluster cluster(servers, nw, kChildTimeoutMs, wire);
     std::vector<std::unique_ptr<proc::Process>> ws;
-    for (int w = 0; cluster.started() && w < 2; ++w) {
-      ws.push_back(std::make_unique<proc::Process>(
-          "worker", std::vector<std::string>{proc::SelfExe(), "bench", "kvstore-dist", "--role", "worker", "--repeat",
-                                             std::to_string(r.repeat), "--model-mib", Fmt("%g", r.model_mib),
-                                             "--key-mib", Fmt("%g", r.key_mib), "--latency-calls",
-                                             std::to_string(r.latency_calls)},
-          cluster.worker_env()));
+    for (int w = 0; cluster.started() && w < nw; ++w) {
+      ws.push_back(cluster.StartWorker(
+          w, {proc::SelfExe(), "bench", "kvstore-dist", "--role", "worker", "--repeat", std::to_string(r.repeat),
+              "--model-mib", Fmt("%g", r.model_mib), "--key-mib", Fmt("%g", r.key_mib), "--latency-calls",
+              std::to_string(r.latency_calls)}));
     }
-    workers = CollectWorkerResults(ws, kChildTimeoutMs, &failures);
-    cluster.Wait(kChildTimeoutMs, &failures);
+    workers = CollectWorkerResults(ws, kChildTimeoutMs, failures);
+    cluster.Wait(kChildTimeoutMs, failures);
   }
-  for (const std::string& f : tcp.failures) failures.push_back(f);
-
-  // The slower worker sets the pace of a sync round.
+  // The slowest worker sets the pace of a sync round.
   double round_s = 0, latency_us = 0;
   for (const Json& w : workers) {
     if (!w.contains("round_seconds")) continue;
@@ -338,11 +346,66 @@ int RunCoordinator(const KVStoreDistBenchOptions& o) {
     latency_us = std::max(latency_us, w["latency_us_median"].get<double>());
   }
   const double model_bytes = static_cast<double>(r.num_keys) * static_cast<double>(r.key_elems) * 4.0;
-  const double through = round_s > 0 ? 2.0 * 2.0 * model_bytes / kGiB / round_s : 0;
-  const double per_worker = through / 2.0;
+  const double through = round_s > 0 ? nw * 2.0 * model_bytes / kGiB / round_s : 0;
+  const double per_worker = through / nw;
   const double stream = MedianOf(tcp.stream_gibs), echo = MedianOf(tcp.echo_gibs), rtt = MedianOf(tcp.rtt_us);
-  const double ratio_tp = stream > 0 ? through / stream : 0;
-  const double ratio_lat = rtt > 0 ? latency_us / rtt : 0;
+  Json run;
+  run["net"] = wire != nullptr ? wire->Applied() : Json{{"mode", "loopback"}};
+  run["servers"] = servers;
+  run["workers"] = nw;
+  run["kvstore"] = {{"round_seconds_median", round_s},
+                    {"throughput_gibs", through},
+                    {"per_worker_gibs", per_worker},
+                    {"small_key_latency_us_median", latency_us},
+                    {"workers", workers}};
+  run["raw_tcp"] = {{"stream_gibs_median", stream}, {"stream_gibs", tcp.stream_gibs},
+                    {"echo_gibs_median", echo},     {"echo_gibs", tcp.echo_gibs},
+                    {"rtt_us_median", rtt},         {"lockstep_us_median", tcp.lockstep_us}};
+  run["ratios"] = {{"throughput_vs_raw_stream", stream > 0 ? through / stream : 0},
+                   {"per_worker_vs_raw_stream", stream > 0 ? per_worker / stream : 0},
+                   {"throughput_vs_raw_echo", echo > 0 ? through / echo : 0},
+                   {"latency_vs_raw_rtt", rtt > 0 ? latency_us / rtt : 0},
+                   {"latency_vs_raw_lockstep", tcp.lockstep_us > 0 ? latency_us / tcp.lockstep_us : 0}};
+  return run;
+}
+
+int RunCoordinator(const KVStoreDistBenchOptions& o) {
+  const Resolved r = Resolve(o);
+  if (const std::string why = NetUnavailable(o.net); !why.empty()) {
+    std::fprintf(stderr, "troupe bench kvstore-dist: --net netns: %s\n", why.c_str());
+    return 2;
+  }
+  const std::string started = UtcNow();
+  std::vector<std::string> failures;
+  Json runs = Json::array();
+  const int max_servers = *std::max_element(o.servers.begin(), o.servers.end());
+  for (const std::string& mode : o.net.modes) {
+    std::unique_ptr<NetnsWire> wire;
+    if (mode == "netns") {
+      try {
+        wire = std::make_unique<NetnsWire>(ClusterNodes(max_servers, std::max(r.workers, 2)), o.net.shaping);
+      } catch (const std::exception& e) {
+        failures.push_back(e.what());
+        continue;
+      }
+      std::fprintf(stderr, "troupe bench kvstore-dist: %s\n", wire->Summary().c_str());
+      if (const Json a = wire->Applied(); a.contains("latency_note")) {
+        std::fprintf(stderr, "troupe bench kvstore-dist: %s\n", a["latency_note"].get<std::string>().c_str());
+      }
+    }
+    std::fprintf(stderr, "troupe bench kvstore-dist: %s: raw TCP anchors (%d runs)...\n", mode.c_str(), r.repeat);
+    TcpAnchor tcp;
+    try {
+      MeasureTcp(r, o, wire.get(), &tcp);
+    } catch (const std::exception& e) {
+      tcp.failures.push_back(std::string("raw TCP anchor: ") + e.what());
+    }
+    for (const std::string& f : tcp.failures) failures.push_back(mode + ": " + f);
+    for (const int servers : o.servers) runs.push_back(MeasureCluster(r, wire.get(), servers, tcp, &failures));
+    if (wire) {
+      for (const std::string& p : wire->TearDown()) failures.push_back("netns teardown: " + p);
+    }
+  }
 
   Json root;
   root["benchmark"] = "kvstore-dist";
@@ -350,42 +413,50 @@ int RunCoordinator(const KVStoreDistBenchOptions& o) {
   root["started"] = started;
   root["finished"] = UtcNow();
   root["machine"] = {{"cores", AvailableCores()}, {"cpu", CpuModel()}};
-  root["config"] = {{"quick", o.quick}, {"repeat", r.repeat}, {"model_mib", r.model_mib}, {"key_mib", r.key_mib},
-                    {"keys", r.num_keys}, {"latency_calls", r.latency_calls}, {"servers", 1}, {"workers", 2},
-                    {"type", "dist_sync"}};
-  root["kvstore"] = {{"round_seconds_median", round_s},
-                     {"throughput_gibs", through},
-                     {"per_worker_gibs", per_worker},
-                     {"small_key_latency_us_median", latency_us},
-                     {"workers", workers}};
-  root["raw_tcp"] = {{"stream_gibs_median", stream}, {"stream_gibs", tcp.stream_gibs},
-                     {"echo_gibs_median", echo}, {"echo_gibs", tcp.echo_gibs}, {"rtt_us_median", rtt},
-                     {"lockstep_us_median", tcp.lockstep_us}};
-  root["ratios"] = {{"throughput_vs_raw_stream", ratio_tp},
-                    {"per_worker_vs_raw_stream", stream > 0 ? per_worker / stream : 0},
-                    {"throughput_vs_raw_echo", echo > 0 ? through / echo : 0},
-                    {"latency_vs_raw_rtt", ratio_lat},
-                    {"latency_vs_raw_lockstep", tcp.lockstep_us > 0 ? latency_us / tcp.lockstep_us : 0}};
+  root["config"] = {{"quick", o.quick},          {"repeat", r.repeat},   {"model_mib", r.model_mib},
+                    {"key_mib", r.key_mib},      {"keys", r.num_keys},   {"latency_calls", r.latency_calls},
+                    {"servers", o.servers},      {"workers", r.workers}, {"type", "dist_sync"},
+                    {"net", o.net.modes},        {"net_rate_gbit", o.net.shaping.rate_gbit},
+                    {"net_latency_us", o.net.shaping.latency_us}};
+  if (!runs.empty()) {
+    // The first run at the top level too, where the results before --net and --servers had it.
+    for (const char* k : {"kvstore", "raw_tcp", "ratios"}) root[k] = runs.front()[k];
+  }
+  root["runs"] = runs;
   root["targets"] = {{"throughput_vs_raw_stream", ">= 0.7"}, {"latency_vs_raw_rtt", "<= 3"}};
   root["notes"] = {
-      "throughput = bytes through the server per second: 2 workers x model x 2 (push and pull) / the slower "
-      "worker's median round time; per_worker = half of it",
+      "throughput = bytes through the servers per second: workers x model x 2 (push and pull) / the slowest "
+      "worker's median round time; per_worker = throughput / workers",
       "raw stream = one-way TCP throughput between this process and a child (TCP_NODELAY), 256 MiB in key-sized "
       "writes; raw echo = the model sent and received back in key-sized chunks; rtt = a 64-byte echo; lockstep = "
       "a round of 2 client processes and this process as server (both clients' 64 bytes in, 64 bytes back to "
       "each), the slower client's median: the floor of a dist_sync round on raw TCP (informational)",
-      "latency = one PushPull of a 16-float key waited for, in dist_sync (both workers in lock step)"};
+      "latency = one PushPull of a 16-float key waited for, in dist_sync (every worker in lock step)",
+      "net: loopback = every process on 127.0.0.1; netns = each process (and each anchor peer) in a network "
+      "namespace of its own on a bridge, links shaped as runs[].net says (latency_us_applied 0 where the kernel "
+      "has no netem)"};
   root["failures"] = failures;
   root["ok"] = failures.empty();
 
-  std::printf("kvstore-dist: %d keys x %g MiB, 1 server, 2 workers (%d cores)\n", r.num_keys, r.key_mib, AvailableCores());
-  std::printf("  push+pull through the server  %8.3f GiB/s  (per worker %.3f)\n", through, per_worker);
-  std::printf("  raw TCP stream                %8.3f GiB/s   ratio %.2f (target >= 0.7)\n", stream, ratio_tp);
-  std::printf("  raw TCP echo                  %8.3f GiB/s   ratio %.2f\n", echo, echo > 0 ? through / echo : 0);
-  std::printf("  small-key PushPull latency    %8.1f us\n", latency_us);
-  std::printf("  raw TCP round trip            %8.1f us      ratio %.2f (target <= 3)\n", rtt, ratio_lat);
-  std::printf("  raw TCP lock-step round       %8.1f us      ratio %.2f (2 clients, 1 server)\n", tcp.lockstep_us,
-              tcp.lockstep_us > 0 ? latency_us / tcp.lockstep_us : 0);
+  std::printf("kvstore-dist: %d keys x %g MiB, %d workers (%d cores)\n", r.num_keys, r.key_mib, r.workers,
+              AvailableCores());
+  for (const Json& run : runs) {
+    const Json& k = run["kvstore"];
+    const Json& t = run["raw_tcp"];
+    const Json& q = run["ratios"];
+    std::printf(" %s, %d server(s)\n", run["net"]["mode"].get<std::string>().c_str(), run["servers"].get<int>());
+    std::printf("  push+pull through the servers %8.3f GiB/s  (per worker %.3f)\n",
+                k["throughput_gibs"].get<double>(), k["per_worker_gibs"].get<double>());
+    std::printf("  raw TCP stream                %8.3f GiB/s   ratio %.2f (target >= 0.7)\n",
+                t["stream_gibs_median"].get<double>(), q["throughput_vs_raw_stream"].get<double>());
+    std::printf("  raw TCP echo                  %8.3f GiB/s   ratio %.2f\n", t["echo_gibs_median"].get<double>(),
+                q["throughput_vs_raw_echo"].get<double>());
+    std::printf("  small-key PushPull latency    %8.1f us\n", k["small_key_latency_us_median"].get<double>());
+    std::printf("  raw TCP round trip            %8.1f us      ratio %.2f (target <= 3)\n",
+                t["rtt_us_median"].get<double>(), q["latency_vs_raw_rtt"].get<double>());
+    std::printf("  raw TCP lock-step round       %8.1f us      ratio %.2f (2 clients, 1 server)\n",
+                t["lockstep_us_median"].get<double>(), q["latency_vs_raw_lockstep"].get<double>());
+  }
   for (const std::string& f : failures) std::printf("  FAILED: %s\n", f.c_str());
   const bool written = WriteJsonFile(o.json_path, root, "troupe bench kvstore-dist");
   return failures.empty() && written ? 0 : 1;
@@ -395,7 +466,7 @@ int RunCoordinator(const KVStoreDistBenchOptions& o) {
 
 int RunKVStoreDistBench(const KVStoreDistBenchOptions& options) {
   if (options.role == "worker") return RunWorker(Resolve(options));
-  if (options.role == "tcp-peer") return RunTcpPeer(options.peer_port);
+  if (options.role == "tcp-peer") return RunTcpPeer(options.peer_host, options.peer_port);
   if (options.json_path.empty()) {
     std::fprintf(stderr, "troupe bench kvstore-dist: --json FILE is required\n");
     return 2;
@@ -407,28 +478,35 @@ int RunKVStoreDistBench(const KVStoreDistBenchOptions& options) {
 namespace {
 
 constexpr const char* kKVStoreDistBenchmarkDescription =
-    "The distributed KVStore across processes on loopback against raw TCP between two processes, measured in "
-    "the same run. A scheduler, 1 server and 2 workers run as separate processes (copies of this executable). "
+    "The distributed KVStore across processes against raw TCP between two processes on the same wire, measured "
+    "in the same run. A scheduler, S servers (each S in --servers) and --workers workers run as separate "
+    "processes (copies of this executable). "
     "Each worker runs dist_sync rounds over a model of --model-mib MiB in keys of --key-mib MiB (float32): a "
     "round is PushPull of every key, ended when every pulled key has arrived; round 0 is a warm-up, then "
     "--repeat timed rounds; then --latency-calls PushPull calls of a 16-float key, each waited for. Figures: "
-    "throughput = bytes through the server per second (2 workers x model x 2 / the slower worker's median "
+    "throughput = bytes through the servers per second (workers x model x 2 / the slowest worker's median "
     "round time), per-worker throughput, and the small key's median latency. Anchors, against a child "
     "process over TCP with TCP_NODELAY: the one-way stream throughput (256 MiB in key-sized writes), the echo "
     "of the model in key-sized chunks, the round trip of a 64-byte message, and (for reference) a lock-step "
     "round of two child clients with this process as their server, as a dist_sync round on raw TCP. Ratios: "
-    "throughput / stream (target >= 0.7), latency / round trip (target <= 3); reported, not enforced. Checks: "
-    "every pulled key "
-    "equals the sum of both workers' gradients of its round, the echoes equal what was sent, every process "
+    "throughput / stream (target >= 0.7), latency / round trip (target <= 3); reported, not enforced. "
+    "Wires (--net): loopback (127.0.0.1), netns (each process, anchors' peers included, in a network "
+    "namespace of its own, veth pairs to a bridge, 10.88.x.x addresses, links shaped with tc: tbf at "
+    "--net-rate-gbit, netem delay of --net-latency-us where the kernel has netem, else rate only and the JSON "
+    "says so; made by the run as root and removed at its end, also when it fails or is killed), or "
+    "loopback,netns for both in one command. Checks: every pulled key "
+    "equals the sum of the workers' gradients of its round, the echoes equal what was sent, every process "
     "exits 0. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed, 1 when one "
-    "failed (the JSON says which), 2 on bad usage.";
+    "failed (the JSON says which), 2 on bad usage or when netns was asked for and namespaces cannot be made.";
 
 constexpr const char* kKVStoreDistBenchmarkExamples =
     "Examples:\n"
     "  troupe bench kvstore-dist --json dist.json\n"
     "      64 MiB in 4 MiB keys, 10 rounds, 2000 latency calls (about half a minute on 2 cores)\n"
     "  troupe bench kvstore-dist --quick --json /tmp/smoke.json\n"
-    "      a 4 MiB model, 2 rounds: checks that the processes, anchors and checks work";
+    "      a 4 MiB model, 2 rounds: checks that the processes, anchors and checks work\n"
+    "  troupe bench kvstore-dist --net loopback,netns --servers 1,2 --json wire.json\n"
+    "      both wires, 1 and 2 servers (netns: as root; 10 Gbit/s links, 25 us where netem exists)";
 
 void DeclareKVStoreDistBenchmarkOptions(KVStoreDistBenchOptions* o, BenchOptionList* options) {
   options->Add("--json", &o->json_path, "Write the results to FILE (pretty-printed JSON)").TypeName("FILE");
@@ -445,8 +523,16 @@ void DeclareKVStoreDistBenchmarkOptions(KVStoreDistBenchOptions* o, BenchOptionL
   options->Add("--latency-calls", &o->latency_calls, "Small-key PushPull calls timed (default 2000, 200 with --quick)")
       .Range(1, 10000000)
       .TypeName("N");
+  options->Add("--workers", &o->workers, "Worker processes").Range(1, 64).TypeName("W").ShowDefault();
+  options->Add("--servers", &o->servers, "Server counts to measure (each a cluster of its own)")
+      .Delimiter(',')
+      .Range(1, 64)
+      .TypeName("LIST")
+      .ShowDefault();
+  DeclareNetOptions(&o->net, options);
   // The roles of the processes the benchmark starts itself (not for users; hidden from --help).
   options->Add("--role", &o->role, "").Choices({"worker", "tcp-peer"}).Hidden();
+  options->Add("--peer-host", &o->peer_host, "").Hidden();
   options->Add("--peer-port", &o->peer_port, "").Hidden();
 }
 
@@ -454,7 +540,7 @@ void DeclareKVStoreDistBenchmarkOptions(KVStoreDistBenchOptions* o, BenchOptionL
 
 Benchmark KVStoreDistBenchmark() {
   return MakeBenchmark<KVStoreDistBenchOptions>(
-      "kvstore-dist", "Distributed KVStore (scheduler, server, 2 workers as processes) against raw TCP",
+      "kvstore-dist", "Distributed KVStore (scheduler, servers, workers as processes; loopback or netns) against raw TCP",
       std::string(kKVStoreDistBenchmarkDescription) + "\n\n" + kKVStoreDistBenchmarkExamples + "\n",
       &DeclareKVStoreDistBenchmarkOptions, &RunKVStoreDistBench);
 }

@@ -1,7 +1,8 @@
 // `troupe bench kvstore-dist`: the distributed KVStore across processes on loopback against raw TCP
 // between two processes, measured in the same run.
 //
-// The cluster: a scheduler, 1 server and 2 workers, each a separate process (copies of this executable:
+// The cluster: a scheduler, S servers (each S in --servers, default 1) and --workers W workers (default 2),
+// each a separate process (copies of this executable:
 // the roles through DMLC_ROLE, the workers through the hidden --role worker). Each worker runs dist_sync
 // rounds over a model of --model-mib MiB in keys of --key-mib MiB (float32): a round is PushPull of every
 // key (gradients (rank + 1) x (round + 1)) and ends when every pulled key has arrived. Then --latency-calls
@@ -19,6 +20,10 @@
 //   rtt         = median round trip of a 64-byte message.
 // Ratios: throughput / stream (target >= 0.7), latency / rtt (target <= 3), and throughput / echo.
 //
+// Wires (--net): loopback (127.0.0.1), netns (each process, the anchors' peers included, in a network
+// namespace of its own on a shaped bridge: bench/common/netns.h), or both in one command; the JSON's "runs"
+// holds one entry per wire and server count (the top-level "kvstore", "raw_tcp" and "ratios" repeat the first).
+//
 // In-run checks: every pulled key equals the sum of the workers' gradients of that round (first and last
 // element of every key each round; every element of the first and last key in the last round); the small
 // key likewise; the anchors' peers echo the bytes they were sent (checked on the first and last byte of
@@ -26,7 +31,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "bench/common/multi_process.h"
 #include "bench/common/registry.h"
 
 namespace troupe::bench {
@@ -38,8 +45,12 @@ struct KVStoreDistBenchOptions {
   double model_mib = 0;   // 0: 64 (4 with quick)
   double key_mib = 4;
   int latency_calls = 0;  // 0: 2000 (200 with quick)
-  // Hidden: the role of a process the coordinator started ("worker", "tcp-peer"), and the tcp peer's port.
+  int workers = 2;
+  std::vector<int> servers = {1};  // server counts to measure
+  NetOptions net;                  // loopback, netns or both; the shaping of netns
+  // Hidden: the role of a process the coordinator started ("worker", "tcp-peer"), and the tcp peer's address.
   std::string role;
+  std::string peer_host = "127.0.0.1";
   int peer_port = 0;
 };
 
