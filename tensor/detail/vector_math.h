@@ -13,6 +13,9 @@
 // carries the formula's cancellation in 1 + erf (an absolute error of a few 1e-8 |x|), as MXNet's does.
 //
 // Thread-safety: pure functions. x and y may be the same array (in place) but must not otherwise overlap.
+// Call them directly; do not take their addresses: they are GCC target_clones (IFUNCs), and a function pointer
+// to one makes the dynamic loader run its resolver while relocating the caller's library, before a sanitizer's
+// runtime is initialised (the ThreadSanitizer suites crashed at start-up that way).
 #pragma once
 
 #include <cstdint>

@@ -23,16 +23,18 @@ void CheckSizes(const std::string& op, const TBlob& a, const TBlob& b) {
   }
 }
 
-// tensor/detail/vector_math.h's float32 form of `op`, or null.
-using VectorFn = void (*)(const float*, float*, std::int64_t);
-VectorFn VectorForm(UnaryOp op) {
+// Writes op(x) through tensor/detail/vector_math.h when it has `op` in float32; false when it does not. Direct
+// calls, not function pointers: the vector functions are GCC target_clones (IFUNCs), and taking their address
+// makes the dynamic loader run their resolvers while it relocates this library, before a sanitizer's runtime
+// is up (ThreadSanitizer builds crashed there).
+bool VectorForward(UnaryOp op, const float* x, float* y, std::int64_t n) {
   switch (op) {
-    case UnaryOp::kExp: return internal::VecExp;
-    case UnaryOp::kLog: return internal::VecLog;
-    case UnaryOp::kTanh: return internal::VecTanh;
-    case UnaryOp::kSigmoid: return internal::VecSigmoid;
-    case UnaryOp::kErf: return internal::VecErf;
-    default: return nullptr;
+    case UnaryOp::kExp: internal::VecExp(x, y, n); return true;
+    case UnaryOp::kLog: internal::VecLog(x, y, n); return true;
+    case UnaryOp::kTanh: internal::VecTanh(x, y, n); return true;
+    case UnaryOp::kSigmoid: internal::VecSigmoid(x, y, n); return true;
+    case UnaryOp::kErf: internal::VecErf(x, y, n); return true;
+    default: return false;
   }
 }
 
@@ -45,8 +47,8 @@ UnaryFunction ForwardFn(UnaryOp op, std::string name) {
       const T* x = static_cast<const T*>(src.dptr);
       if constexpr (std::is_same_v<T, float>) {
         // The vectorised polynomials where there is one (a scalar libm call is 7-70x slower).
-        if (const VectorFn vec = VectorForm(op); vec != nullptr && (req == kWriteTo || req == kWriteInplace)) {
-          return vec(x, static_cast<float*>(ret->dptr), ret->Size());
+        if ((req == kWriteTo || req == kWriteInplace) && VectorForward(op, x, static_cast<float*>(ret->dptr), ret->Size())) {
+          return;
         }
       }
       internal::AssignEach(static_cast<T*>(ret->dptr), ret->Size(), req,
