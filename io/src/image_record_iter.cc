@@ -774,15 +774,7 @@ class ImageRecordIter : public DataIter {
     }
     // Reading is sequential (one reader); decoding, the expensive part, is parallel.
     std::vector<std::string> raw(bs);
-    for (std::size_t i = 0; i < bs; ++i) {
-      const std::uint64_t offset = offsets_[slots[i].first];
-      if (reader_->Tell() != offset) reader_->Seek(offset);
-      if (!reader_->Next(&raw[i])) {
-        throw Error(std::string(kWho) + ": '" + param_.path_imgrec + "' ends before the record at byte offset " +
-                    std::to_string(offset) + (param_.path_imgidx.empty() ? "" : " listed in '" + param_.path_imgidx + "'") +
-                    "; the .idx does not belong to this .rec or the file is truncated");
-      }
-    }
+    for (std::size_t i = 0; i < bs; ++i) ReadRecord(offsets_[slots[i].first], &raw[i]);
     const TShape data_shape = DataShapes()[0], label_shape = LabelShapes()[0];
     NDArray data(data_shape, Context::CPU());
     NDArray label(label_shape, Context::CPU());
@@ -1043,6 +1035,16 @@ class ImageRecordIter : public DataIter {
     return header.id;
   }
 
+  // The record at `offset` of the .rec (one reader: the caller's thread only).
+  void ReadRecord(std::uint64_t offset, std::string* out) {
+    if (reader_->Tell() != offset) reader_->Seek(offset);
+    if (!reader_->Next(out)) {
+      throw Error(std::string(kWho) + ": '" + param_.path_imgrec + "' ends before the record at byte offset " +
+                  std::to_string(offset) + (param_.path_imgidx.empty() ? "" : " listed in '" + param_.path_imgidx + "'") +
+                  "; the .idx does not belong to this .rec or the file is truncated");
+    }
+  }
+
   // mean_img: read the file, or (as MXNet) compute the mean of every record's output (this part's, in file
   // order, summed in float32 and multiplied by 1 / count) and write it there as MXNet's one-array file.
   void LoadOrMakeMeanImage() {
@@ -1067,11 +1069,7 @@ class ImageRecordIter : public DataIter {
     std::vector<float> label(static_cast<std::size_t>(param_.label_width));
     std::string raw;
     for (std::size_t k = 0; k < offsets_.size(); ++k) {
-      if (reader_->Tell() != offsets_[k]) reader_->Seek(offsets_[k]);
-      if (!reader_->Next(&raw)) {
-        throw Error(std::string(kWho) + ": '" + param_.path_imgrec + "' ends before the record at byte offset " +
-                    std::to_string(offsets_[k]));
-      }
+      ReadRecord(offsets_[k], &raw);
       Process(raw, offsets_[k], first_record_ + k, 0, sample.data(), label.data());
       for (std::size_t i = 0; i < n; ++i) sum[i] += sample[i];
     }

@@ -133,7 +133,8 @@ class RawPeer {
           if (const auto* p = std::get_if<AuthProof>(&*m)) {
             if (!VerifyAuthProof(token_, false, nonce, sender_nonce, p->mac)) error_ = "the sender's proof is wrong";
             // Authenticated: the frames to send, cut into writes of the given sizes with a pause now and
-            // then, so that the sender's reads end anywhere in them.
+            // then, so that the sender's reads end anywhere in them. The pause is not synchronisation: the
+            // test waits for the frames themselves and holds whatever the timing.
             for (std::size_t off = 0, c = 0; off < send_.size(); ++c) {
               const std::size_t n = std::min(send_.size() - off, chunks_.empty() ? send_.size() : chunks_[c % chunks_.size()]);
               SendAll(fd, std::vector<std::byte>(send_.begin() + static_cast<std::ptrdiff_t>(off),
