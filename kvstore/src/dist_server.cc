@@ -32,6 +32,7 @@ namespace troupe::internal {
 namespace {
 
 using init_atom = caf::atom_constant<caf::atom("srv_init")>;
+using gone_atom = caf::atom_constant<caf::atom("srv_gone")>;
 
 struct Waiter {
   caf::actor conn;
@@ -176,6 +177,12 @@ class Server {
         },
         [this](net::closed_atom, const caf::actor& conn, const std::string& why) { OnClosed(conn, why); },
         [this](net::tick_atom) { OnTick(); },
+        [this](gone_atom, int rank, const std::string& what) {
+          for (const auto& [conn, w] : workers_) {
+            if (w.rank == rank && !w.observer) return;  // it is back (a new connection with its rank)
+          }
+          WorkerDied(rank, what);
+        },
     };
   }
 
@@ -765,8 +772,13 @@ class Server {
                    w.rank, why.c_str());
       return;
     }
-    // A worker that closes without leaving died (the scheduler will say so too; the first notice counts).
-    WorkerDied(w.rank, NodeName(net::Role::kWorker, w.rank, w.host) + " died: " + why);
+    // A worker that closes without leaving died. The scheduler hears of it too, and its notice says why (a
+    // worker that failed tells it before closing): the job breaks with that notice, or with the closed
+    // connection if none came within a heartbeat interval. Acting on the close at once would race the
+    // notice, which comes over another connection, and tell the other workers less.
+    const std::string what = NodeName(net::Role::kWorker, w.rank, w.host) + " died: " + why;
+    if (finished_) return WorkerDied(w.rank, what);
+    self_->delayed_send(self_, std::chrono::milliseconds(config_.heartbeat_interval_ms), gone_atom::value, w.rank, what);
   }
 
   // Whether this server checkpoints by itself (then workers keep what they pushed since its last checkpoint,
