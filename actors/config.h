@@ -25,9 +25,12 @@ struct RuntimeConfig {
   bool detached_dependency_actors = true;
   // How long an idle worker polls its queue before it sleeps until woken (microseconds; -1: default).
   int worker_spin_us = -1;
+  // Processes that share this host's cores (launchers that start several on one host say how many, e.g.
+  // `troupe launch`'s local launcher): the defaults above take this process's share, cores / host_processes.
+  int host_processes = 1;
 
   // Applies TROUPE_SCHEDULER_THREADS, TROUPE_CPU_WORKERS, TROUPE_CPU_PRIORITY_WORKERS, TROUPE_BLAS_THREADS,
-  // TROUPE_DEPENDENCY_SHARDS, TROUPE_DETACHED_DEPS, TROUPE_WORKER_SPIN_US on top of *this.
+  // TROUPE_DEPENDENCY_SHARDS, TROUPE_DETACHED_DEPS, TROUPE_WORKER_SPIN_US, TROUPE_HOST_PROCESSES on top of *this.
   // Throws troupe::Error naming the variable when a value is not a valid number in range.
   RuntimeConfig WithEnv() const;
   // Replaces every "0 / -1 = default" with the value for this machine. Throws troupe::Error on values
@@ -47,8 +50,9 @@ bool EnvChoice(const char* name, const std::vector<std::string>& choices, std::s
 int AvailableCores();
 
 // The OpenBLAS thread count troupe uses when TROUPE_BLAS_THREADS / RuntimeConfig::blas_threads is left at 0,
-// with `cpu_devices` CPU devices of `cpu_workers` workers each started: cores / (devices x workers), at least
-// 1, so that every worker's BLAS calls together use the cores once (DESIGN.md §6).
-int DefaultBlasThreads(int cpu_devices, int cpu_workers);
+// with `cpu_devices` CPU devices of `cpu_workers` workers each started in one of `host_processes` processes
+// sharing the host: cores / (processes x devices x workers), at least 1, so that every worker's BLAS calls
+// together use the cores once (DESIGN.md §6).
+int DefaultBlasThreads(int cpu_devices, int cpu_workers, int host_processes = 1);
 
 }  // namespace troupe

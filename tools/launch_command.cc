@@ -240,7 +240,9 @@ LaunchCommand::LaunchCommand(CLI::App* root) {
       "(from the environment, else a new random 256-bit one, written to a file only the user can read, "
       "$XDG_RUNTIME_DIR/troupe/HOST_PORT.token or ~/.troupe/tokens/HOST_PORT.token, which 'troupe shell "
       "--connect HOST:PORT' finds by itself and launch removes when it ends) and TROUPE_LAUNCH_INDEX (the worker's index in launch, "
-      "0..n-1; its KVStore rank is the scheduler's). Every line a process prints (stdout and stderr) is shown "
+      "0..n-1; its KVStore rank is the scheduler's), and (local, ssh; unless set) TROUPE_HOST_PROCESSES, how "
+      "many servers and workers share the node's host, so that each sizes its threads for its share of the "
+      "cores. Every line a process prints (stdout and stderr) is shown "
       "as '[worker 1] ...'. When a process fails, launch stops the others and prints one line per process "
       "(mpi, slurm: mpirun/srun stop the job's other tasks and each task prints its own last line); with "
       "--keep-going (local, ssh) the others go on, and the cluster's survivors can be looked at with 'troupe "
@@ -454,6 +456,17 @@ int RunLaunch(const LaunchOptions& o) {
     if (!server) r["TROUPE_LAUNCH_INDEX"] = std::to_string(index);
     return r;
   };
+  // Processes on one host share its cores: each server and worker is told how many run beside it, so that
+  // its thread defaults take its share (TROUPE_HOST_PROCESSES) rather than every one the whole machine. ssh
+  // goes round robin, so host h runs the nodes h, h + hosts, ...; mpi and slurm place tasks themselves (their
+  // CPU binding is what AvailableCores sees).
+  const bool share_cores = !given("TROUPE_HOST_PROCESSES");
+  const auto on_host = [&](int i) {
+    const int nodes = o.servers + o.workers;
+    if (o.launcher == "local") return nodes;
+    const int h = static_cast<int>(hosts.size());
+    return nodes / h + (i % h < nodes % h ? 1 : 0);
+  };
   if (o.launcher == "local" || o.launcher == "ssh") {
     char buf[4096];
     const std::string cwd = ::getcwd(buf, sizeof buf) != nullptr ? buf : "/";
@@ -463,6 +476,7 @@ int RunLaunch(const LaunchOptions& o) {
       const std::string label = (server ? "server " : "worker ") + std::to_string(index);
       const std::vector<std::string> cmd = server ? std::vector<std::string>{self, "server"} : o.command;
       e = role_env(server, index);
+      if (share_cores) e["TROUPE_HOST_PROCESSES"] = std::to_string(on_host(i));
       if (o.launcher == "local") {
         if (server) e["TROUPE_SERVER_RANK"] = std::to_string(index);  // a restart takes the same rank
         start(label, cmd, e, !server).server = server;

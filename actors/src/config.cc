@@ -23,8 +23,8 @@ int AvailableCores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-int DefaultBlasThreads(int cpu_devices, int cpu_workers) {
-  return std::max(1, AvailableCores() / std::max(1, cpu_devices * cpu_workers));
+int DefaultBlasThreads(int cpu_devices, int cpu_workers, int host_processes) {
+  return std::max(1, AvailableCores() / std::max(1, host_processes * cpu_devices * cpu_workers));
 }
 
 bool EnvInt(const char* name, int min, int max, int* out) {
@@ -97,12 +97,14 @@ RuntimeConfig RuntimeConfig::WithEnv() const {
   int detached = 0;
   if (EnvInt("TROUPE_DETACHED_DEPS", 0, 1, &detached)) c.detached_dependency_actors = detached != 0;
   EnvInt("TROUPE_WORKER_SPIN_US", -1, 1000000, &c.worker_spin_us);
+  EnvInt("TROUPE_HOST_PROCESSES", 1, 4096, &c.host_processes);
   return c;
 }
 
 RuntimeConfig RuntimeConfig::Resolved() const {
   RuntimeConfig c = *this;
-  const int cores = AvailableCores();
+  CheckRange("host_processes", c.host_processes, 1, 4096);
+  const int cores = std::max(1, AvailableCores() / c.host_processes);  // this process's share
   CheckRange("scheduler_threads", c.scheduler_threads, 0, 1024);
   CheckRange("cpu_workers", c.cpu_workers, 0, 1024);
   CheckRange("cpu_priority_workers", c.cpu_priority_workers, 1, 1024);
@@ -113,7 +115,7 @@ RuntimeConfig RuntimeConfig::Resolved() const {
   // Half the cores run functions; the other half is left for the pushing thread, the dependency actors
   // and the BLAS threads inside functions (MXNet defaulted to one CPU worker for the same reason).
   if (c.cpu_workers == 0) c.cpu_workers = std::max(1, cores / 2);
-  if (c.blas_threads == 0) c.blas_threads = DefaultBlasThreads(1, c.cpu_workers);
+  if (c.blas_threads == 0) c.blas_threads = DefaultBlasThreads(1, c.cpu_workers, c.host_processes);
   // Spinning pays off only when there is a core to spare for it.
   if (c.worker_spin_us < 0) c.worker_spin_us = cores > 2 ? 50 : 10;
   return c;
@@ -125,7 +127,7 @@ std::string RuntimeConfig::ToString() const {
      << " cpu_priority_workers=" << cpu_priority_workers << " blas_threads=" << blas_threads
      << " dependency_shards=" << dependency_shards
      << " detached_dependency_actors=" << (detached_dependency_actors ? 1 : 0)
-     << " worker_spin_us=" << worker_spin_us;
+     << " worker_spin_us=" << worker_spin_us << " host_processes=" << host_processes;
   return os.str();
 }
 

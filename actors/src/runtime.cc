@@ -135,7 +135,7 @@ Device* Runtime::GetDevice(Context ctx) {
       // not raised again when devices go unused.
       if (impl_->blas_auto) {
         ++impl_->cpu_devices;
-        SetBlasThreads(DefaultBlasThreads(impl_->cpu_devices, impl_->config.cpu_workers));
+        SetBlasThreads(DefaultBlasThreads(impl_->cpu_devices, impl_->config.cpu_workers, impl_->config.host_processes));
       }
       break;
     case DeviceType::kGPU:

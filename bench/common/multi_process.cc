@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "base/error.h"
@@ -51,6 +52,8 @@ ChildCluster::ChildCluster(int servers, int workers, int timeout_ms, const Netns
                                          {"DMLC_NUM_SERVER", std::to_string(servers)},
                                          {"DMLC_NUM_WORKER", std::to_string(workers)},
                                          {"TROUPE_CLUSTER_TOKEN", NewClusterToken()}};
+  // The servers and workers share this machine's cores, as under `troupe launch` (docs/settings.md).
+  if (std::getenv("TROUPE_HOST_PROCESSES") == nullptr) env["TROUPE_HOST_PROCESSES"] = std::to_string(servers + workers);
   auto start = [&](const std::string& name, int node, std::map<std::string, std::string> e) {
     std::vector<std::string> argv{proc::SelfExe()};
     if (wire != nullptr) {

@@ -106,6 +106,26 @@ TEST(RuntimeConfigTest, ResolvedFillsDefaultsAndRejectsNonsense) {
 
 using test::ScopedEnv;
 
+TEST(RuntimeConfigTest, ProcessesSharingTheHostShareItsCores) {
+  RuntimeConfig alone;
+  alone.cpu_workers = 1;
+  RuntimeConfig shared = alone;
+  shared.host_processes = 4 * AvailableCores();  // more processes than cores: one thread each, never zero
+  EXPECT_EQ(shared.Resolved().blas_threads, 1);
+  EXPECT_EQ(alone.Resolved().blas_threads, AvailableCores());
+  shared.host_processes = 2;
+  EXPECT_EQ(shared.Resolved().blas_threads, std::max(1, AvailableCores() / 2));
+  EXPECT_EQ(DefaultBlasThreads(2, 1, 2), std::max(1, AvailableCores() / 4));
+  {
+    ScopedEnv h("TROUPE_HOST_PROCESSES", "3");
+    EXPECT_EQ(RuntimeConfig{}.WithEnv().host_processes, 3);
+  }
+  {
+    ScopedEnv h("TROUPE_HOST_PROCESSES", "0");
+    EXPECT_THROW((void)RuntimeConfig{}.WithEnv(), Error);
+  }
+}
+
 TEST(RuntimeConfigTest, EnvironmentOverridesAndNamesBadValues) {
   {
     ScopedEnv w("TROUPE_CPU_WORKERS", "3");
