@@ -213,11 +213,7 @@ TEST(OpDet, GpuContextIsAnError) {
       {"_contrib_box_nms", {}},
       {"_contrib_box_decode", {}},
       {"_contrib_box_encode", {}},
-      {"_contrib_ROIAlign", {{"pooled_size", "(2, 2)"}, {"spatial_scale", "1"}}},
-      {"_contrib_interleaved_matmul_selfatt_qk", {{"heads", "1"}}},
-      {"_contrib_interleaved_matmul_selfatt_valatt", {{"heads", "1"}}},
-      {"_contrib_interleaved_matmul_encdec_qk", {{"heads", "1"}}},
-      {"_contrib_interleaved_matmul_encdec_valatt", {{"heads", "1"}}}};
+      {"_contrib_ROIAlign", {{"pooled_size", "(2, 2)"}, {"spatial_scale", "1"}}}};
   for (const auto& [op, kw] : ops) {
     auto p = OperatorProperty::Create(op);
     p->Init(kw);
