@@ -212,8 +212,7 @@ TEST(OpDet, GpuContextIsAnError) {
   const std::vector<std::pair<std::string, Kwargs>> ops = {
       {"_contrib_box_nms", {}},
       {"_contrib_box_decode", {}},
-      {"_contrib_box_encode", {}},
-      {"_contrib_ROIAlign", {{"pooled_size", "(2, 2)"}, {"spatial_scale", "1"}}}};
+      {"_contrib_box_encode", {}}};
   for (const auto& [op, kw] : ops) {
     auto p = OperatorProperty::Create(op);
     p->Init(kw);
