@@ -1,10 +1,10 @@
 // The nn operators whose GPU code sits beside their CPU code in op/nn: Deconvolution (deconvolution.cu, on the
 // cuDNN convolution), the interleaved attention products (interleaved_matmul.cu, cuBLAS strided-batched
-// GEMMs), UpSampling, Pad, L2Normalization, _contrib_AdaptiveAvgPooling2D, _contrib_BilinearResize2D and
-// _contrib_ROIAlign against the CPU operators through OperatorRunner on Context::GPU(0): every output (hidden
-// ones too) and the input gradients with kWriteTo and with kAddTo onto random initial gradients, on odd shapes,
-// float32 and float64; gradients of one argument only; forward under kAddTo; the cases the GPU refuses.
-// Skips without a CUDA device.
+// GEMMs), UpSampling, Pad, L2Normalization, _contrib_AdaptiveAvgPooling2D, _contrib_BilinearResize2D,
+// _contrib_ROIAlign, _contrib_box_decode and _contrib_box_encode against the CPU operators through
+// OperatorRunner on Context::GPU(0): every output (hidden ones too) and the input gradients with kWriteTo and
+// with kAddTo onto random initial gradients, on odd shapes, float32 and float64; gradients of one argument
+// only; forward under kAddTo; the cases the GPU refuses. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -272,6 +272,53 @@ TEST_F(OpNnGpuTest, ROIAlignBatchIndexOutOfRangeIsAnError) {
         test::RunForward(c, {Uniform(TShape{2, 1, 4, 4}, 1, -1, 1), {5, 0, 0, 2, 2}});
       },
       {"_contrib_ROIAlign", "batch index 5"});
+}
+
+// count boxes [x1, y1, x2, y2] (corner) or [x, y, w, h] (center) with extents in [0.5, 2].
+HostTensor Boxes(std::int64_t count, std::uint64_t seed, bool corner) {
+  const HostTensor u = Uniform(TShape{count, 4}, seed, -1, 1), e = Uniform(TShape{count, 2}, seed + 1, 0.5, 2);
+  HostTensor b;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const double x = u[i * 4], y = u[i * 4 + 1], w = e[i * 2], h = e[i * 2 + 1];
+    for (double v : {x, y, corner ? x + w : w, corner ? y + h : h}) b.push_back(v);
+  }
+  return b;
+}
+
+TEST_F(OpNnGpuTest, BoxDecodeAndEncodeMatchCpu) {
+  for (DType t : {DType::kFloat32, DType::kFloat64}) {
+    const HostTensor offsets = Uniform(TShape{2, 5, 4}, 1, -1, 1);
+    CompareGpuWithCpu({"_contrib_box_decode", {}, {TShape{2, 5, 4}, TShape{1, 5, 4}}, t},
+                      {offsets, Boxes(5, 2, false)});
+    CompareGpuWithCpu(
+        {"_contrib_box_decode",
+         {{"format", "corner"}, {"std0", "0.1"}, {"std1", "0.1"}, {"std2", "0.2"}, {"std3", "0.3"}, {"clip", "0.15"}},
+         {TShape{2, 5, 4}, TShape{1, 5, 4}},
+         t},
+        {offsets, Boxes(5, 3, true)});
+    // samples -1 / 0 / +1, matches in [0, 3).
+    const HostTensor samples{1, -1, 0, 1, 1, 0, 1, -1, 1, 1}, matches{0, 2, 1, 1, 0, 2, 2, 0, 1, 2};
+    CompareGpuWithCpu(
+        {"_contrib_box_encode",
+         {},
+         {TShape{2, 5}, TShape{2, 5}, TShape{2, 5, 4}, TShape{2, 3, 4}, TShape{4}, TShape{4}},
+         t},
+        {samples, matches, Boxes(10, 4, true), Boxes(6, 5, true), {0.1, -0.1, 0.05, 0}, {0.1, 0.2, 0.3, 0.4}});
+  }
+}
+
+// A match outside the references is an error on the GPU too (the matches are checked on the host).
+TEST_F(OpNnGpuTest, BoxEncodeMatchOutOfRangeIsAnError) {
+  const OpCase c{"_contrib_box_encode",
+                 {},
+                 {TShape{1, 2}, TShape{1, 2}, TShape{1, 2, 4}, TShape{1, 3, 4}, TShape{4}, TShape{4}},
+                 DType::kFloat32,
+                 Context::GPU(0)};
+  test::ExpectError(
+      [&] {
+        test::RunForward(c, {{1, 1}, {0, 3}, Boxes(2, 1, true), Boxes(3, 2, true), {0, 0, 0, 0}, {1, 1, 1, 1}});
+      },
+      {"_contrib_box_encode", "matches[1] is 3"});
 }
 
 // Forward under kAddTo on both devices, float64, every case above.
