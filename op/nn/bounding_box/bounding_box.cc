@@ -1,6 +1,7 @@
 // Bounding-box operators of MXNet 1.9's contrib (src/operator/contrib/bounding_box-inl.h) on the CPU:
 // _contrib_box_nms (alias _contrib_box_non_maximum_suppression), _contrib_box_decode and _contrib_box_encode.
-// float32 and float64; a GPU context is an error naming the operator.
+// float32 and float64. box_decode and box_encode also run on the GPU (bounding_box.cu); box_nms on a GPU
+// context is an error naming the operator.
 //
 // box_nms sees its input (..., n, width) as batches of n boxes (every dimension before the last two is batch).
 // Per batch it keeps the boxes whose score is > valid_thresh (and, with id_index >= 0, whose class is not
@@ -14,7 +15,8 @@
 // elsewhere). topk = 0 copies the input unchanged (no conversion either), as MXNet does.
 //
 // box_decode turns (B, N, 4) offsets against (1, N, 4) anchors ('corner' or 'center') into corner boxes;
-// box_encode the reverse for training targets. Both pass zero gradients to every input, as MXNet's do.
+// box_encode the reverse for training targets. Both pass zero gradients to every input, as MXNet's do. Their
+// element code is bounding_box.h, shared with their GPU operators (bounding_box.cu); box_nms is CPU only.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +28,7 @@
 
 #include "base/error.h"
 #include "op/internal/op_util.h"
+#include "op/nn/bounding_box/bounding_box.h"
 #include "op/operator.h"
 #include "op/param.h"
 
@@ -316,25 +319,6 @@ class BoxNMSProp final : public OperatorProperty {
 
 // ---- box_decode / box_encode
 
-struct BoxDecodeParam : Params<BoxDecodeParam> {
-  float std0 = 1.0f, std1 = 1.0f, std2 = 1.0f, std3 = 1.0f;
-  float clip = -1.0f;
-  std::string format = "center";
-  static void Declare(ParamSchema<BoxDecodeParam>& s) {
-    s.Field("std0", &BoxDecodeParam::std0).Default(1.0f).Describe("value to be divided from the 1st encoded values");
-    s.Field("std1", &BoxDecodeParam::std1).Default(1.0f).Describe("value to be divided from the 2nd encoded values");
-    s.Field("std2", &BoxDecodeParam::std2).Default(1.0f).Describe("value to be divided from the 3rd encoded values");
-    s.Field("std3", &BoxDecodeParam::std3).Default(1.0f).Describe("value to be divided from the 4th encoded values");
-    s.Field("clip", &BoxDecodeParam::clip)
-        .Default(-1.0f)
-        .Describe("If larger than 0, bounding box target will be clipped to this value.");
-    s.Field("format", &BoxDecodeParam::format)
-        .Default("center")
-        .Choices({"center", "corner"})
-        .Describe("The anchors' encoding: 'corner' [xmin, ymin, xmax, ymax] or 'center' [x, y, width, height].");
-  }
-};
-
 struct NoParam : Params<NoParam> {
   static void Declare(ParamSchema<NoParam>&) {}
 };
@@ -360,37 +344,10 @@ class BoxDecodeOp final : public Operator {
       const std::int64_t b = in[0].shape[0], n = in[0].shape[1];
       const T* x = in[0].dptr_as<T>();
       const T* anchors = in[1].dptr_as<T>();
-      const T std0 = static_cast<T>(p_.std0), std1 = static_cast<T>(p_.std1), std2 = static_cast<T>(p_.std2),
-              std3 = static_cast<T>(p_.std3), clip = static_cast<T>(p_.clip);
-      const bool has_clip = p_.clip > 0.0f, corner = p_.format == "corner";
+      const bounding_box::DecodeConfig<T> cfg = bounding_box::DecodeConfigOf<T>(p_);
       std::vector<T> y(static_cast<std::size_t>(b * n * 4));
       for (std::int64_t i = 0; i < b * n; ++i) {
-        const T* a = anchors + (i % n) * 4;
-        T ax = a[0], ay = a[1], aw = a[2], ah = a[3];
-        if (corner) {
-          aw = aw - ax;
-          ah = ah - ay;
-          // MXNet adds the double product (DType * 0.5) and stores the sum in DType.
-          ax = static_cast<T>(ax + aw * 0.5);
-          ay = static_cast<T>(ay + ah * 0.5);
-        }
-        const T* d = x + i * 4;
-        const T ox = d[0] * std0 * aw + ax;
-        const T oy = d[1] * std1 * ah + ay;
-        T dw = d[2] * std2, dh = d[3] * std3;
-        if (has_clip) {
-          dw = dw < clip ? dw : clip;
-          dh = dh < clip ? dh : clip;
-        }
-        dw = std::exp(dw);
-        dh = std::exp(dh);
-        const T ow = static_cast<T>(dw * aw * 0.5);
-        const T oh = static_cast<T>(dh * ah * 0.5);
-        T* o = y.data() + i * 4;
-        o[0] = ox - ow;
-        o[1] = oy - oh;
-        o[2] = ox + ow;
-        o[3] = oy + oh;
+        bounding_box::DecodeBox(x + i * 4, anchors + (i % n) * 4, cfg, y.data() + i * 4);
       }
       internal::AssignEach(out[0].dptr_as<T>(), b * n * 4, req[0], [&](std::int64_t i) { return y[i]; });
     });
@@ -431,7 +388,7 @@ class BoxDecodeProp final : public OperatorProperty {
     return {};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kDecode, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // bounding_box.cu
     return std::make_unique<BoxDecodeOp>(p_);
   }
 
@@ -460,22 +417,8 @@ class BoxEncodeOp final : public Operator {
           throw Error(std::string(kEncode) + ": matches[" + std::to_string(i) + "] is " + std::to_string(match) +
                       " but refs has " + std::to_string(m) + " boxes per batch");
         }
-        // As MXNet: a DType plus a double product, stored in DType.
-        const T* r = refs + (j * m + match) * 4;
-        const T rw = r[2] - r[0], rh = r[3] - r[1];
-        const T rx = static_cast<T>(r[0] + rw * 0.5), ry = static_cast<T>(r[1] + rh * 0.5);
-        const T* a = anchors + i * 4;
-        const T aw = a[2] - a[0], ah = a[3] - a[1];
-        const T ax = static_cast<T>(a[0] + aw * 0.5), ay = static_cast<T>(a[1] + ah * 0.5);
-        const T valid = samples[i] > 0.5 ? T(1) : T(0);
-        T* t = targets.data() + i * 4;
-        T* mk = masks.data() + i * 4;
-        for (int c = 0; c < 4; ++c) mk[c] = valid;
-        const bool on = valid > static_cast<T>(0.5);
-        t[0] = on ? ((rx - ax) / aw - means[0]) / stds[0] : T(0);
-        t[1] = on ? ((ry - ay) / ah - means[1]) / stds[1] : T(0);
-        t[2] = on ? (std::log(rw / aw) - means[2]) / stds[2] : T(0);
-        t[3] = on ? (std::log(rh / ah) - means[3]) / stds[3] : T(0);
+        bounding_box::EncodeBox(samples[i], refs + (j * m + match) * 4, anchors + i * 4, means, stds,
+                                targets.data() + i * 4, masks.data() + i * 4);
       }
       const std::int64_t size = b * n * 4;
       internal::AssignEach(out[0].dptr_as<T>(), size, req[0], [&](std::int64_t i) { return targets[i]; });
@@ -522,7 +465,7 @@ class BoxEncodeProp final : public OperatorProperty {
     return {};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kEncode, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // bounding_box.cu
     return std::make_unique<BoxEncodeOp>();
   }
 

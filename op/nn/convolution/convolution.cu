@@ -191,8 +191,12 @@ class ConvolutionGpuOp : public Operator {
 
 }  // namespace
 
+std::unique_ptr<Operator> CreateConvolutionGpuOp(const ConvolutionParam& param) {
+  return std::make_unique<ConvolutionGpuOp>(param);
+}
+
 static const bool kConvolutionGpu = RegisterGpuOperator("Convolution", [](const OperatorProperty& p, Context) {
-  return std::unique_ptr<Operator>(std::make_unique<ConvolutionGpuOp>(static_cast<const ConvolutionProp&>(p).param()));
+  return CreateConvolutionGpuOp(static_cast<const ConvolutionProp&>(p).param());
 });
 
 }  // namespace troupe

@@ -73,5 +73,8 @@ class ConvolutionProp : public OperatorProperty {
 // The CPU operator (convolution_cpu.cc) for a checked parameter set; ConvolutionProp::CreateOperator calls it
 // for CPU contexts.
 std::unique_ptr<Operator> CreateConvolutionCpuOp(const ConvolutionParam& param);
+// The cuDNN operator (convolution.cu) for a checked parameter set: defined only in the GPU backend
+// (libtroupe_gpu.so), so only code built into it may call it (Deconvolution's GPU operator does).
+std::unique_ptr<Operator> CreateConvolutionGpuOp(const ConvolutionParam& param);
 
 }  // namespace troupe

@@ -1,5 +1,6 @@
 // Deconvolution (2-D, NCHW; MXNet 1.9's name, parameters and defaults: no_bias is true unless given), the
-// transpose of a convolution, on the CPU.
+// transpose of a convolution: the property, the shared geometry (deconvolution.h) and the CPU operator. The
+// GPU operator is deconvolution.cu (the same scheme on the cuDNN convolution).
 //
 // Deconvolution from C to F channels with weight (C, F / num_group, kh, kw) is the data gradient of the
 // Convolution from F to C channels with the same weight and geometry, so it runs on that convolution's CPU
@@ -17,6 +18,7 @@
 #include "op/internal/op_util.h"
 #include "op/nn/common/geometry.h"
 #include "op/nn/convolution/convolution.h"
+#include "op/nn/deconvolution/deconvolution.h"
 #include "op/operator.h"
 #include "op/param.h"
 
@@ -26,49 +28,12 @@ namespace {
 
 constexpr const char* kOp = "Deconvolution";
 
-struct DeconvolutionParam : Params<DeconvolutionParam> {
-  TShape kernel;
-  TShape stride;
-  TShape dilate;
-  TShape pad;
-  TShape adj;
-  TShape target_shape;
-  int num_filter = 0;
-  int num_group = 1;
-  std::int64_t workspace = 512;
-  bool no_bias = true;
-  std::string cudnn_tune = "None";
-  bool cudnn_off = false;
-  std::string layout = "None";
-  static void Declare(ParamSchema<DeconvolutionParam>& s) {
-    s.Field("kernel", &DeconvolutionParam::kernel).Describe("Deconvolution kernel size: (h, w).");
-    s.Field("stride", &DeconvolutionParam::stride).Default(TShape::Scalar()).Describe("The stride: (h, w); 1 by default.");
-    s.Field("dilate", &DeconvolutionParam::dilate).Default(TShape::Scalar()).Describe("Dilation: (h, w); 1 by default.");
-    s.Field("pad", &DeconvolutionParam::pad).Default(TShape::Scalar()).Describe("Padding taken off the output: (h, w); 0 by default.");
-    s.Field("adj", &DeconvolutionParam::adj).Default(TShape::Scalar()).Describe("Extra rows and columns of the output: (h, w).");
-    s.Field("target_shape", &DeconvolutionParam::target_shape)
-        .Default(TShape::Scalar())
-        .Describe("Output shape (h, w); when given, pad and adj are inferred.");
-    s.Field("num_filter", &DeconvolutionParam::num_filter).Range(1, 100000).Describe("Number of output channels.");
-    s.Field("num_group", &DeconvolutionParam::num_group).Default(1).LowerBound(1).Describe("Number of groups partition.");
-    s.Field("workspace", &DeconvolutionParam::workspace).Default(512).LowerBound(0).Describe("Maximum temporary workspace (MB).");
-    s.Field("no_bias", &DeconvolutionParam::no_bias).Default(true).Describe("Whether to disable bias parameter.");
-    s.Field("cudnn_tune", &DeconvolutionParam::cudnn_tune)
-        .Default("None")
-        .Choices({"None", "fastest", "limited_workspace", "off"})
-        .Describe("cuDNN algorithm choice (no effect on the CPU).");
-    s.Field("cudnn_off", &DeconvolutionParam::cudnn_off).Default(false).Describe("Turn off cudnn for this layer.");
-    s.Field("layout", &DeconvolutionParam::layout)
-        .Default("None")
-        .Choices({"None", "NCDHW", "NCHW", "NCW", "NDHWC", "NHWC"})
-        .Describe("Layout; only NCHW (the default) is supported.");
-  }
-};
-
 std::int64_t At(const TShape& t, int i, std::int64_t fallback) { return t.ndim() == 2 ? t[i] : fallback; }
 
-// pad and adj per spatial dimension for data of spatial size `in` (target_shape applied).
-void PadAdj(const DeconvolutionParam& p, const std::int64_t in[2], std::int64_t pad[2], std::int64_t adj[2]) {
+}  // namespace
+
+void DeconvolutionPadAdj(const DeconvolutionParam& p, const std::int64_t in[2], std::int64_t pad[2],
+                         std::int64_t adj[2]) {
   for (int i = 0; i < 2; ++i) {
     pad[i] = At(p.pad, i, 0);
     adj[i] = At(p.adj, i, 0);
@@ -85,8 +50,8 @@ void PadAdj(const DeconvolutionParam& p, const std::int64_t in[2], std::int64_t 
   }
 }
 
-// The convolution whose data gradient this deconvolution is.
-ConvolutionParam ConvParam(const DeconvolutionParam& p, std::int64_t channels_in, const std::int64_t pad[2]) {
+ConvolutionParam DeconvolutionConvParam(const DeconvolutionParam& p, std::int64_t channels_in,
+                                        const std::int64_t pad[2]) {
   ConvolutionParam c;
   c.kernel = p.kernel;
   c.stride = p.stride.ndim() == 2 ? p.stride : TShape{1, 1};
@@ -98,6 +63,8 @@ ConvolutionParam ConvParam(const DeconvolutionParam& p, std::int64_t channels_in
   c.no_bias = true;
   return c;
 }
+
+namespace {
 
 class DeconvolutionOp final : public Operator {
  public:
@@ -133,8 +100,8 @@ class DeconvolutionOp final : public Operator {
     if (conv_ != nullptr && data == conv_for_) return;
     const std::int64_t in[2] = {data[2], data[3]};
     std::int64_t pad[2], adj[2];
-    PadAdj(p_, in, pad, adj);
-    conv_ = CreateConvolutionCpuOp(ConvParam(p_, data[1], pad));
+    DeconvolutionPadAdj(p_, in, pad, adj);
+    conv_ = CreateConvolutionCpuOp(DeconvolutionConvParam(p_, data[1], pad));
     conv_for_ = data;
   }
   static void AddBias(const TBlob& bias, const TBlob& out) {
@@ -221,7 +188,7 @@ class DeconvolutionProp final : public OperatorProperty {
     if (data[2] < 0 || data[3] < 0) return false;
     const std::int64_t size[2] = {data[2], data[3]};
     std::int64_t pad[2], adj[2];
-    PadAdj(p_, size, pad, adj);
+    DeconvolutionPadAdj(p_, size, pad, adj);
     TShape o{data[0], p_.num_filter, -1, -1};
     for (int i = 0; i < 2; ++i) {
       o[2 + i] = At(p_.stride, i, 1) * (size[i] - 1) + At(p_.dilate, i, 1) * (p_.kernel[i] - 1) + 1 - 2 * pad[i] + adj[i];
@@ -249,7 +216,7 @@ class DeconvolutionProp final : public OperatorProperty {
     return {out_grad[0], in_data[0], in_data[1]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kOp, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // deconvolution.cu
     return std::make_unique<DeconvolutionOp>(p_);
   }
 

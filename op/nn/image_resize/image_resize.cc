@@ -1,6 +1,6 @@
 // Resizing of 4-D (N, C, H, W) images: _contrib_AdaptiveAvgPooling2D and _contrib_BilinearResize2D, as MXNet
-// 1.9's (src/operator/contrib/adaptive_avg_pooling*, bilinear_resize*). CPU only; a GPU context is an error
-// naming the operator.
+// 1.9's (src/operator/contrib/adaptive_avg_pooling*, bilinear_resize*): the properties and the CPU
+// operators. The GPU operators are image_resize.cu.
 //
 // AdaptiveAvgPooling2D(output_size): output_size () gives 1x1, (s,) gives s x s, (h, w) gives h x w (a longer
 // tuple gives 1x1, as in MXNet). Output (oh, ow) averages the input window
@@ -29,6 +29,7 @@
 
 #include "base/error.h"
 #include "op/internal/op_util.h"
+#include "op/nn/image_resize/image_resize.h"
 #include "op/operator.h"
 #include "op/param.h"
 
@@ -36,6 +37,11 @@ namespace troupe {
 
 namespace {
 
+using image_resize::PixelScale;
+using image_resize::Tap;
+using image_resize::TapAt;
+using image_resize::WindowEnd;
+using image_resize::WindowStart;
 using internal::FloatSwitch;
 
 // 'data' must be 4-D; returns its shape or throws naming the operator.
@@ -47,23 +53,6 @@ void Check4D(const TShape& d, const std::string& op, const std::string& arg) {
 // ------------------------------------------------------------------------------- AdaptiveAvgPooling2D
 
 constexpr const char* kAdaptive = "_contrib_AdaptiveAvgPooling2D";
-
-struct AdaptiveAvgPoolParam : Params<AdaptiveAvgPoolParam> {
-  std::vector<std::int64_t> output_size;
-  static void Declare(ParamSchema<AdaptiveAvgPoolParam>& s) {
-    s.Field("output_size", &AdaptiveAvgPoolParam::output_size)
-        .Default({})
-        .Describe("int (output size) or a tuple of int for output (height, width); () means 1.");
-  }
-};
-
-// MXNet's window bounds: START_IND and END_IND of adaptive_avg_pooling.cc, in float.
-inline std::int64_t WindowStart(std::int64_t o, std::int64_t osize, std::int64_t isize) {
-  return static_cast<std::int64_t>(std::floor(static_cast<float>(o * isize) / static_cast<float>(osize)));
-}
-inline std::int64_t WindowEnd(std::int64_t o, std::int64_t osize, std::int64_t isize) {
-  return static_cast<std::int64_t>(std::ceil(static_cast<float>((o + 1) * isize) / static_cast<float>(osize)));
-}
 
 class AdaptiveAvgPoolOp final : public Operator {
  public:
@@ -153,7 +142,7 @@ class AdaptiveAvgPoolProp final : public OperatorProperty {
     return {out_grad[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kAdaptive, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // image_resize.cu
     return std::make_unique<AdaptiveAvgPoolOp>();
   }
 
@@ -164,70 +153,6 @@ class AdaptiveAvgPoolProp final : public OperatorProperty {
 // ---------------------------------------------------------------------------------- BilinearResize2D
 
 constexpr const char* kBilinear = "_contrib_BilinearResize2D";
-
-struct BilinearResizeParam : Params<BilinearResizeParam> {
-  int height = 1;
-  int width = 1;
-  std::optional<float> scale_height;
-  std::optional<float> scale_width;
-  std::string mode = "size";
-  bool align_corners = true;
-  static void Declare(ParamSchema<BilinearResizeParam>& s) {
-    s.Field("height", &BilinearResizeParam::height)
-        .Default(1)
-        .LowerBound(1)
-        .Describe("Output height (ignored when scale_height is given or mode is not 'size').");
-    s.Field("width", &BilinearResizeParam::width)
-        .Default(1)
-        .LowerBound(1)
-        .Describe("Output width (ignored when scale_height is given or mode is not 'size').");
-    s.Field("scale_height", &BilinearResizeParam::scale_height)
-        .Default(std::nullopt)
-        .Describe("Sampling scale of the height (modes 'size' and 'odd_scale').");
-    s.Field("scale_width", &BilinearResizeParam::scale_width)
-        .Default(std::nullopt)
-        .Describe("Sampling scale of the width (modes 'size' and 'odd_scale').");
-    s.Field("mode", &BilinearResizeParam::mode)
-        .Default("size")
-        .Choices({"like", "odd_scale", "size", "to_even_down", "to_even_up", "to_odd_down", "to_odd_up"})
-        .Describe(
-            "How the output size is chosen: 'size' (height and width, or the scales), 'odd_scale', 'like' "
-            "(the second input's size), or the nearest even or odd size below or above.");
-    s.Field("align_corners", &BilinearResizeParam::align_corners)
-        .Default(true)
-        .Describe("Map the corner pixels' centres onto each other (else the whole range scales).");
-  }
-};
-
-// MXNet's area_pixel_compute_scale and area_pixel_compute_source_index (not cubic), in float.
-inline float PixelScale(std::int64_t in, std::int64_t out, bool align_corners) {
-  if (out <= 1) return 0.0f;
-  return align_corners ? static_cast<float>(in - 1) / static_cast<float>(out - 1)
-                       : static_cast<float>(in) / static_cast<float>(out);
-}
-inline float SourceIndex(float scale, std::int64_t dst, bool align_corners) {
-  if (align_corners) return scale * static_cast<float>(dst);
-  const float src = scale * (static_cast<float>(dst) + 0.5f) - 0.5f;
-  return src < 0 ? 0.0f : src;
-}
-
-// One output coordinate's two source pixels (i0 and i0 + step) and their weights, in T from float as MXNet.
-template <typename T>
-struct Tap {
-  std::int64_t i0, step;
-  T l0, l1;
-};
-template <typename T>
-Tap<T> TapAt(float scale, std::int64_t dst, std::int64_t in_size, bool align_corners) {
-  const float r = SourceIndex(scale, dst, align_corners);
-  const auto i0 = static_cast<std::int64_t>(r);
-  Tap<T> t;
-  t.i0 = i0;
-  t.step = i0 < in_size - 1 ? 1 : 0;
-  t.l1 = static_cast<T>(r - static_cast<float>(i0));
-  t.l0 = T(1) - t.l1;
-  return t;
-}
 
 class BilinearResizeOp final : public Operator {
  public:
@@ -382,7 +307,7 @@ class BilinearResizeProp final : public OperatorProperty {
     return {out_grad[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kBilinear, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // image_resize.cu
     return std::make_unique<BilinearResizeOp>(p_);
   }
 

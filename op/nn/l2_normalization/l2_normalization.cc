@@ -1,5 +1,5 @@
-// L2Normalization: the input divided by its L2 norm over a group of elements. CPU only; a GPU context is an
-// error naming the operator.
+// L2Normalization: the input divided by its L2 norm over a group of elements: the property and the CPU
+// operator. The GPU operator is l2_normalization.cu.
 //
 // Semantics, as MXNet 1.9's (src/operator/l2_normalization*):
 //   norm = sqrt(sum(x^2) + eps), out = x / norm, over
@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "op/internal/op_util.h"
+#include "op/nn/l2_normalization/l2_normalization.h"
 #include "op/nn/common/device_math.h"
 #include "op/operator.h"
 #include "op/param.h"
@@ -30,39 +31,9 @@ namespace {
 
 using act_norm::AxisView;
 using internal::FloatSwitch;
+using l2_norm::GroupView;
 
 constexpr const char* kName = "L2Normalization";
-
-struct L2NormalizationParam : Params<L2NormalizationParam> {
-  float eps = 1e-10f;
-  std::string mode = "instance";
-  static void Declare(ParamSchema<L2NormalizationParam>& s) {
-    s.Field("eps", &L2NormalizationParam::eps).Default(1e-10f).Describe("A small constant for numerical stability.");
-    s.Field("mode", &L2NormalizationParam::mode)
-        .Default("instance")
-        .Choices({"channel", "instance", "spatial"})
-        .Describe("The dimensions the L2 norm is computed over.");
-  }
-};
-
-// The data as (outer, n, inner) with the norm taken over n; the norm of (o, i) is at o * inner + i.
-AxisView GroupView(const std::string& mode, const TShape& s) {
-  AxisView v;
-  if (mode == "instance") {
-    v.outer = s[0];
-    v.n = s.ProdDims(1, s.ndim());
-    v.inner = 1;
-  } else if (mode == "channel") {
-    v.outer = s[0];
-    v.n = s[1];
-    v.inner = s.ProdDims(2, s.ndim());
-  } else {
-    v.outer = s[0] * s[1];
-    v.n = s.ProdDims(2, s.ndim());
-    v.inner = 1;
-  }
-  return v;
-}
 
 class L2NormalizationOp final : public Operator {
  public:
@@ -177,7 +148,7 @@ class L2NormalizationProp final : public OperatorProperty {
     return {{out_grad[0], in_grad[0]}};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kName, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // l2_normalization.cu
     return std::make_unique<L2NormalizationOp>(p_);
   }
 

@@ -1,5 +1,5 @@
-// Pad (alias pad): pads the spatial axes of a 4-D (N, C, H, W) or 5-D (N, C, D, H, W) array. CPU only; a GPU
-// context is an error naming the operator.
+// Pad (alias pad): pads the spatial axes of a 4-D (N, C, H, W) or 5-D (N, C, D, H, W) array: the property
+// and the CPU operator. The GPU operator is pad.cu.
 //
 // Semantics, as MXNet 1.9's (src/operator/pad*): pad_width is (before_1, after_1, ..., before_N, after_N) for
 // every axis, and the first two axes must not be padded; the output has size before + size + after per axis.
@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "op/internal/op_util.h"
+#include "op/nn/pad/pad.h"
 #include "op/operator.h"
 #include "op/param.h"
 
@@ -28,41 +29,6 @@ using internal::FloatSwitch;
 
 constexpr const char* kName = "Pad";
 
-struct PadParam : Params<PadParam> {
-  std::string mode;
-  // A tuple of any length (a TShape holds at most 8 dimensions; a 5-D input needs 10 widths).
-  std::vector<std::int64_t> pad_width;
-  double constant_value = 0.0;
-  static void Declare(ParamSchema<PadParam>& s) {
-    s.Field("mode", &PadParam::mode)
-        .Choices({"constant", "edge", "reflect"})
-        .Describe(
-            "Padding type: 'constant' pads with constant_value, 'edge' repeats the edge values, 'reflect' "
-            "mirrors the values about the edges.");
-    s.Field("pad_width", &PadParam::pad_width)
-        .Describe(
-            "Widths of the padding before and after each axis: (before_1, after_1, ..., before_N, after_N); "
-            "the first two axes take no padding.");
-    s.Field("constant_value", &PadParam::constant_value)
-        .Default(0.0)
-        .Describe("The value used for padding when mode is 'constant'.");
-  }
-};
-
-// The input index that output index `o` of one axis copies, or -1 for constant padding.
-std::int64_t SourceIndex(std::int64_t o, std::int64_t size, std::int64_t before, char mode) {
-  std::int64_t i = o - before;
-  if (i >= 0 && i < size) return i;
-  switch (mode) {
-    case 'c':
-      return -1;
-    case 'e':
-      return i < 0 ? 0 : size - 1;
-    default:
-      return i < 0 ? -i : 2 * (size - 1) - i;  // reflect
-  }
-}
-
 // Calls f(output offset, input offset or -1) for every output element; the leading two axes are not padded.
 template <typename F>
 void ForEachOutput(const TShape& in, const TShape& out, const std::vector<std::int64_t>& pad, char mode, F&& f) {
@@ -70,7 +36,9 @@ void ForEachOutput(const TShape& in, const TShape& out, const std::vector<std::i
   const int spatial = nd - 2;
   std::vector<std::vector<std::int64_t>> src(static_cast<std::size_t>(spatial));
   for (int a = 0; a < spatial; ++a) {
-    for (std::int64_t o = 0; o < out[a + 2]; ++o) src[a].push_back(SourceIndex(o, in[a + 2], pad[2 * (a + 2)], mode));
+    for (std::int64_t o = 0; o < out[a + 2]; ++o) {
+      src[a].push_back(padding::SourceIndex(o, in[a + 2], pad[2 * (a + 2)], mode));
+    }
   }
   const std::int64_t slices = in[0] * in[1];
   const std::int64_t in_slice = in.ProdDims(2, nd), out_slice = out.ProdDims(2, nd);
@@ -174,7 +142,7 @@ class PadProp final : public OperatorProperty {
     return {out_grad[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kName, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // pad.cu
     return std::make_unique<PadOp>(p_);
   }
 

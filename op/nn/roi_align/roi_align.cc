@@ -1,5 +1,5 @@
-// _contrib_ROIAlign as MXNet 1.9's (src/operator/contrib/roi_align.cc) on the CPU, float32 and float64; a GPU
-// context is an error naming the operator.
+// _contrib_ROIAlign as MXNet 1.9's (src/operator/contrib/roi_align.cc): the property and the CPU operator,
+// float32 and float64. The GPU operator is roi_align.cu; the arithmetic both share is roi_align.h.
 //
 // data (B, C, H, W) and rois (R, 5) rows [batch_index, x1, y1, x2, y2] in image coordinates give
 // (R, C, ph, pw) (position_sensitive: (R, C / (ph * pw), ph, pw), each output bin reading its own channel).
@@ -18,6 +18,7 @@
 
 #include "base/error.h"
 #include "op/internal/op_util.h"
+#include "op/nn/roi_align/roi_align.h"
 #include "op/operator.h"
 #include "op/param.h"
 
@@ -26,99 +27,13 @@ namespace troupe {
 namespace {
 
 using internal::FloatSwitch;
-
-constexpr const char* kOp = "_contrib_ROIAlign";
-
-struct ROIAlignParam : Params<ROIAlignParam> {
-  TShape pooled_size;
-  float spatial_scale = 0;
-  int sample_ratio = -1;
-  bool position_sensitive = false;
-  bool aligned = false;
-  static void Declare(ParamSchema<ROIAlignParam>& s) {
-    s.Field("pooled_size", &ROIAlignParam::pooled_size)
-        .Describe("ROI Align output roi feature map height and width: (h, w)");
-    s.Field("spatial_scale", &ROIAlignParam::spatial_scale)
-        .Range(0.0, 1.0)
-        .Describe(
-            "Ratio of input feature map height (or w) to raw image height (or w). Equals the reciprocal of "
-            "total stride in convolutional layers");
-    s.Field("sample_ratio", &ROIAlignParam::sample_ratio)
-        .Default(-1)
-        .Describe("Optional sampling ratio of ROI align, using adaptive size by default.");
-    s.Field("position_sensitive", &ROIAlignParam::position_sensitive)
-        .Default(false)
-        .Describe(
-            "Whether to perform position-sensitive RoI pooling (R-FCN's PSRoIPooling): the input channels are "
-            "reduced by ph*pw times");
-    s.Field("aligned", &ROIAlignParam::aligned)
-        .Default(false)
-        .Describe("Center-aligned ROIAlign introduced in Detectron2. To enable, set aligned to True.");
-  }
-};
-
-// One bilinear sample: four positions in a (H, W) plane and their weights (all 0 outside the map).
-template <typename T>
-struct Sample {
-  std::int64_t pos[4] = {0, 0, 0, 0};
-  T w[4] = {0, 0, 0, 0};
-  bool inside = false;
-};
-
-template <typename T>
-Sample<T> Bilinear(std::int64_t height, std::int64_t width, T y, T x) {
-  Sample<T> s;
-  if (y < -1.0 || y > height || x < -1.0 || x > width) return s;
-  if (y <= 0) y = 0;
-  if (x <= 0) x = 0;
-  auto y_low = static_cast<std::int64_t>(y), x_low = static_cast<std::int64_t>(x);
-  std::int64_t y_high, x_high;
-  if (y_low >= height - 1) {
-    y_high = y_low = height - 1;
-    y = static_cast<T>(y_low);
-  } else {
-    y_high = y_low + 1;
-  }
-  if (x_low >= width - 1) {
-    x_high = x_low = width - 1;
-    x = static_cast<T>(x_low);
-  } else {
-    x_high = x_low + 1;
-  }
-  const T ly = y - static_cast<T>(y_low), lx = x - static_cast<T>(x_low);
-  const T hy = static_cast<T>(1. - ly), hx = static_cast<T>(1. - lx);
-  s.w[0] = hy * hx;
-  s.w[1] = hy * lx;
-  s.w[2] = ly * hx;
-  s.w[3] = ly * lx;
-  s.pos[0] = y_low * width + x_low;
-  s.pos[1] = y_low * width + x_high;
-  s.pos[2] = y_high * width + x_low;
-  s.pos[3] = y_high * width + x_high;
-  s.inside = true;
-  return s;
-}
-
-// The sampling geometry of one ROI.
-template <typename T>
-struct RoiGeometry {
-  std::int64_t batch = 0;
-  T start_h = 0, start_w = 0, bin_h = 0, bin_w = 0;
-  int grid_h = 1, grid_w = 1;
-  T count = 1;
-  // The sample (iy, ix) of bin (ph, pw), as MXNet computes it.
-  T Y(int ph, int iy) const {
-    return start_h + static_cast<T>(ph) * bin_h + static_cast<T>(iy + .5f) * bin_h / static_cast<T>(grid_h);
-  }
-  T X(int pw, int ix) const {
-    return start_w + static_cast<T>(pw) * bin_w + static_cast<T>(ix + .5f) * bin_w / static_cast<T>(grid_w);
-  }
-};
-
-struct Dims {
-  std::int64_t batch, channels_in, height, width, rois, channels_out;
-  int ph, pw;
-};
+using roi_align::Bilinear;
+using roi_align::CheckRoi;
+using roi_align::Dims;
+using roi_align::InputChannel;
+using roi_align::kOp;
+using roi_align::RoiGeometry;
+using roi_align::Sample;
 
 class ROIAlignOp final : public Operator {
  public:
@@ -129,16 +44,17 @@ class ROIAlignOp final : public Operator {
     if (req[0] == kNullOp) return;
     FloatSwitch(in[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
-      const Dims d = DimsOf(in[0].shape, in[1].shape);
+      const Dims d = roi_align::DimsOf(p_, in[0].shape, in[1].shape);
       const T* data = in[0].dptr_as<T>();
       const T* rois = in[1].dptr_as<T>();
       const std::int64_t bins = static_cast<std::int64_t>(d.ph) * d.pw;
       std::vector<T> y(static_cast<std::size_t>(d.rois * d.channels_out * bins), T(0));
       std::vector<Sample<T>> samples;
       for (std::int64_t n = 0; n < d.rois; ++n) {
-        const std::int64_t batch_ind = BatchIndex(rois[n * 5], d);
+        CheckRoi(rois + n * 5, d, p_.spatial_scale, p_.aligned);
+        const std::int64_t batch_ind = roi_align::BatchIndex(rois[n * 5]);
         if (batch_ind < 0) continue;  // zeros
-        const RoiGeometry<T> g = Geometry(rois + n * 5, d, true);
+        const RoiGeometry<T> g = Geometry<T>(rois + n * 5, d);
         // The samples of every bin, shared by all channels.
         samples.clear();
         for (int ph = 0; ph < d.ph; ++ph) {
@@ -153,7 +69,7 @@ class ROIAlignOp final : public Operator {
           std::size_t k = 0;
           for (int ph = 0; ph < d.ph; ++ph) {
             for (int pw = 0; pw < d.pw; ++pw) {
-              const T* plane = data + (batch_ind * d.channels_in + InputChannel(c, ph, pw)) * d.height * d.width;
+              const T* plane = data + (batch_ind * d.channels_in + InputChannel(d, c, ph, pw)) * d.height * d.width;
               T v = 0;
               for (int s = 0; s < g.grid_h * g.grid_w; ++s, ++k) {
                 const Sample<T>& sm = samples[k];
@@ -178,20 +94,21 @@ class ROIAlignOp final : public Operator {
     if (req[0] == kNullOp) return;
     FloatSwitch(in_grad[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
-      const Dims d = DimsOf(in_grad[0].shape, in[1].shape);
+      const Dims d = roi_align::DimsOf(p_, in_grad[0].shape, in[1].shape);
       const T* og = out_grad[0].dptr_as<T>();
       const T* rois = in[1].dptr_as<T>();
       T* gx = in_grad[0].dptr_as<T>();
       if (req[0] != kAddTo) std::fill(gx, gx + in_grad[0].Size(), T(0));
       // MXNet's order: output elements (n, c, ph, pw) in turn, each adding its samples' shares.
       for (std::int64_t n = 0; n < d.rois; ++n) {
-        const std::int64_t batch_ind = BatchIndex(rois[n * 5], d);
+        CheckRoi(rois + n * 5, d, p_.spatial_scale, false);
+        const std::int64_t batch_ind = roi_align::BatchIndex(rois[n * 5]);
         if (batch_ind < 0) continue;
-        const RoiGeometry<T> g = Geometry(rois + n * 5, d, false);
+        const RoiGeometry<T> g = Geometry<T>(rois + n * 5, d);
         for (std::int64_t c = 0; c < d.channels_out; ++c) {
           for (int ph = 0; ph < d.ph; ++ph) {
             for (int pw = 0; pw < d.pw; ++pw) {
-              T* plane = gx + (batch_ind * d.channels_in + InputChannel(c, ph, pw)) * d.height * d.width;
+              T* plane = gx + (batch_ind * d.channels_in + InputChannel(d, c, ph, pw)) * d.height * d.width;
               const T top = og[((n * d.channels_out + c) * d.ph + ph) * d.pw + pw];
               for (int iy = 0; iy < g.grid_h; ++iy) {
                 const T yy = g.Y(ph, iy);
@@ -209,58 +126,9 @@ class ROIAlignOp final : public Operator {
   }
 
  private:
-  Dims DimsOf(const TShape& data, const TShape& rois) const {
-    Dims d;
-    d.batch = data[0];
-    d.channels_in = data[1];
-    d.height = data[2];
-    d.width = data[3];
-    d.rois = rois[0];
-    d.ph = static_cast<int>(p_.pooled_size[0]);
-    d.pw = static_cast<int>(p_.pooled_size[1]);
-    d.channels_out = p_.position_sensitive ? d.channels_in / (static_cast<std::int64_t>(d.ph) * d.pw) : d.channels_in;
-    return d;
-  }
   template <typename T>
-  static std::int64_t BatchIndex(T v, const Dims& d) {
-    const auto b = static_cast<std::int64_t>(static_cast<int>(v));
-    if (b >= d.batch) {
-      throw Error(std::string(kOp) + ": a ROI has batch index " + std::to_string(b) + " but the data has " +
-                  std::to_string(d.batch) + " images");
-    }
-    return b;
-  }
-  std::int64_t InputChannel(std::int64_t c, int ph, int pw) const {
-    if (!p_.position_sensitive) return c;
-    return (c * p_.pooled_size[0] + ph) * p_.pooled_size[1] + pw;
-  }
-  template <typename T>
-  RoiGeometry<T> Geometry(const T* roi, const Dims& d, bool check) const {
-    RoiGeometry<T> g;
-    const T scale = static_cast<T>(p_.spatial_scale);
-    const T offset = p_.aligned ? static_cast<T>(0.5) : static_cast<T>(0);
-    g.start_w = roi[1] * scale - offset;
-    g.start_h = roi[2] * scale - offset;
-    const T end_w = roi[3] * scale - offset;
-    const T end_h = roi[4] * scale - offset;
-    T roi_w = end_w - g.start_w, roi_h = end_h - g.start_h;
-    if (p_.aligned) {
-      if (check && !(roi_w > 0 && roi_h > 0)) {
-        throw Error(std::string(kOp) +
-                    ": with aligned=True every ROI needs a positive width and height (x2 > x1, "
-                    "y2 > y1)");
-      }
-    } else {
-      // Malformed ROIs become 1x1.
-      roi_w = std::max(roi_w, static_cast<T>(1.));
-      roi_h = std::max(roi_h, static_cast<T>(1.));
-    }
-    g.bin_h = roi_h / static_cast<T>(d.ph);
-    g.bin_w = roi_w / static_cast<T>(d.pw);
-    g.grid_h = p_.sample_ratio > 0 ? p_.sample_ratio : static_cast<int>(std::ceil(roi_h / static_cast<T>(d.ph)));
-    g.grid_w = p_.sample_ratio > 0 ? p_.sample_ratio : static_cast<int>(std::ceil(roi_w / static_cast<T>(d.pw)));
-    g.count = static_cast<T>(g.grid_h * g.grid_w);
-    return g;
+  RoiGeometry<T> Geometry(const T* roi, const Dims& d) const {
+    return roi_align::GeometryOf(roi, d, p_.spatial_scale, p_.sample_ratio, p_.aligned);
   }
 
   ROIAlignParam p_;
@@ -306,7 +174,7 @@ class ROIAlignProp final : public OperatorProperty {
     return {out_grad[0], in_data[1]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kOp, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // roi_align.cu
     return std::make_unique<ROIAlignOp>(p_);
   }
 

@@ -1,19 +1,13 @@
 // The interleaved attention products of MXNet 1.9's contrib (src/operator/contrib/transformer.cc) that
-// GluonNLP's BERT and Transformer use, on the CPU: _contrib_interleaved_matmul_selfatt_qk,
+// GluonNLP's BERT and Transformer use: _contrib_interleaved_matmul_selfatt_qk,
 // _contrib_interleaved_matmul_selfatt_valatt, _contrib_interleaved_matmul_encdec_qk and
-// _contrib_interleaved_matmul_encdec_valatt, forward and backward. A GPU context is an error naming the
-// operator. MXNet's CPU code takes float32 only; float64 is computed the same way here.
+// _contrib_interleaved_matmul_encdec_valatt: the properties and the CPU operator, forward and backward. The
+// GPU operator is interleaved_matmul.cu (cuBLAS). MXNet's CPU code takes float32 only; float64 is computed
+// the same way here.
 //
-// Layout (time-major, `heads` = H, head_dim = d = E / H, attention batch a = b * H + h for batch entry b and
-// head h):
-//   queries_keys_values (S, B, 3E): the last axis is H blocks [q (d), k (d), v (d)], one per head;
-//   queries (S, B, E):              H blocks of d;
-//   keys_values (S, B, 2E):         H blocks [k (d), v (d)];
-//   attention (H * B, Sq, Sk):      one map per attention batch;
-//   a *_valatt output (Sq, B, E):   H blocks of d, as the queries.
-// selfatt_qk / encdec_qk give attention[a] = q_a k_a^T / sqrt(d) (q_a: (Sq, d), k_a: (Sk, d));
-// selfatt_valatt / encdec_valatt give out_a = attention[a] v_a. The products run through CpuGemm on each
-// attention batch's head slices, copied out of (and back into) the interleaved arrays.
+// Layout: interleaved_matmul.h. selfatt_qk / encdec_qk give attention[a] = q_a k_a^T / sqrt(d) (q_a: (Sq, d),
+// k_a: (Sk, d)); selfatt_valatt / encdec_valatt give out_a = attention[a] v_a. The products run through
+// CpuGemm on each attention batch's head slices, copied out of (and back into) the interleaved arrays.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +17,7 @@
 
 #include "base/error.h"
 #include "op/internal/op_util.h"
+#include "op/nn/transformer/interleaved_matmul.h"
 #include "op/operator.h"
 #include "op/param.h"
 #include "tensor/detail/kernels.h"
@@ -31,34 +26,17 @@ namespace troupe {
 
 namespace {
 
-struct InterleavedMatMulParam : Params<InterleavedMatMulParam> {
-  int heads = 1;
-  static void Declare(ParamSchema<InterleavedMatMulParam>& s) {
-    s.Field("heads", &InterleavedMatMulParam::heads).LowerBound(1).Describe("Set number of heads");
-  }
-};
-
-enum class Kind { kSelfQK, kSelfValAtt, kEncDecQK, kEncDecValAtt };
-
-const char* NameOf(Kind k) {
-  switch (k) {
-    case Kind::kSelfQK:
-      return "_contrib_interleaved_matmul_selfatt_qk";
-    case Kind::kSelfValAtt:
-      return "_contrib_interleaved_matmul_selfatt_valatt";
-    case Kind::kEncDecQK:
-      return "_contrib_interleaved_matmul_encdec_qk";
-    case Kind::kEncDecValAtt:
-      return "_contrib_interleaved_matmul_encdec_valatt";
-  }
-  return "?";
-}
-
-// One head's slice in a time-major interleaved array: element (t, d) of attention batch a is at
-// t * row + a * batch + offset + d.
-struct Slice {
-  std::int64_t row, batch, offset;
-};
+using interleaved::InterleavedMatMulParam;
+using interleaved::KeySlice;
+using interleaved::Kind;
+using interleaved::NameOf;
+using interleaved::OutSlice;
+using interleaved::QuerySlice;
+using interleaved::ScaleOf;
+using interleaved::Sizes;
+using interleaved::SizesOf;
+using interleaved::Slice;
+using interleaved::ValueSlice;
 
 // The slice of attention batch a, rows x d, copied into dst (contiguous).
 template <typename T>
@@ -93,12 +71,6 @@ void ZeroIfWrite(const TBlob& g, OpReqType req) {
   if (req == kWriteTo || req == kWriteInplace) std::memset(g.dptr, 0, g.Bytes());
 }
 
-// The sizes of one call: batch entries B, heads H, head size d, query and key lengths.
-struct Sizes {
-  std::int64_t batch, heads, d, sq, sk;
-  std::int64_t attn() const { return batch * heads; }
-};
-
 template <Kind kKind>
 class InterleavedOp final : public Operator {
  public:
@@ -109,7 +81,7 @@ class InterleavedOp final : public Operator {
     if (req[0] == kNullOp) return;
     internal::FloatSwitch(in[0].dtype, NameOf(kKind), [&](auto tag) {
       using T = decltype(tag);
-      const Sizes z = SizesOf(in[0].shape, in[1 % in.size()].shape);
+      const Sizes z = SizesOf(kKind, heads_, in[0].shape, in[1 % in.size()].shape);
       const std::int64_t d = z.d;
       const double beta = req[0] == kAddTo ? 1.0 : 0.0;
       std::vector<T> q(static_cast<std::size_t>(z.sq * d)), kv(static_cast<std::size_t>(z.sk * d)),
@@ -119,14 +91,14 @@ class InterleavedOp final : public Operator {
         if constexpr (kKind == Kind::kSelfQK || kKind == Kind::kEncDecQK) {
           const T* x = in[0].dptr_as<T>();
           const T* keys = kKind == Kind::kSelfQK ? x : in[1].dptr_as<T>();
-          Gather(x, QuerySlice(z), a, z.sq, d, q.data());
-          Gather(keys, KeySlice(z), a, z.sk, d, kv.data());
-          Mm(q.data(), kv.data(), o + a * z.sq * z.sk, false, true, z.sq, z.sk, d, Scale<T>(d), beta);
+          Gather(x, QuerySlice(kKind, z), a, z.sq, d, q.data());
+          Gather(keys, KeySlice(kKind, z), a, z.sk, d, kv.data());
+          Mm(q.data(), kv.data(), o + a * z.sq * z.sk, false, true, z.sq, z.sk, d, ScaleOf<T>(d), beta);
         } else {
           const T* att = in[1].dptr_as<T>();
-          Gather(in[0].dptr_as<T>(), ValueSlice(z), a, z.sk, d, kv.data());
+          Gather(in[0].dptr_as<T>(), ValueSlice(kKind, z), a, z.sk, d, kv.data());
           Mm(att + a * z.sq * z.sk, kv.data(), tmp.data(), false, false, z.sq, d, z.sk, 1.0, 0.0);
-          Scatter(tmp.data(), OutSlice(z), a, z.sq, d, o, req[0]);
+          Scatter(tmp.data(), OutSlice(kKind, z), a, z.sq, d, o, req[0]);
         }
       }
     });
@@ -137,7 +109,7 @@ class InterleavedOp final : public Operator {
                 const std::vector<TBlob>&) override {
     internal::FloatSwitch(in[0].dtype, NameOf(kKind), [&](auto tag) {
       using T = decltype(tag);
-      const Sizes z = SizesOf(in[0].shape, in[1 % in.size()].shape);
+      const Sizes z = SizesOf(kKind, heads_, in[0].shape, in[1 % in.size()].shape);
       const std::int64_t d = z.d;
       const T* og = out_grad[0].dptr_as<T>();
       std::vector<T> q(static_cast<std::size_t>(z.sq * d)), kv(static_cast<std::size_t>(z.sk * d)),
@@ -154,18 +126,18 @@ class InterleavedOp final : public Operator {
         // their array, so they are written under the request directly.
         if (req_k != kNullOp) ZeroIfWrite(in_grad[self ? 0 : 1], req_k);
         const OpReqType req_q_slices = self ? (req_q == kNullOp ? kNullOp : kAddTo) : req_q;
-        const double scale = Scale<T>(d);
+        const double scale = ScaleOf<T>(d);
         for (std::int64_t a = 0; a < z.attn(); ++a) {
           const T* ga = og + a * z.sq * z.sk;
-          Gather(x, QuerySlice(z), a, z.sq, d, q.data());
-          Gather(keys, KeySlice(z), a, z.sk, d, kv.data());
+          Gather(x, QuerySlice(kKind, z), a, z.sq, d, q.data());
+          Gather(keys, KeySlice(kKind, z), a, z.sk, d, kv.data());
           if (req_q != kNullOp) {
             Mm(ga, kv.data(), gq.data(), false, false, z.sq, d, z.sk, scale, 0.0);
-            Scatter(gq.data(), QuerySlice(z), a, z.sq, d, gx, req_q_slices);
+            Scatter(gq.data(), QuerySlice(kKind, z), a, z.sq, d, gx, req_q_slices);
           }
           if (req_k != kNullOp) {
             Mm(ga, q.data(), gk.data(), true, false, z.sk, d, z.sq, scale, 0.0);
-            Scatter(gk.data(), KeySlice(z), a, z.sk, d, gkeys, kAddTo);
+            Scatter(gk.data(), KeySlice(kKind, z), a, z.sk, d, gkeys, kAddTo);
           }
         }
       } else {
@@ -175,13 +147,13 @@ class InterleavedOp final : public Operator {
         if (req[0] != kNullOp) ZeroIfWrite(in_grad[0], req[0]);
         const double beta_att = req[1] == kAddTo ? 1.0 : 0.0;
         for (std::int64_t a = 0; a < z.attn(); ++a) {
-          Gather(og, OutSlice(z), a, z.sq, d, gq.data());
+          Gather(og, OutSlice(kKind, z), a, z.sq, d, gq.data());
           if (req[0] != kNullOp) {
             Mm(att + a * z.sq * z.sk, gq.data(), gk.data(), true, false, z.sk, d, z.sq, 1.0, 0.0);
-            Scatter(gk.data(), ValueSlice(z), a, z.sk, d, in_grad[0].dptr_as<T>(), kAddTo);
+            Scatter(gk.data(), ValueSlice(kKind, z), a, z.sk, d, in_grad[0].dptr_as<T>(), kAddTo);
           }
           if (req[1] != kNullOp) {
-            Gather(x, ValueSlice(z), a, z.sk, d, kv.data());
+            Gather(x, ValueSlice(kKind, z), a, z.sk, d, kv.data());
             Mm(gq.data(), kv.data(), in_grad[1].dptr_as<T>() + a * z.sq * z.sk, false, true, z.sq, z.sk, d, 1.0,
                beta_att);
           }
@@ -190,52 +162,7 @@ class InterleavedOp final : public Operator {
     });
   }
 
-  // The sizes from the first two inputs' shapes (checked by the property).
-  Sizes SizesOf(const TShape& s0, const TShape& s1) const {
-    Sizes z;
-    z.heads = heads_;
-    z.batch = s0[1];
-    switch (kKind) {
-      case Kind::kSelfQK:
-      case Kind::kSelfValAtt:
-        z.d = s0[2] / 3 / heads_;
-        z.sq = z.sk = s0[0];
-        break;
-      case Kind::kEncDecQK:
-        z.d = s0[2] / heads_;
-        z.sq = s0[0];
-        z.sk = s1[0];
-        break;
-      case Kind::kEncDecValAtt:
-        z.d = s0[2] / 2 / heads_;
-        z.sk = s0[0];
-        z.sq = s1[1];
-        break;
-    }
-    return z;
-  }
-
  private:
-  // 1 / sqrt(d) as MXNet computes it (the square root in float for float32).
-  template <typename T>
-  static double Scale(std::int64_t d) {
-    return static_cast<double>(static_cast<T>(T(1) / std::sqrt(static_cast<T>(d))));
-  }
-  // The queries: in the interleaved q-k-v array for self-attention, their own array otherwise.
-  static Slice QuerySlice(const Sizes& z) {
-    if (kKind == Kind::kSelfQK || kKind == Kind::kSelfValAtt) return {z.attn() * 3 * z.d, 3 * z.d, 0};
-    return {z.attn() * z.d, z.d, 0};
-  }
-  static Slice KeySlice(const Sizes& z) {
-    if (kKind == Kind::kSelfQK || kKind == Kind::kSelfValAtt) return {z.attn() * 3 * z.d, 3 * z.d, z.d};
-    return {z.attn() * 2 * z.d, 2 * z.d, 0};
-  }
-  static Slice ValueSlice(const Sizes& z) {
-    if (kKind == Kind::kSelfQK || kKind == Kind::kSelfValAtt) return {z.attn() * 3 * z.d, 3 * z.d, 2 * z.d};
-    return {z.attn() * 2 * z.d, 2 * z.d, z.d};
-  }
-  static Slice OutSlice(const Sizes& z) { return {z.attn() * z.d, z.d, 0}; }
-
   int heads_;
 };
 
@@ -327,7 +254,7 @@ class InterleavedProp final : public OperatorProperty {
     return d;
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(NameOf(kKind), ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // interleaved_matmul.cu
     return std::make_unique<InterleavedOp<kKind>>(p_.heads);
   }
 

@@ -5,7 +5,7 @@
 // position gets the sum of the head gradient over its s x s block.
 //
 // sample_type 'bilinear' is MXNet's Deconvolution with a 'weight' input under another name; troupe rejects it
-// when the operator is created, naming it. CPU only; a GPU context is an error naming the operator.
+// when the operator is created, naming it. The GPU operator is upsampling.cu.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "op/internal/op_util.h"
+#include "op/nn/upsampling/upsampling.h"
 #include "op/operator.h"
 #include "op/param.h"
 
@@ -21,47 +22,9 @@ namespace troupe {
 namespace {
 
 using internal::FloatSwitch;
+using upsampling::ForEachInput;
 
 constexpr const char* kName = "UpSampling";
-
-struct UpSamplingParam : Params<UpSamplingParam> {
-  int scale = 1;
-  int num_filter = 0;
-  std::string sample_type;
-  std::string multi_input_mode = "concat";
-  int num_args = 1;
-  std::int64_t workspace = 512;
-  static void Declare(ParamSchema<UpSamplingParam>& s) {
-    s.Field("scale", &UpSamplingParam::scale).LowerBound(1).Describe("Up sampling scale.");
-    s.Field("num_filter", &UpSamplingParam::num_filter)
-        .Default(0)
-        .Describe("Input filter; only used by the bilinear sample_type (not supported by troupe).");
-    s.Field("sample_type", &UpSamplingParam::sample_type)
-        .Choices({"bilinear", "nearest"})
-        .Describe("Upsampling method; troupe implements 'nearest'.");
-    s.Field("multi_input_mode", &UpSamplingParam::multi_input_mode)
-        .Default("concat")
-        .Choices({"concat", "sum"})
-        .Describe("How to combine several inputs: concatenate the upsampled images along the channels, or add them.");
-    s.Field("num_args", &UpSamplingParam::num_args)
-        .LowerBound(1)
-        .Describe("Number of inputs to be upsampled; all are brought to the first's upsampled size.");
-    s.Field("workspace", &UpSamplingParam::workspace)
-        .Default(512)
-        .LowerBound(0)
-        .Describe("Temporary workspace for the bilinear deconvolution in MB (unused).");
-  }
-};
-
-// Calls f(input i, its scale, its first output channel) for every input; shapes are the arguments'.
-template <typename F>
-void ForEachInput(const std::vector<TShape>& in, const TShape& out, bool sum, F&& f) {
-  std::int64_t channel = 0;
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    f(i, out[2] / in[i][2], sum ? 0 : channel);
-    channel += in[i][1];
-  }
-}
 
 class UpSamplingOp final : public Operator {
  public:
@@ -198,7 +161,7 @@ class UpSamplingProp final : public OperatorProperty {
     return {out_grad[0]};
   }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) internal::ThrowNoImplementation(kName, ctx);
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // upsampling.cu
     return std::make_unique<UpSamplingOp>(p_);
   }
 
