@@ -16,5 +16,17 @@ done
 ls build/devlibs
 files="$bins $(find build -path build/tests/install -prune -o -name 'libtroupe*.so*' -print) $(find build -name CTestTestfile.cmake) build/devlibs"
 XZ_OPT=-9 tar cJf .devrun/bundle.tar.xz $files
-mkdir -p .devrun/fashion; cp /usr/share/datasets/fashion-mnist/*.gz .devrun/fashion/
+# The carried tree must stay under 64 MiB: the test set whole, the first 30,000 training images (a valid idx
+# file with its count rewritten).
+mkdir -p .devrun/fashion; cp /usr/share/datasets/fashion-mnist/t10k-*.gz .devrun/fashion/
+python3 - <<'PY'
+import gzip, struct
+n = 30000
+for name, item in (("train-images-idx3-ubyte.gz", 784), ("train-labels-idx1-ubyte.gz", 1)):
+    raw = gzip.open("/usr/share/datasets/fashion-mnist/" + name).read()
+    head = 4 + 4 * raw[3]
+    out = raw[:4] + struct.pack(">I", n) + raw[8:head] + raw[head:head + n * item]
+    with gzip.open(".devrun/fashion/" + name, "wb", compresslevel=9) as f:
+        f.write(out)
+PY
 du -sh .devrun/*

@@ -48,7 +48,7 @@ echo "rc=$?"
 echo "== compute-sanitizer memcheck"; date
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 if [ -n "$CS" ]; then
-  for t in engine_gpu_test ndarray_gpu_test op_dense_gpu_test op_act_norm_gpu_test op_tensor_gpu_test optimizer_gpu_test op_math_gpu_test op_matrix_gpu_test; do
+  for t in engine_gpu_test ndarray_gpu_test op_dense_gpu_test op_act_norm_gpu_test op_tensor_gpu_test optimizer_gpu_test op_math_gpu_test op_matrix_gpu_test op_nn_gpu_test; do
     timeout 60 $CS --tool memcheck --print-limit 5 tests/gpu/$t --gtest_brief=1 > /tmp/mc_$t.log 2>&1
     echo "$t rc=$? $(grep -E "ERROR SUMMARY" /tmp/mc_$t.log)"; { echo "=== $t"; cat /tmp/mc_$t.log; } >> $OUT/memcheck.log
   done
