@@ -8,7 +8,10 @@
 // the variables it writes. A later function that reads or writes a poisoned variable is skipped (and
 // poisons what it writes) unless its property is kNoSkip or kDeleteVar. WaitForVar rethrows the
 // variable's error once and clears the poison; WaitForAll rethrows the first error since the previous
-// WaitForAll (one already rethrown by WaitForVar is not thrown again). The engine never aborts the process.
+// WaitForAll (one already rethrown by WaitForVar is not thrown again). Scratch variables (VarKind::kScratch:
+// temporary space, generator state) hold nothing that flows from one function to the next, so a failure
+// never poisons them: a function that failed while holding the temporary space does not fail every later
+// user of it. The engine never aborts the process.
 //
 // Thread-safety: every member function is thread-safe unless stated otherwise. Functions run on the
 // engine's worker threads; a function must not call WaitForVar/WaitForAll (it would wait for itself).
@@ -134,7 +137,9 @@ class Engine {
 
   virtual EngineType type() const = 0;
 
-  virtual VarHandle NewVariable() = 0;
+  // kValue: a value that functions pass on (an array's data). kScratch: only ordered, never poisoned.
+  enum class VarKind { kValue, kScratch };
+  virtual VarHandle NewVariable(VarKind kind = VarKind::kValue) = 0;
   // A reusable operator: fn with its dependencies, pushed any number of times with Push. Duplicate
   // variables are merged; a variable both read and written counts as written.
   virtual OprHandle NewOperator(AsyncFn fn, const std::vector<VarHandle>& const_vars,

@@ -42,7 +42,7 @@ class ActorEngine final : public Engine {
   ~ActorEngine() override;
 
   EngineType type() const override { return EngineType::kActor; }
-  VarHandle NewVariable() override;
+  VarHandle NewVariable(VarKind kind = VarKind::kValue) override;
   OprHandle NewOperator(AsyncFn fn, const std::vector<VarHandle>& const_vars,
                         const std::vector<VarHandle>& mutable_vars, FnProperty prop, const char* name) override;
   void DeleteOperator(OprHandle op) override;

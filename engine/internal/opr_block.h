@@ -48,6 +48,7 @@ class ActorVar final : public Var {
   int shard() const { return shard_; }
 
   std::exception_ptr error;  // invariant 2
+  bool scratch = false;      // Engine::VarKind::kScratch: never poisoned; set before the variable is handed out
 
   // On its own cache line: the dependency shard writes it for every function, while workers read `error`
   // and bump the version (above) — sharing one line made every grant a cache miss for both.

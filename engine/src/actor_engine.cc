@@ -85,7 +85,7 @@ ActorEngine::~ActorEngine() {
   for (auto& [op, owned] : oprs_) owned.reset();
 }
 
-VarHandle ActorEngine::NewVariable() {
+VarHandle ActorEngine::NewVariable(VarKind kind) {
   std::lock_guard<std::mutex> lock(var_mu_);
   ActorVar* v;
   if (!free_vars_.empty()) {
@@ -95,6 +95,7 @@ VarHandle ActorEngine::NewVariable() {
     v = &all_vars_.emplace_back(static_cast<int>(all_vars_.size() % shards_.size()));
   }
   v->Reset();
+  v->scratch = kind == VarKind::kScratch;
   return v;
 }
 
@@ -437,7 +438,9 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain
   Opr* o = b->opr;
   if (OrderCheck::enabled()) OrderCheck::Finished(b);
   if (error) {
-    for (ActorVar* v : o->mutable_vars) v->error = error;
+    for (ActorVar* v : o->mutable_vars) {
+      if (!v->scratch) v->error = error;
+    }
     if (!o->internal_barrier) RecordError(error);
   }
   if (!o->internal_barrier && o->prop != FnProperty::kDeleteVar) {

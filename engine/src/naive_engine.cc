@@ -21,6 +21,7 @@ class NaiveVar final : public Var {
  public:
   void BumpVersion() { version_.fetch_add(1, std::memory_order_release); }
   std::exception_ptr error;  // guarded by the engine's lock
+  bool scratch = false;      // Engine::VarKind::kScratch: never poisoned
 };
 
 }  // namespace
@@ -49,9 +50,10 @@ class NaiveEngine final : public Engine {
 
   EngineType type() const override { return EngineType::kNaive; }
 
-  VarHandle NewVariable() override {
+  VarHandle NewVariable(VarKind kind = VarKind::kValue) override {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     vars_.emplace_back(std::make_unique<NaiveVar>());
+    vars_.back()->scratch = kind == VarKind::kScratch;
     return vars_.back().get();
   }
 
@@ -194,7 +196,9 @@ class NaiveEngine final : public Engine {
     }
     if (record) profile_.push_back(ProfileRecord{op.name, ctx, 0, CurrentThreadId(), begin, ProfileTicks()});
     if (error) {
-      for (NaiveVar* v : op.mutable_vars) v->error = error;
+      for (NaiveVar* v : op.mutable_vars) {
+        if (!v->scratch) v->error = error;
+      }
       if (!global_error_) global_error_ = error;
     }
     for (NaiveVar* v : op.mutable_vars) v->BumpVersion();

@@ -332,14 +332,14 @@ class WorkerActor {
 
   // `frame` was checked by the caller (ValidateMessage).
   void Request(int target, std::uint64_t id, const net::Message& frame, const ReplyFn& fn) {
-    if (!failed_.empty()) return fn(Reply{failed_, std::nullopt});
+    if (!failed_.empty()) return fn(Reply{failed_, std::nullopt, {}});
     if (target == kScheduler) {
       requests_->Add(target, id, fn);
       net::Send(scheduler_, frame);
       return;
     }
     if (target < 0 || target >= static_cast<int>(servers_.size())) {
-      return fn(Reply{"kvstore worker: no server " + std::to_string(target), std::nullopt});
+      return fn(Reply{"kvstore worker: no server " + std::to_string(target), std::nullopt, {}});
     }
     ServerLink& s = servers_[static_cast<std::size_t>(target)];
     if (requests_->Recover(target)) Remember(target, frame);
@@ -421,14 +421,14 @@ class WorkerActor {
     const int target = TargetOf(conn);
     if (target == -2) return;  // a connection already replaced
     if (target == kScheduler) last_seen_ = Clock::now();
-    if (const auto* a = std::get_if<net::Ack>(&m)) return Answer(a->request_id, Reply{{}, a->value});
+    if (const auto* a = std::get_if<net::Ack>(&m)) return Answer(a->request_id, Reply{{}, a->value, {}});
     if (const auto* b = std::get_if<net::ReplyBatch>(&m)) {
       for (const net::Ack& a : b->acks) Answer(a.request_id, Reply{{}, a.value, {}});
       for (const net::ErrorMsg& e : b->errors) Answer(e.request_id, Reply{e.message, std::nullopt, {}});
       return;
     }
     if (const auto* e = std::get_if<net::ErrorMsg>(&m)) {
-      if (e->request_id != 0) return Answer(e->request_id, Reply{e->message, std::nullopt});
+      if (e->request_id != 0) return Answer(e->request_id, Reply{e->message, std::nullopt, {}});
       // Not about one request: a refusal (the connection closes next) or the cluster failed to form.
       if (target == kScheduler) return Fail(e->message);
       return ServerDown(target, e->message);
@@ -593,7 +593,7 @@ class WorkerActor {
       for (auto& f : requests_->TakeInFlight(r)) {
         // A request sent before the server said it checkpoints (its handshake) kept no frame: it fails.
         if (!f.frame) {
-          f.fn(Reply{why, std::nullopt});
+          f.fn(Reply{why, std::nullopt, {}});
           continue;
         }
         queued_.push_back(Queued{r, f.id, std::move(*f.frame), std::move(f.fn), deadline});
@@ -614,7 +614,7 @@ class WorkerActor {
     }
     requests_->NoteError(why);
     // Requests in flight are lost with the server: fail them now.
-    for (auto& f : requests_->TakeInFlight(r)) f.fn(Reply{why, std::nullopt});
+    for (auto& f : requests_->TakeInFlight(r)) f.fn(Reply{why, std::nullopt, {}});
   }
 
   void Answer(std::uint64_t id, Reply reply) {
@@ -632,10 +632,10 @@ class WorkerActor {
       fn(StartInfo{why, -1, 0, 0});
     }
     for (std::size_t r = 0; r < servers_.size(); ++r) requests_->SetLink(static_cast<int>(r), nullptr);
-    for (auto& f : requests_->TakeInFlight(Requests::kAny)) f.fn(Reply{why, std::nullopt});
+    for (auto& f : requests_->TakeInFlight(Requests::kAny)) f.fn(Reply{why, std::nullopt, {}});
     auto queued = std::move(queued_);
     queued_.clear();
-    for (Queued& q : queued) q.fn(Reply{why, std::nullopt});
+    for (Queued& q : queued) q.fn(Reply{why, std::nullopt, {}});
   }
 
   void OnClosed(const caf::actor& conn, const std::string& why) {
@@ -667,7 +667,7 @@ class WorkerActor {
                                 " ms (TROUPE_PROGRESS_TIMEOUT_MS + TROUPE_HEARTBEAT_TIMEOUT_MS): the request or its "
                                 "answer was lost";
         requests_->NoteError(why);
-        fn(Reply{why, std::nullopt});
+        fn(Reply{why, std::nullopt, {}});
       }
     }
     for (auto it = queued_.begin(); it != queued_.end();) {
@@ -680,7 +680,7 @@ class WorkerActor {
                      " ms (" + (requests_->Recover(r) ? "TROUPE_RECONNECT_TIMEOUT_MS" : "TROUPE_HEARTBEAT_TIMEOUT_MS") +
                      "): " +
                      servers_[static_cast<std::size_t>(r)].down_reason,
-                 std::nullopt});
+                 std::nullopt, {}});
       } else {
         ++it;
       }

@@ -138,17 +138,17 @@ struct ResourceManager::Impl {
     d->ctx = ctx;
     const bool gpu = ctx.is_gpu();
     const std::uint64_t s = SeedOf(ctx);
-    d->random = {engine->NewVariable(), std::make_shared<RandomGenerator>(DeriveKey(s, ctx, 0))};
+    d->random = {engine->NewVariable(Engine::VarKind::kScratch), std::make_shared<RandomGenerator>(DeriveKey(s, ctx, 0))};
     const int np = gpu ? config.gpu_parallel_random_copies : config.cpu_parallel_random_copies;
     for (int i = 0; i < np; ++i) {
-      d->parallel.push_back({engine->NewVariable(), std::make_shared<RandomGenerator>(DeriveKey(s, ctx, i + 1))});
+      d->parallel.push_back({engine->NewVariable(Engine::VarKind::kScratch), std::make_shared<RandomGenerator>(DeriveKey(s, ctx, i + 1))});
     }
     const int nt = gpu ? config.gpu_temp_copies : config.cpu_temp_copies;
     for (int i = 0; i < nt; ++i) {
       auto space = std::make_shared<internal::TempSpace>();
       space->storage = Storage::Get();
       space->ctx = ctx;
-      d->temp.push_back({engine->NewVariable(), std::move(space)});
+      d->temp.push_back({engine->NewVariable(Engine::VarKind::kScratch), std::move(space)});
     }
     DeviceResources* raw = d.get();
     devices.emplace(ctx, std::move(d));

@@ -93,6 +93,26 @@ TEST_P(EngineErrors, SyncThrowPoisonsWrittenVarsAndWaitForVarRethrows) {
   EXPECT_EQ(WaitAll(), "") << "an error rethrown by WaitForVar must not be rethrown by WaitForAll";
 }
 
+// Scratch variables (temporary space, generator state) order their users but carry no value between them: a
+// failure must not skip every later user of the temporary space.
+TEST_P(EngineErrors, AFailureNeverPoisonsAScratchVariable) {
+  VarHandle out = engine_->NewVariable(), scratch = engine_->NewVariable(Engine::VarKind::kScratch);
+  Throw("failed holding the scratch space", {}, {out, scratch});
+  int ran = 0;
+  VarHandle later = engine_->NewVariable();
+  engine_->PushSync([&](RunContext) { ran = 1; }, kCpu, {}, {later, scratch});
+  EXPECT_EQ(WaitVar(later), "") << "a later user of the scratch variable was skipped";
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(WaitVar(scratch), "");
+  EXPECT_EQ(WaitVar(out), "failed holding the scratch space") << "the value it wrote is still poisoned";
+  // A skipped function (it read a poisoned value) does not poison the scratch variable either.
+  Throw("again", {}, {out});
+  engine_->PushSync([](RunContext) {}, kCpu, {out}, {later, scratch});
+  EXPECT_EQ(WaitVar(later), "again");
+  EXPECT_EQ(WaitVar(scratch), "");
+  EXPECT_EQ(WaitAll(), "") << "both errors were rethrown by WaitForVar";
+}
+
 TEST_P(EngineErrors, ExceptionTypeIsPreserved) {
   VarHandle a = engine_->NewVariable(), b = engine_->NewVariable(), c = engine_->NewVariable();
   engine_->PushSync([](RunContext) { throw Error("troupe error"); }, kCpu, {}, {a});
