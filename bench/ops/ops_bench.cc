@@ -1,7 +1,7 @@
 // The operator benchmark (see ops_bench.h for what it measures and why).
 //
 // Layout of this file: host-side helpers (random buffers, the double-precision references of the checks),
-// the two workloads (fc, conv), each with its operator body, its sgemm anchor and its checks, and the report
+// the workloads (fc, conv, pool), each with its operator body, its sgemm anchor and its checks, and the report
 // (JSON file, table on stdout). The measuring harness is bench/common/measure.h.
 #include "bench/ops/ops_bench.h"
 
@@ -812,6 +812,193 @@ Json ConvJson(const ConvReport& r) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// pool
+
+struct PoolShape {
+  std::string name;
+  int batch = 0, channels = 0, height = 0, width = 0, kernel = 0, stride = 0, pad = 0;
+  bool max = true;  // else avg (count_include_pad)
+  bool global = false;
+
+  int OutH() const { return global ? 1 : (height + 2 * pad - kernel) / stride + 1; }
+  int OutW() const { return global ? 1 : (width + 2 * pad - kernel) / stride + 1; }
+  // Bytes a call reads and writes (the input once, the output once).
+  double Bytes() const {
+    return 4.0 * batch * channels * (static_cast<double>(height) * width + static_cast<double>(OutH()) * OutW());
+  }
+  std::string Geometry() const {
+    return std::to_string(batch) + "," + std::to_string(channels) + "," + std::to_string(height) + "x" +
+           std::to_string(width) + (global ? ",global" : ",k" + std::to_string(kernel) + ",s" + std::to_string(stride) +
+                                                             ",p" + std::to_string(pad));
+  }
+};
+
+struct PoolReport {
+  PoolShape shape;
+  Series op;
+  bool has_dnnl = false;
+  Series dnnl;
+  double error_out = -1;
+  std::vector<std::string> errors;
+  bool ok() const { return errors.empty() && op.ok() && (!has_dnnl || dnnl.ok()); }
+  std::optional<double> RatioDnnl() const {
+    if (!has_dnnl || !op.measured() || !dnnl.measured() || !ok()) return std::nullopt;
+    return dnnl.Median() / op.Median();
+  }
+};
+
+#if TROUPE_HAVE_DNNL
+// oneDNN's pooling forward as Pooling's CPU operator sets it up (forward_inference on the NCHW buffers),
+// called directly: no engine, no operator.
+class DnnlPoolAnchor {
+ public:
+  DnnlPoolAnchor(const PoolShape& s, const float* x, float* y) : eng_(dnnl::engine::kind::cpu, 0), st_(eng_) {
+    omp_set_num_threads(openblas_get_num_threads());
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::desc xd({s.batch, s.channels, s.height, s.width}, dt::f32, tag::nchw);
+    const dnnl::memory::desc yd({s.batch, s.channels, s.OutH(), s.OutW()}, dt::f32, tag::nchw);
+    const dnnl::memory::dim k = s.global ? s.height : s.kernel, kw = s.global ? s.width : s.kernel;
+    const dnnl::memory::dim st = s.global ? 1 : s.stride, p = s.global ? 0 : s.pad;
+    // The right padding that gives the floor convention's output size (as the operator computes it).
+    const dnnl::memory::dim rh = (s.OutH() - 1) * st + k - s.height - p, rw = (s.OutW() - 1) * st + kw - s.width - p;
+    const dnnl::pooling_v2_forward::primitive_desc pd(
+        {dnnl::prop_kind::forward_inference,
+         s.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_include_padding, xd, yd, {st, st},
+         {k, kw}, {0, 0}, {p, p}, {rh, rw}},
+        eng_);
+    impl_ = pd.impl_info_str();
+    fwd_ = dnnl::pooling_v2_forward(pd);
+    x_ = dnnl::memory(xd, eng_, const_cast<float*>(x));
+    y_ = dnnl::memory(yd, eng_, y);
+  }
+  const std::string& impl() const { return impl_; }
+  void Call() {
+    if (omp_get_max_threads() != openblas_get_num_threads()) omp_set_num_threads(openblas_get_num_threads());
+    fwd_.execute(st_, {{DNNL_ARG_SRC, x_}, {DNNL_ARG_DST, y_}});
+    st_.wait();
+  }
+
+ private:
+  dnnl::engine eng_;
+  dnnl::stream st_;
+  dnnl::pooling_v2_forward fwd_;
+  dnnl::memory x_, y_;
+  std::string impl_;
+};
+#endif  // TROUPE_HAVE_DNNL
+
+void RunPool(PoolReport* r, Context ctx, int repeat, double min_time) {
+  const PoolShape& s = r->shape;
+  r->op = MakeSeries("operator", "Pooling forward through OperatorRunner on " + ctx.ToString() +
+                                     " (is_train), then WaitToRead on the output");
+  const TShape x_shape({s.batch, s.channels, s.height, s.width}), y_shape({s.batch, s.channels, s.OutH(), s.OutW()});
+  const std::vector<float> hx = RandomFloats(static_cast<std::size_t>(x_shape.Size()), 21);
+  Kwargs kw = {{"pool_type", s.max ? "max" : "avg"}};
+  if (s.global) {
+    kw.push_back({"global_pool", "True"});
+    kw.push_back({"kernel", "(1,1)"});
+  } else {
+    const auto pair = [](int v) { return "(" + std::to_string(v) + "," + std::to_string(v) + ")"; };
+    kw.push_back({"kernel", pair(s.kernel)});
+    kw.push_back({"stride", pair(s.stride)});
+    kw.push_back({"pad", pair(s.pad)});
+  }
+  OperatorRunner runner(MakeProp("Pooling", kw), ctx, {x_shape}, {static_cast<int>(DType::kFloat32)});
+  if (runner.out_shapes().at(0) != y_shape) {
+    throw Error("Pooling inferred the output shape " + runner.out_shapes().at(0).ToString() + ", expected " +
+                y_shape.ToString());
+  }
+  const NDArray x = ArrayOf(hx, x_shape, ctx), y(y_shape, ctx);
+  const Body op = [&](std::int64_t calls, Clock::time_point deadline) {
+    return TimedLoop(calls, deadline, [&] {
+      runner.Forward(true, {x}, {y}, {});
+      y.WaitToRead();
+    });
+  };
+  std::vector<Measured> items = {{&r->op, op}};
+  const AnchorVar anchor_var;
+  std::vector<float> ry(static_cast<std::size_t>(y_shape.Size()));
+#if TROUPE_HAVE_DNNL
+  std::unique_ptr<DnnlPoolAnchor> raw;
+  if (!ctx.is_gpu() && DnnlInUse()) {
+    RunOnWorker(ctx, anchor_var.get(), [&] { raw = std::make_unique<DnnlPoolAnchor>(s, hx.data(), ry.data()); });
+    r->has_dnnl = true;
+    r->dnnl = MakeSeries("dnnl_raw",
+                         "oneDNN's pooling forward primitive (" + raw->impl() +
+                             ") as the operator sets it up, on the NCHW buffers, in one engine function per call on "
+                             "the CPU worker, OpenMP threads = the engine's kernel threads");
+    items.push_back({&r->dnnl, OnWorker(ctx, anchor_var.get(), [&] { raw->Call(); })});
+  }
+#endif
+  MeasureInterleaved(items, repeat, min_time);
+  if (!r->op.measured()) return;
+  // Checks: every output against the window in double (max: exact; avg: relative to the sum of magnitudes),
+  // and the operator's output equal to the raw primitive's.
+  const std::vector<float> gy = y.ToVector<float>();
+  const int kh = s.global ? s.height : s.kernel, kwid = s.global ? s.width : s.kernel;
+  const int st = s.global ? 1 : s.stride, p = s.global ? 0 : s.pad;
+  double err = 0, raw_diff = 0;
+  for (std::int64_t nc = 0; nc < static_cast<std::int64_t>(s.batch) * s.channels; ++nc) {
+    const float* plane = &hx[static_cast<std::size_t>(nc * s.height * s.width)];
+    for (int oh = 0; oh < s.OutH(); ++oh) {
+      for (int ow = 0; ow < s.OutW(); ++ow) {
+        double best = -INFINITY;
+        RefSum sum;
+        for (int i = 0; i < kh; ++i) {
+          for (int j = 0; j < kwid; ++j) {
+            const int ih = oh * st - p + i, iw = ow * st - p + j;
+            if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
+            best = std::max(best, static_cast<double>(plane[ih * s.width + iw]));
+            sum.Add(plane[ih * s.width + iw]);
+          }
+        }
+        const std::size_t yi = static_cast<std::size_t>((nc * s.OutH() + oh) * s.OutW() + ow);
+        if (s.max) {
+          err = std::max(err, std::fabs(best - gy[yi]));
+        } else {
+          RefSum avg;
+          avg.sum = sum.sum / (kh * kwid);
+          avg.scale = sum.scale / (kh * kwid);
+          err = std::max(err, avg.ErrorOf(gy[yi]));
+        }
+        if (r->has_dnnl) raw_diff = std::max(raw_diff, static_cast<double>(std::fabs(ry[yi] - gy[yi])));
+      }
+    }
+  }
+  r->error_out = err;
+  Check(&r->errors, "output differs from the pooling windows computed in double", err);
+  if (r->has_dnnl && raw_diff != 0) {
+    r->errors.push_back("output differs from the raw oneDNN primitive's by up to " + Fmt("%g", raw_diff));
+  }
+}
+
+Json PoolJson(const PoolReport& r) {
+  const double bytes = r.shape.Bytes();
+  const auto gbps = [bytes](double s) { return s > 0 ? bytes / s / 1e9 : 0.0; };
+  Json j;
+  j["name"] = r.shape.name;
+  j["layer"] = std::string("Pooling ") + (r.shape.max ? "max" : "avg") + " " + r.shape.Geometry() + ", float32, NCHW";
+  j["operator"] = SeriesJson(r.op, "gb_per_s", gbps);
+  if (r.has_dnnl) {
+    j["dnnl_raw"] = SeriesJson(r.dnnl, "gb_per_s", gbps);
+    j["ratio_dnnl_raw"] = OptNum(r.RatioDnnl());
+    j["ratio_dnnl_meaning"] = "raw primitive's time / operator time (medians); GB/s counts the input read and the output written once";
+  } else {
+    j["dnnl_raw"] = nullptr;
+  }
+  j["check"] = {{"output_error", r.error_out},
+                {"tolerance", kTolerance},
+                {"meaning", "max over every output of |operator - the window's max or average in double| (max: "
+                            "absolute; avg: relative to the sum of magnitudes); the output must also equal the raw "
+                            "primitive's"},
+                {"ok", r.errors.empty()},
+                {"errors", r.errors}};
+  j["ok"] = r.ok();
+  return j;
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The benchmark: options, the workloads in order, the report.
 
 class OpsBench {
@@ -835,6 +1022,7 @@ class OpsBench {
   Context ctx() const { return gpu() ? Context::GPU(0) : Context::CPU(0); }
   std::vector<FcShape> FcShapes() const;
   std::vector<ConvShape> ConvShapes() const;
+  std::vector<PoolShape> PoolShapes() const;
   void CollectFailures();
   Json Targets() const;
   Json BuildJson() const;
@@ -852,6 +1040,7 @@ class OpsBench {
   int blas_threads_ = 0;
   std::vector<FcReport> fcs_;
   std::vector<ConvReport> convs_;
+  std::vector<PoolReport> pools_;
   std::vector<std::string> failures_;
 };
 
@@ -873,6 +1062,15 @@ std::vector<ConvShape> OpsBench::ConvShapes() const {
           {"resnet512", rb, 512, 7, 7, 512, 3, 1}};
 }
 
+std::vector<PoolShape> OpsBench::PoolShapes() const {
+  const int rb = opt_.resnet_batch;
+  if (opt_.quick) return {{"lenet_max", 2, 3, 8, 8, 2, 2, 0, true, false}, {"resnet_avg", rb, 4, 3, 3, 0, 0, 0, false, true}};
+  // LeNet's 2x2 max pooling, ResNet-18's stem (3x3 stride 2 pad 1 max) and its global average.
+  return {{"lenet_max", 64, 20, 24, 24, 2, 2, 0, true, false},
+          {"resnet_max", rb, 64, 112, 112, 3, 2, 1, true, false},
+          {"resnet_avg", rb, 512, 7, 7, 0, 0, 0, false, true}};
+}
+
 void OpsBench::CollectFailures() {
   auto add = [this](const std::string& where, const Series& s) {
     for (const std::string& e : s.errors) failures_.push_back(where + " " + s.name + ": " + e);
@@ -887,6 +1085,12 @@ void OpsBench::CollectFailures() {
     const std::string where = "conv " + r.shape.name;
     add(where, r.op);
     add(where, r.anchor);
+    for (const std::string& e : r.errors) failures_.push_back(where + ": " + e);
+  }
+  for (const PoolReport& r : pools_) {
+    const std::string where = "pool " + r.shape.name;
+    add(where, r.op);
+    if (r.has_dnnl) add(where, r.dnnl);
     for (const std::string& e : r.errors) failures_.push_back(where + ": " + e);
   }
 }
@@ -917,6 +1121,12 @@ Json OpsBench::Targets() const {
           "buffers, reorders included (medians)",
           kConvTargetDnnlRatio, r.RatioDnnl(r.dnnl));
     }
+  }
+  for (const PoolReport& r : pools_) {
+    if (!r.has_dnnl) continue;
+    add("pool " + r.shape.name + " vs oneDNN >= 0.95",
+        "Pooling forward >= 0.95 x the speed of its raw oneDNN primitive on the same NCHW buffers (medians)",
+        kConvTargetDnnlRatio, r.RatioDnnl());
   }
   return targets;
 }
@@ -976,6 +1186,9 @@ Json OpsBench::BuildJson() const {
   for (const ConvReport& r : convs_) convs.push_back(ConvJson(r));
   root["fc"] = fcs;
   root["conv"] = convs;
+  Json pools = Json::array();
+  for (const PoolReport& r : pools_) pools.push_back(PoolJson(r));
+  root["pool"] = pools;
   Json notes = Json::array();
   notes.push_back(
       "fc: the operator's time includes two pushes (Forward, Backward), the hand-off to an engine worker, the "
@@ -1040,6 +1253,21 @@ void OpsBench::PrintTable() const {
                   cell(r.has_dnnl ? g(r.dnnl_blocked) : std::nullopt, "%.2f").c_str(), ok(r.ok()));
     }
   }
+  if (!pools_.empty()) {
+    std::printf("\npool  Pooling forward [GB/s of input read and output written, higher is better%s]\n",
+                gpu() ? "" : "; ratio = operator / raw oneDNN primitive");
+    std::printf("  %-11s %-4s %-22s %10s %10s %8s  %s\n", "layer", "type", "N,C,HxW,k,s,p", "operator", "oneDNN",
+                "ratio", "check");
+    for (const PoolReport& r : pools_) {
+      const auto g = [&r](const Series& s) {
+        return s.measured() ? std::optional<double>(r.shape.Bytes() / s.Median() / 1e9) : std::nullopt;
+      };
+      std::printf("  %-11s %-4s %-22s %10s %10s %8s  %s\n", r.shape.name.c_str(), r.shape.max ? "max" : "avg",
+                  r.shape.Geometry().c_str(), cell(g(r.op), "%.2f").c_str(),
+                  cell(r.has_dnnl ? g(r.dnnl) : std::nullopt, "%.2f").c_str(), cell(r.RatioDnnl(), "%.3f").c_str(),
+                  ok(r.ok()));
+    }
+  }
   const Json targets = Targets();
   if (!targets.empty()) {
     std::printf("\ntargets:\n");
@@ -1062,11 +1290,11 @@ int OpsBench::Run() {
   if (opt_.json_path.empty()) return bad("--json FILE is required");
   if (opt_.repeat < 0 || opt_.repeat > 1000) return bad("--repeat must be in 1..1000");
   if (!(opt_.min_time_s >= 0 && opt_.min_time_s <= 60)) return bad("--min-time must be in (0, 60] seconds");
-  if (opt_.workloads.empty()) return bad("--workloads needs one or more of fc, conv");
+  if (opt_.workloads.empty()) return bad("--workloads needs one or more of fc, conv, pool");
   for (const std::string& w : opt_.workloads) {
     const auto& known = OpsBenchWorkloads();
     if (std::find(known.begin(), known.end(), w) == known.end()) {
-      return bad("unknown workload '" + w + "' (known: fc, conv)");
+      return bad("unknown workload '" + w + "' (known: fc, conv, pool)");
     }
   }
   if (opt_.ctx != "cpu" && opt_.ctx != "gpu") return bad("--ctx must be cpu or gpu, not '" + opt_.ctx + "'");
@@ -1081,7 +1309,7 @@ int OpsBench::Run() {
   if (opt_.repeat == 0) opt_.repeat = opt_.quick ? 1 : kOpsDefaultRepeat;
   if (opt_.min_time_s == 0) opt_.min_time_s = opt_.quick ? kQuickMinTime : kOpsDefaultMinTime;
   if (opt_.resnet_batch == 0) opt_.resnet_batch = opt_.quick ? 2 : kOpsDefaultResNetBatch;
-  for (const char* op : {"FullyConnected", "Convolution"}) {
+  for (const char* op : {"FullyConnected", "Convolution", "Pooling"}) {
     if (OperatorRegistry::Get().Find(op) == nullptr) {
       std::fprintf(stderr, "troupe bench ops: the operator %s is not registered in this build\n", op);
       return 1;
@@ -1156,6 +1384,17 @@ int OpsBench::Run() {
           (r.ok() ? "" : "  FAILED"));
     }
   }
+  if (Selected("pool")) {
+    for (const PoolShape& shape : PoolShapes()) {
+      PoolReport& r = pools_.emplace_back();
+      r.shape = shape;
+      guarded("pool " + shape.name, [&] { RunPool(&r, ctx(), opt_.repeat, opt_.min_time_s); });
+      Log("pool " + shape.name + ": operator " +
+          (r.op.measured() ? Fmt("%.2f", shape.Bytes() / r.op.Median() / 1e9) : std::string("-")) + " GB/s" +
+          (r.RatioDnnl() ? ", raw oneDNN ratio " + Fmt("%.3f", *r.RatioDnnl()) : std::string()) +
+          (r.ok() ? "" : "  FAILED"));
+    }
+  }
   Drain();
 
   CollectFailures();
@@ -1169,7 +1408,7 @@ int OpsBench::Run() {
 }  // namespace
 
 const std::vector<std::string>& OpsBenchWorkloads() {
-  static const std::vector<std::string> kWorkloads = {"fc", "conv"};
+  static const std::vector<std::string> kWorkloads = {"fc", "conv", "pool"};
   return kWorkloads;
 }
 
@@ -1199,7 +1438,11 @@ constexpr const char* kOpsBenchmarkDescription =
     "reorders from and to NCHW, and without: 'blocked'), in GFLOP/s; "
     "check: sampled entries of the output and the gradients against a direct convolution in double. The "
     "ratio is anchor time / operator time; the JSON holds every figure, the anchors, the ratios and the "
-    "targets (fc >= 0.9, conv >= 0.7, conv >= 0.95 x raw oneDNN). With --ctx gpu the same layers run on GPU 0 and only their GFLOP/s is "
+    "targets (fc >= 0.9, conv >= 0.7, conv >= 0.95 x raw oneDNN). (c) pool: Pooling forward (the part that "
+    "runs through oneDNN) for LeNet's 2x2 max pooling (batch 64, 20 channels, 24x24), ResNet-18's stem (3x3 "
+    "stride 2 pad 1 max, batch 32, 64 channels, 112x112) and its global average (batch 32, 512 channels, 7x7), "
+    "against the raw oneDNN primitive on the same NCHW buffers, in GB/s (input read and output written once); "
+    "checks: every output against its window in double and equal to the primitive's; target >= 0.95. With --ctx gpu the same layers run on GPU 0 and only their GFLOP/s is "
     "reported. Progress goes to stderr, a table to stdout. Exit status: 0 when every check passed (targets are "
     "reported, not enforced), 1 when one failed (the JSON says which, with \"ok\": false), 2 on bad usage "
     "(and for --ctx gpu without a CUDA device).";
@@ -1226,7 +1469,7 @@ void DeclareOpsBenchmarkOptions(OpsBenchOptions* o, BenchOptionList* options) {
                 std::to_string(kOpsDefaultRepeat) + ", 1 with --quick)")
       .Range(1, 1000)
       .TypeName("R");
-  options->Add("--workloads", &o->workloads, "Which workloads: any of fc, conv")
+  options->Add("--workloads", &o->workloads, "Which workloads: any of fc, conv, pool")
       .Delimiter(',')
       .Choices(OpsBenchWorkloads())
       .TypeName("LIST")
@@ -1254,7 +1497,7 @@ void DeclareOpsBenchmarkOptions(OpsBenchOptions* o, BenchOptionList* options) {
 
 Benchmark OpsBenchmark() {
   return MakeBenchmark<OpsBenchOptions>(
-      "ops", "FullyConnected and Convolution forward + backward against their sgemm products and oneDNN's primitives",
+      "ops", "FullyConnected, Convolution and Pooling against their sgemm products and oneDNN's primitives",
       std::string(kOpsBenchmarkDescription) + "\n\n" + kOpsBenchmarkExamples + "\n", &DeclareOpsBenchmarkOptions,
       &RunOpsBench);
 }

@@ -27,6 +27,13 @@
 //         Checks: sampled entries of the output, the data gradient and the weight gradient against a direct
 //         convolution in double (relative to the sum of the terms' magnitudes, < 1e-4), and the bias
 //         gradient against the sums of dY.
+//   pool  Pooling forward on float32 CPU arrays (the part of the operator that runs through oneDNN; its
+//         backward is troupe's own loop): LeNet's 2x2 max pooling (64 x 20 x 24 x 24), ResNet-18's stem max
+//         pooling (3x3, stride 2, pad 1; batch 32 x 64 x 112 x 112) and global average (32 x 512 x 7 x 7).
+//         Anchor (a build with oneDNN, TROUPE_DNNL not 0): the raw pooling primitive the operator creates,
+//         on the same NCHW buffers. Derived: GB/s (the input read and the output written once) and ratio =
+//         anchor time / operator time (target >= 0.95). Checks: every output against its window in double,
+//         and equal to the primitive's.
 // Every anchor runs one engine function per call on the operator's worker (as the operator: one push and one
 // WaitForVar per call), so that both use the same OpenMP team: a second thread's team would make libgomp's
 // idle threads sleep after a short spin, and every small parallel region would then wait for wake-ups.
@@ -61,7 +68,7 @@ struct OpsBenchOptions {
   // Timed repetitions per measurement; 0 picks the default (kOpsDefaultRepeat, or 1 with `quick`).
   int repeat = 0;
   // Which workloads to run: any of OpsBenchWorkloads().
-  std::vector<std::string> workloads = {"fc", "conv"};
+  std::vector<std::string> workloads = {"fc", "conv", "pool"};
   // Seconds one timed run should last at least (it also does at least 3 calls); 0 picks 0.2 (0.005 with
   // `quick`).
   double min_time_s = 0;
@@ -76,7 +83,7 @@ inline constexpr int kOpsDefaultRepeat = 7;
 inline constexpr double kOpsDefaultMinTime = 0.2;
 inline constexpr int kOpsDefaultResNetBatch = 32;
 
-// The workloads, in the order they run: fc, conv.
+// The workloads, in the order they run: fc, conv, pool.
 const std::vector<std::string>& OpsBenchWorkloads();
 
 // Runs the benchmark. Returns the process exit status: 0 when every in-run check passed, 1 when one failed
