@@ -18,7 +18,9 @@
 
 #include <cerrno>
 #include <sstream>
+#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "proc/process.h"
@@ -75,6 +77,20 @@ TEST(Launch, EnvOptionsLeaveTheWorkersOptionsAlone) {
       Launch({"-n", "2", "-s", "1", "--env", "A=1", "--env", "B=2", "--", "sh", "-c", worker, "sh", "--x", "--y=1"});
   EXPECT_EQ(status, 0);
   EXPECT_EQ(Count(lines, "worker sees --x --y=1"), 2);
+}
+
+// The processes of a local launch share the host's cores: each is told how many run there, unless the
+// user said otherwise.
+TEST(Launch, LocalProcessesAreToldHowManyShareTheHost) {
+  const std::string worker = std::string("echo \"host share $TROUPE_HOST_PROCESSES\"; exec ") + TROUPE_DIST_NODE +
+                             " any_workers";
+  auto [status, lines] = Launch({"-n", "2", "-s", "1", "--", "sh", "-c", worker});
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(Count(lines, "host share 3"), 2);
+  std::tie(status, lines) =
+      Launch({"-n", "2", "-s", "1", "--env", "TROUPE_HOST_PROCESSES=1", "--", "sh", "-c", worker});
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(Count(lines, "host share 1"), 2) << "a value the user gives is kept";
 }
 
 // A role started by hand without TROUPE_CLUSTER_TOKEN refuses to run unless told --insecure, and then warns.
