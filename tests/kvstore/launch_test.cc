@@ -18,7 +18,6 @@
 
 #include <cerrno>
 #include <sstream>
-#include <tuple>
 #include <string>
 #include <tuple>
 #include <vector>
