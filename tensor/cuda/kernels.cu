@@ -10,7 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <map>
 #include <string>
 #include <type_traits>
 
@@ -224,46 +223,10 @@ void GpuSample(Distribution dist, const TBlob& out, std::uint64_t key, std::uint
 
 // ---- cuBLAS ----------------------------------------------------------------------------------------
 
-namespace {
-
-// One cuBLAS handle per worker thread and device: each engine worker is a dedicated thread, so a handle is
-// never used by two threads at once.
-class BlasHandles {
- public:
-  ~BlasHandles() {
-    for (auto& [dev, h] : handles_) {
-      if (cudaSetDevice(dev) == cudaSuccess) cublasDestroy(h);
-    }
-  }
-  cublasHandle_t Get(int dev) {
-    auto it = handles_.find(dev);
-    if (it != handles_.end()) return it->second;
-    cublasHandle_t h = nullptr;
-    const cublasStatus_t s = cublasCreate(&h);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-      throw Error("cublasCreate on gpu(" + std::to_string(dev) + ") failed: " + cublasGetStatusString(s));
-    }
-    handles_.emplace(dev, h);
-    return h;
-  }
-
- private:
-  std::map<int, cublasHandle_t> handles_;
-};
-
-void CheckBlas(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string(what) + ": cuBLAS error: " + cublasGetStatusString(s));
-}
-
-}  // namespace
-
 void GpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,
              double alpha, double beta, void* stream) {
   if (m == 0 || n == 0) return;
-  SetDevice(c.ctx.dev_id);
-  thread_local BlasHandles handles;
-  cublasHandle_t h = handles.Get(c.ctx.dev_id);
-  CheckBlas(cublasSetStream(h, StreamOf(stream)), "cublasSetStream");
+  cublasHandle_t h = BlasHandle(c.ctx.dev_id, StreamOf(stream));
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
   const cublasOperation_t ob = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t oa = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -1,12 +1,13 @@
 // CUDA plumbing shared by the .cu files of tensor/ and op/: the engine's stream, CUDA status checks that throw
-// troupe::Error naming the call (and the operator, when the caller gives one), and grid sizing for grid-stride
-// kernels. The cuDNN parts (handle, descriptors) are the operators' own: op/internal/cudnn_common.h.
+// troupe::Error naming the call (and the operator, when the caller gives one), each worker thread's cuBLAS
+// handle, and grid sizing for grid-stride kernels. The cuDNN parts (handle, descriptors) are the operators' own: op/internal/cudnn_common.h.
 //
 // Declared surface of the tensor module (detail/: never installed), included only by .cu files. The checks
 // are inline and build their message only on failure; the error text lives in tensor/cuda/cuda_common.cu.
 // Every function is thread-safe.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,6 +34,17 @@ inline void Check(cudaError_t e, std::string_view what, std::string_view op = {}
 inline void CheckLaunch(std::string_view what, std::string_view op = {}) { Check(cudaGetLastError(), what, op); }
 // Makes `dev` current for this thread (engine workers normally did already).
 inline void SetDevice(int dev, std::string_view op = {}) { Check(cudaSetDevice(dev), "cudaSetDevice", op); }
+
+// ---- cuBLAS ------------------------------------------------------------------------------------------
+// Message: "[<op>: ]<what>: cuBLAS error: <text>".
+[[noreturn]] void ThrowCublas(cublasStatus_t s, std::string_view what, std::string_view op);
+inline void CheckBlas(cublasStatus_t s, std::string_view what, std::string_view op = {}) {
+  if (s != CUBLAS_STATUS_SUCCESS) ThrowCublas(s, what, op);
+}
+// The calling thread's cuBLAS handle for `dev` (made current), bound to `stream`: one handle per thread and
+// device, created on first use and destroyed when the thread ends. Each engine worker is a thread of its own,
+// so a handle is never used by two threads at once.
+cublasHandle_t BlasHandle(int dev, cudaStream_t stream, std::string_view op = {});
 
 // ---- grid sizing -------------------------------------------------------------------------------------
 constexpr int kThreads = 256;

@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "op/internal/op_util.h"
 #include "op/nn/common/cuda_kernels.cuh"
 #include "op/nn/transformer/interleaved_matmul.h"
+#include "tensor/detail/cuda_common.h"
 
 namespace troupe {
 
@@ -39,40 +39,12 @@ using interleaved::Sizes;
 using interleaved::SizesOf;
 using interleaved::Slice;
 using interleaved::ValueSlice;
+using internal::BlasHandle;
+using internal::CheckBlas;
 
-void CheckBlas(cublasStatus_t s, const char* what, const char* op) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    throw Error(std::string(op) + ": " + what + ": cuBLAS error: " + cublasGetStatusString(s));
-  }
-}
-
-class BlasHandles {
- public:
-  ~BlasHandles() {
-    for (auto& [dev, h] : handles_) {
-      if (cudaSetDevice(dev) == cudaSuccess) cublasDestroy(h);
-    }
-  }
-  cublasHandle_t Get(int dev, const char* op) {
-    auto it = handles_.find(dev);
-    if (it != handles_.end()) return it->second;
-    cublasHandle_t h = nullptr;
-    CheckBlas(cublasCreate(&h), "cublasCreate", op);
-    handles_.emplace(dev, h);
-    return h;
-  }
-
- private:
-  std::map<int, cublasHandle_t> handles_;
-};
-
-// This thread's handle for the stream's device (made current), bound to the stream.
+// This thread's handle for the stream's device, bound to the stream.
 cublasHandle_t Handle(const RunContext& rctx, const char* op) {
-  thread_local BlasHandles handles;
-  cudaStream_t s = nn_cuda::Prepare(rctx, op);
-  cublasHandle_t h = handles.Get(rctx.ctx.dev_id, op);
-  CheckBlas(cublasSetStream(h, s), "cublasSetStream", op);
-  return h;
+  return BlasHandle(rctx.ctx.dev_id, nn_cuda::Prepare(rctx, op), op);
 }
 
 // One row-major matrix per attention batch: batch a's starts at ptr + a * stride, rows ld apart.
