@@ -42,6 +42,13 @@ struct ExecutorOptions {
   // Operators per engine function (bulk execution); 1: one function per operator. -1: the setting
   // TROUPE_EXEC_BULK_MAX_NODES, default 15 (MXNet's MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN default).
   int bulk_max_nodes = -1;
+  // Inference fusion (as MXNet's MKLDNN backend): in an executor bound without gradients on the CPU,
+  // Convolution -> Activation(relu), Convolution -> elemwise_add, and Convolution -> elemwise_add -> relu run
+  // as one oneDNN convolution with post-ops (op/fusion.h), where the intermediate arrays have no other
+  // reader and are not outputs, and the arrays are float32. The fused node is named after the nodes it
+  // replaces ("conv1+relu1"), in the profiler too. Results equal the unfused ones up to float32 rounding.
+  // 1: fuse, 0: never; -1: the setting TROUPE_EXEC_FUSE, default 1. Executors with gradients never fuse.
+  int fuse_inference = -1;
 };
 
 struct MemoryPlanStats {
@@ -95,6 +102,8 @@ class Executor {
   std::map<std::string, NDArray> grad_dict() const;  // only arguments with a gradient
   std::map<std::string, NDArray> aux_dict() const;
   MemoryPlanStats memory_stats() const;
+  // The names of the fused nodes (ExecutorOptions::fuse_inference), in push order; empty when none.
+  std::vector<std::string> fused_nodes() const;
 
   struct Impl;
 

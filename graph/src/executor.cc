@@ -17,6 +17,7 @@
 #include "engine/profiler.h"
 #include "graph/internal/graph.h"
 #include "graph/internal/memory_plan.h"
+#include "op/fusion.h"
 #include "op/imperative.h"
 
 namespace troupe {
@@ -100,6 +101,11 @@ struct Executor::Impl {
   std::vector<std::size_t> zero_fill_args;  // kWriteTo arguments that no node contributes to
 
   graph::MemoryPlan plan;
+  // The inference fusion pass (FuseForInference): the rewritten graph's outputs (they own its new nodes),
+  // and per node of g whether it is a fused one (its profiler name is then the node's name).
+  std::vector<graph::NodeEntry> fused_graph;
+  std::vector<char> is_fused;
+  std::vector<std::string> fused_names;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> argument_views;  // (output entry, argument entry)
   std::vector<NDArray> storage;
   bool forward_train_done = false;
@@ -114,9 +120,9 @@ struct Executor::Impl {
   class Bulk {
    public:
     explicit Bulk(const Impl& m) : m_(m) {}
-    void Add(OperatorRunner::Call call, const OperatorRunner& runner) {
+    void Add(OperatorRunner::Call call, const OperatorRunner& runner, const std::string* name = nullptr) {
       calls_.push_back(std::move(call));
-      names_.push_back(&runner.name());
+      names_.push_back(name != nullptr ? name : &runner.name());
       if (calls_.size() >= static_cast<std::size_t>(m_.options.bulk_max_nodes)) Flush();
     }
     void Flush() {
@@ -167,6 +173,7 @@ struct Executor::Impl {
 
   void Build();
   void BuildRunners();
+  bool FuseForInference();
   // The visible outputs' shapes of node n as inference over the whole graph finds them, from the bound
   // arguments and auxiliary states (consumers fill in what a producer leaves open); empty when it knows
   // none. The inference runs once, on first need.
@@ -301,6 +308,7 @@ std::vector<TShape> Executor::Impl::OutputShapesFromGraph(std::uint32_t n) {
 
 void Executor::Impl::Build() {
   BuildRunners();
+  if (FuseForInference()) BuildRunners();
   const std::uint32_t N = num_entries;
 
   std::vector<bool> is_head(N, false);
@@ -585,6 +593,175 @@ void Executor::Impl::BuildBackward(std::vector<graph::PlanEntry>* pe, std::vecto
   }
 }
 
+// ------------------------------------------------------------------------------------------------ fusion
+
+namespace {
+
+bool IsRelu(const graph::Node& node) {
+  if (node.is_variable() || node.op->TypeString() != "Activation") return false;
+  for (const auto& [k, v] : node.op->GetParams()) {
+    if (k == "act_type") return v == "relu";
+  }
+  return false;
+}
+
+bool IsAdd(const graph::Node& node) { return !node.is_variable() && node.op->TypeString() == "elemwise_add"; }
+
+}  // namespace
+
+// MXNet's MKLDNN subgraph property for convolutions (mkldnn_conv_property.h), at inference: a Convolution whose
+// output only an Activation(relu) reads, or only an elemwise_add reads (the other addend already computed),
+// optionally followed by a relu that alone reads the sum, becomes one node (op/fusion.h). The intermediate
+// arrays must have exactly one reader and not be outputs of the symbol; everything float32 on the CPU; never
+// with gradients (no backward exists for the fused node). Rewrites g (runners are built again by the caller)
+// and returns whether anything was fused.
+bool Executor::Impl::FuseForInference() {
+  if (options.fuse_inference != 1 || need_backward || ctx.dev_type != DeviceType::kCPU) return false;
+  const std::uint32_t N = g.num_entries;
+  const auto f32 = static_cast<int>(DType::kFloat32);
+  std::vector<int> uses(N, 0);
+  std::vector<std::uint32_t> reader(N, 0);  // the reader of an entry read once
+  std::vector<char> head(N, 0);
+  for (const auto& h : g.heads) head[g.entry_id(h)] = 1;
+  for (std::uint32_t n = 0; n < g.nodes.size(); ++n) {
+    for (const auto& in : g.inputs[n]) {
+      ++uses[g.entry_id(in)];
+      reader[g.entry_id(in)] = n;
+    }
+  }
+  // An entry only `next` reads: one use, not an output, float32.
+  auto sole_reader = [&](std::uint32_t n) -> int {
+    const graph::Node* node = g.nodes[n];
+    if (node->is_variable() || node->num_outputs() != 1) return -1;
+    const std::uint32_t e = g.entry_id(n, 0);
+    if (head[e] || uses[e] != 1 || dtype[e] != f32) return -1;
+    return static_cast<int>(reader[e]);
+  };
+
+  struct Group {
+    std::uint32_t conv = 0, last = 0;
+    int add = -1;          // the elemwise_add node, -1 without
+    std::uint32_t other = 0;  // the add's other input (an entry of g)
+    bool relu = false;
+    std::shared_ptr<const OperatorProperty> op;
+  };
+  std::vector<Group> groups;
+  std::vector<int> group_of_last(g.nodes.size(), -1);
+  std::vector<char> absorbed(g.nodes.size(), 0);
+  for (std::uint32_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::Node* node = g.nodes[n];
+    if (node->is_variable() || node->op->TypeString() != "Convolution" || absorbed[n]) continue;
+    bool in_f32 = true;
+    for (const auto& in : g.inputs[n]) in_f32 = in_f32 && dtype[g.entry_id(in)] == f32;
+    const int next = sole_reader(n);
+    // A reader already in a group: an add whose other addend is a convolution fused with it before.
+    if (!in_f32 || next < 0 || absorbed[static_cast<std::uint32_t>(next)]) continue;
+    Group grp;
+    grp.conv = n;
+    const auto nx = static_cast<std::uint32_t>(next);
+    if (IsRelu(*g.nodes[nx])) {
+      grp.relu = true;
+      grp.last = nx;
+    } else if (IsAdd(*g.nodes[nx]) && g.inputs[nx].size() == 2) {
+      const std::uint32_t c = g.entry_id(n, 0);
+      const std::uint32_t a = g.entry_id(g.inputs[nx][0]), b = g.entry_id(g.inputs[nx][1]);
+      grp.other = a == c ? b : a;
+      if (grp.other == c || dtype[grp.other] != f32 || shape[grp.other] != shape[c] || dtype[g.entry_id(nx, 0)] != f32) {
+        continue;
+      }
+      grp.add = static_cast<int>(nx);
+      grp.last = nx;
+      const int after = sole_reader(nx);
+      if (after >= 0 && IsRelu(*g.nodes[static_cast<std::uint32_t>(after)])) {
+        grp.relu = true;
+        grp.last = static_cast<std::uint32_t>(after);
+      }
+    } else {
+      continue;
+    }
+    grp.op = FuseConvolution(*node->op, grp.add >= 0, grp.relu);
+    if (!grp.op) continue;
+    absorbed[n] = 1;
+    if (grp.add >= 0) absorbed[static_cast<std::uint32_t>(grp.add)] = 1;
+    absorbed[grp.last] = 1;
+    group_of_last[grp.last] = static_cast<int>(groups.size());
+    groups.push_back(std::move(grp));
+  }
+  if (groups.empty()) return false;
+
+  // The original nodes as shared pointers (g holds raw ones): from their readers' inputs and the heads.
+  std::map<const graph::Node*, std::shared_ptr<graph::Node>> owned;
+  for (const auto& out : symbol.outputs()) owned[out.node.get()] = out.node;
+  for (const graph::Node* node : g.nodes) {
+    for (const auto& in : node->inputs) owned[in.node.get()] = in.node;
+  }
+  // Every operator node is copied with its inputs redirected (nodes are immutable once built); a group is one
+  // new node in place of its last node, the nodes before it in the group are left out (no one else reads them).
+  std::vector<std::shared_ptr<graph::Node>> now(g.nodes.size());
+  auto entry = [&](const graph::IndexedGraph::Entry& e) { return graph::NodeEntry{now[e.node], e.index}; };
+  std::vector<const graph::Node*> fused_nodes;
+  for (std::uint32_t n = 0; n < g.nodes.size(); ++n) {
+    const graph::Node* node = g.nodes[n];
+    if (node->is_variable()) {
+      now[n] = owned.at(node);
+      continue;
+    }
+    const int gi = group_of_last[n];
+    if (gi < 0) {
+      if (absorbed[n]) continue;  // a convolution or sum inside a group: its group's node replaces it
+      auto copy = std::make_shared<graph::Node>(*node);
+      for (std::size_t i = 0; i < copy->inputs.size(); ++i) copy->inputs[i] = entry(g.inputs[n][i]);
+      now[n] = std::move(copy);
+      continue;
+    }
+    const Group& grp = groups[static_cast<std::size_t>(gi)];
+    auto fused = std::make_shared<graph::Node>();
+    fused->op = grp.op;
+    fused->attrs = g.nodes[grp.conv]->attrs;
+    fused->name = g.nodes[grp.conv]->name;
+    if (grp.add >= 0) fused->name += "+" + g.nodes[static_cast<std::uint32_t>(grp.add)]->name;
+    if (grp.relu) fused->name += "+" + node->name;
+    for (const auto& in : g.inputs[grp.conv]) fused->inputs.push_back(entry(in));
+    if (grp.add >= 0) {
+      // The other addend, by entry id: find its (node, output).
+      for (const auto& in : g.inputs[static_cast<std::uint32_t>(grp.add)]) {
+        if (g.entry_id(in) == grp.other) {
+          fused->inputs.push_back(entry(in));
+          break;
+        }
+      }
+    }
+    fused_nodes.push_back(fused.get());
+    now[n] = std::move(fused);
+  }
+  std::vector<graph::NodeEntry> outs;
+  for (const auto& h : g.heads) outs.push_back(entry(h));
+  std::vector<const graph::Node*> arg_ptrs, aux_ptrs;
+  for (auto n : g.arg_nodes) arg_ptrs.push_back(g.nodes[n]);
+  for (auto n : g.aux_nodes) aux_ptrs.push_back(g.nodes[n]);
+  graph::IndexedGraph fg = graph::IndexGraph(outs);
+  // The arguments keep the bound order (a sum whose convolution is its second input visits them in another
+  // order); the variables are the same nodes.
+  std::map<const graph::Node*, std::uint32_t> fidx;
+  for (std::uint32_t n = 0; n < fg.nodes.size(); ++n) fidx[fg.nodes[n]] = n;
+  if (fg.arg_nodes.size() != arg_ptrs.size() || fg.aux_nodes.size() != aux_ptrs.size()) {
+    throw Error("Bind: the inference fusion pass lost a variable (a bug; TROUPE_EXEC_FUSE=0 turns the pass off)");
+  }
+  for (std::size_t k = 0; k < arg_ptrs.size(); ++k) fg.arg_nodes[k] = fidx.at(arg_ptrs[k]);
+  for (std::size_t k = 0; k < aux_ptrs.size(); ++k) fg.aux_nodes[k] = fidx.at(aux_ptrs[k]);
+  g = std::move(fg);
+  fused_graph = std::move(outs);
+  is_fused.assign(g.nodes.size(), 0);
+  for (std::uint32_t n = 0; n < g.nodes.size(); ++n) {
+    if (std::find(fused_nodes.begin(), fused_nodes.end(), g.nodes[n]) != fused_nodes.end()) {
+      is_fused[n] = 1;
+      fused_names.push_back(g.nodes[n]->name);
+    }
+  }
+  runners.clear();
+  return true;
+}
+
 // ------------------------------------------------------------------------------------------------ public
 
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -603,6 +780,10 @@ std::unique_ptr<Executor> Executor::Bind(const Symbol& symbol, Context ctx, cons
     EnvInt("TROUPE_EXEC_BULK_MAX_NODES", 1, 10000, &m->options.bulk_max_nodes);
   }
   m->options.bulk_max_nodes = std::max(1, m->options.bulk_max_nodes);
+  if (m->options.fuse_inference < 0) {
+    m->options.fuse_inference = 1;
+    EnvInt("TROUPE_EXEC_FUSE", 0, 1, &m->options.fuse_inference);
+  }
   m->g = graph::IndexGraph(symbol.outputs());
   for (auto n : m->g.arg_nodes) m->arg_names.push_back(m->g.nodes[n]->name);
   for (auto n : m->g.aux_nodes) m->aux_names.push_back(m->g.nodes[n]->name);
@@ -744,7 +925,8 @@ void Executor::Forward(bool is_train) {
     for (auto e : f.out) out.push_back(m.arr[e]);
     for (auto e : f.aux) aux.push_back(m.arr[e]);
     OperatorRunner& r = *m.runners[f.node];
-    bulk.Add(r.PrepareForward(is_train, in, out, aux, f.req), r);
+    bulk.Add(r.PrepareForward(is_train, in, out, aux, f.req), r,
+             m.is_fused.empty() || !m.is_fused[f.node] ? nullptr : &m.g.nodes[f.node]->name);
   }
   bulk.Flush();
   m.forward_train_done = is_train;
@@ -868,5 +1050,6 @@ std::map<std::string, NDArray> Executor::aux_dict() const {
   return d;
 }
 MemoryPlanStats Executor::memory_stats() const { return impl_->plan.stats; }
+std::vector<std::string> Executor::fused_nodes() const { return impl_->fused_names; }
 
 }  // namespace troupe

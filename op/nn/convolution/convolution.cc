@@ -8,6 +8,8 @@
 #include "base/error.h"
 #include "op/nn/common/lift_1d.h"
 #include "op/nn/convolution/convolution.h"
+#include "op/fusion.h"
+#include "tensor/detail/kernels.h"  // DnnlEnabled
 
 namespace troupe {
 
@@ -177,5 +179,82 @@ TROUPE_REGISTER_OP_PROPERTY(Convolution, ConvolutionProp)
     .add_argument("weight", "NDArray-or-Symbol", "Weight matrix (num_filter, channels / num_group, kh, kw).")
     .add_argument("bias", "NDArray-or-Symbol", "Bias parameter (num_filter,).")
     .add_arguments(ConvolutionParam::Docs());
+
+// ------------------------------------------------------------------------------------------------ fused
+// op/fusion.h: Convolution with oneDNN post-ops, made by the executor's inference pass (never registered: a
+// symbol never names it, and it has no backward pass).
+namespace {
+
+constexpr const char* kFusedOp = "_sg_onednn_conv";
+
+class FusedConvolutionProp : public OperatorProperty {
+ public:
+  FusedConvolutionProp(const ConvolutionProp& conv, ConvPostOps post) : conv_(conv), post_(post) {}
+  void Init(const Kwargs&) override {
+    throw Error(std::string(kFusedOp) + ": made by the executor's inference pass, not from parameters");
+  }
+  Kwargs GetParams() const override {
+    Kwargs k = conv_.GetParams();
+    k.emplace_back("with_sum", post_.sum ? "True" : "False");
+    k.emplace_back("with_act", post_.relu ? "True" : "False");
+    return k;
+  }
+  std::vector<std::string> ListArguments() const override {
+    std::vector<std::string> a = conv_.ListArguments();
+    if (post_.sum) a.push_back("sum");
+    return a;
+  }
+  bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
+                  std::vector<TShape>* aux_shape) const override {
+    const std::size_t n = conv_.ListArguments().size();
+    if (in_shape->size() != n + (post_.sum ? 1 : 0)) {
+      throw Error(std::string(kFusedOp) + ": expected " + std::to_string(n + (post_.sum ? 1 : 0)) + " inputs, got " +
+                  std::to_string(in_shape->size()));
+    }
+    std::vector<TShape> conv_in(in_shape->begin(), in_shape->begin() + static_cast<std::ptrdiff_t>(n));
+    bool known = conv_.InferShape(&conv_in, out_shape, aux_shape);
+    std::copy(conv_in.begin(), conv_in.end(), in_shape->begin());
+    if (post_.sum) {
+      if ((*out_shape)[0].ndim() >= 0) AssignShape(in_shape, n, (*out_shape)[0], kFusedOp, "sum");
+      known = known && (*in_shape)[n].known();
+    }
+    return known;
+  }
+  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<FusedConvolutionProp>(*this); }
+  std::string TypeString() const override { return kFusedOp; }
+  std::vector<ResourceRequest> ForwardResource(const std::vector<TShape>& in_shape) const override {
+    return conv_.ForwardResource(in_shape);
+  }
+  std::vector<std::pair<int, void*>> ForwardInplaceOption(const std::vector<int>& in_data,
+                                                          const std::vector<void*>& out_data) const override {
+    // The sum post-op writes the convolution onto the addend: the output may be the addend's buffer.
+    if (!post_.sum) return {};
+    return {{in_data[conv_.ListArguments().size()], out_data[0]}};
+  }
+  bool HasBackward() const override { return false; }
+  std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) {
+      throw Error(std::string(kFusedOp) + ": runs on the CPU only (the executor fuses CPU graphs only)");
+    }
+    return CreateConvolutionCpuOp(conv_.param(), post_);
+  }
+
+ private:
+  ConvolutionProp conv_;
+  ConvPostOps post_;
+};
+
+}  // namespace
+
+std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, bool with_sum, bool with_relu) {
+  const auto* c = dynamic_cast<const ConvolutionProp*>(&conv);
+  if (c == nullptr || c->one_d() || (!with_sum && !with_relu)) return nullptr;
+#if TROUPE_HAVE_DNNL
+  if (!internal::DnnlEnabled()) return nullptr;
+  return std::make_shared<FusedConvolutionProp>(*c, ConvPostOps{with_sum, with_relu});
+#else
+  return nullptr;
+#endif
+}
 
 }  // namespace troupe

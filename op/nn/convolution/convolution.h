@@ -60,6 +60,8 @@ class ConvolutionProp : public OperatorProperty {
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override;
   // The 2-D parameters the operators run with (a 1-D convolution's lifted ones).
   const ConvolutionParam& param() const { return param_; }
+  // Whether this is a 1-D convolution (run as 2-D on lifted views).
+  bool one_d() const { return one_d_; }
 
  private:
   void Init2d(const Kwargs& kwargs);
@@ -70,9 +72,16 @@ class ConvolutionProp : public OperatorProperty {
   ConvolutionParam param_1d_;  // as given, for GetParams
 };
 
+// Post-ops of a fused convolution (op/fusion.h): the result added onto the extra input "sum", then a relu.
+struct ConvPostOps {
+  bool sum = false;
+  bool relu = false;
+};
+
 // The CPU operator (convolution_cpu.cc) for a checked parameter set; ConvolutionProp::CreateOperator calls it
-// for CPU contexts.
-std::unique_ptr<Operator> CreateConvolutionCpuOp(const ConvolutionParam& param);
+// for CPU contexts, the fused property (op/fusion.h) with post-ops: then in_data holds "sum" after the
+// convolution's arguments when post.sum, and the output may be that input's buffer (kWriteInplace).
+std::unique_ptr<Operator> CreateConvolutionCpuOp(const ConvolutionParam& param, ConvPostOps post = {});
 // The cuDNN operator (convolution.cu) for a checked parameter set: defined only in the GPU backend
 // (libtroupe_gpu.so), so only code built into it may call it (Deconvolution's GPU operator does).
 std::unique_ptr<Operator> CreateConvolutionGpuOp(const ConvolutionParam& param);

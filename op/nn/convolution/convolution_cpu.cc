@@ -119,7 +119,7 @@ void Col2ImAdd(const T* col, const ConvDims& d, const ConvGeometry& g, T* im) {
 // oneDNN's convolution for one input shape at a time (forward, backward data, backward weights and bias).
 class DnnlConv {
  public:
-  DnnlConv(const ConvolutionParam& p, const ConvGeometry& g) : param_(p), geo_(g) {}
+  DnnlConv(const ConvolutionParam& p, const ConvGeometry& g, ConvPostOps post) : param_(p), geo_(g), post_(post) {}
 
   // Whether oneDNN runs a call on this input (else troupe's kernel does). On one input channel per group
   // oneDNN's data gradient is slow (LeNet's first layer at batch 64: 4.4 ms, against 0.43 for its forward pass
@@ -131,7 +131,10 @@ class DnnlConv {
            (in[1] / p.num_group > 1 || !data_gradient);
   }
 
-  void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const TBlob& out, OpReqType req) {
+  // With post-ops (the fused operator): `sum` is the addend of the sum post-op (null without it); req is
+  // kWriteTo, or kWriteInplace when out is the addend's buffer.
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const TBlob& out, OpReqType req,
+               const void* sum = nullptr) {
     try {
       Prepare(in_data[0].shape, in_data[1].shape, out.shape, ctx.is_train);
       dnnl::stream& st = internal::DnnlStream();
@@ -141,7 +144,21 @@ class DnnlConv {
           {DNNL_ARG_WEIGHTS, Weights(ctx, in_data[1].dptr, st)},
           {DNNL_ARG_SCRATCHPAD, Scratch(fwd_pd_.scratchpad_desc(), fwd_space_, fwd_scratch_)}};
       if (!param_.no_bias) args[DNNL_ARG_BIAS] = bias_.In(in_data[2].dptr, fwd_space_, st);
-      const dnnl::memory dst = dst_.Out(out.dptr, fwd_space_, req);
+      dnnl::memory dst;
+      if (post_.sum) {
+        // The sum post-op adds onto what the destination holds: the addend, in the primitive's layout.
+        if (dst_.reordered) {
+          dst = dnnl::memory(dst_.want, internal::DnnlEngine(), fwd_space_.At(dst_.offset));
+          dnnl::memory addend(dst_.user, internal::DnnlEngine(), const_cast<void*>(sum));
+          sum_in_.execute(st, addend, dst);
+        } else {
+          if (sum != out.dptr) std::memcpy(out.dptr, sum, dst_.user.get_size());
+          dst = dnnl::memory(dst_.user, internal::DnnlEngine(), out.dptr);
+        }
+        req = kWriteTo;
+      } else {
+        dst = dst_.Out(out.dptr, fwd_space_, req);
+      }
       args[DNNL_ARG_DST] = dst;
       fwd_.execute(st, args);
       dst_.Leave(dst, out.dptr, st, req);
@@ -254,12 +271,21 @@ class DnnlConv {
     // rounding level (the tests hold it to 1e-4 of the float64 reference); otherwise the direct convolution.
     const bool winograd_shape = internal::DnnlWinograd() && geo_.kh == 3 && geo_.kw == 3 && geo_.sh == 1 &&
                                 geo_.sw == 1 && geo_.dh == 1 && geo_.dw == 1 && g == 1;
+    // Post-ops (the fused operator): the sum onto the destination's contents, then the relu, both on the
+    // accumulator before it is stored (MXNet's _sg_mkldnn_conv, in the same order).
+    dnnl::primitive_attr attr = UserScratchpad();
+    if (post_.sum || post_.relu) {
+      dnnl::post_ops ops;
+      if (post_.sum) ops.append_sum(1.0f);
+      if (post_.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+    }
     fwd_pd_ = Preferring(winograd_shape ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct,
                          [&](dnnl::algorithm a) {
                            dnnl::convolution_forward::primitive_desc pd(
                                {training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
                                 a, x_md_, w_md_, b_md_, y_md_, strides_, dilates_, pad_l_, pad_r_},
-                               UserScratchpad(), internal::DnnlEngine());
+                               attr, internal::DnnlEngine());
                            algo_ = a;
                            return pd;
                          });
@@ -270,6 +296,11 @@ class DnnlConv {
     wei_.Plan(w_plain_, fwd_pd_.weights_desc(), false, nullptr);  // kept in w_cache_ (Weights)
     if (!param_.no_bias) bias_.Plan(b_md_, fwd_pd_.bias_desc(), false, &fwd_space_);
     dst_.Plan(y_plain_, fwd_pd_.dst_desc(), true, &fwd_space_);
+    sum_in_ = {};
+    if (post_.sum && dst_.reordered) {
+      const auto& eng = internal::DnnlEngine();
+      sum_in_ = dnnl::reorder(dnnl::reorder::primitive_desc(eng, y_plain_, eng, fwd_pd_.dst_desc()));
+    }
     fwd_scratch_ = fwd_space_.Reserve(fwd_pd_.scratchpad_desc().get_size());
     shape_ = x;
     training_ = training;
@@ -313,6 +344,8 @@ class DnnlConv {
 
   ConvolutionParam param_;
   ConvGeometry geo_;
+  ConvPostOps post_;
+  dnnl::reorder sum_in_;  // the sum post-op's addend into the destination's layout (when that is not plain)
   TShape shape_;  // the input shape the primitives are for; empty: none yet
   bool training_ = true;  // whether the forward primitive is forward_training
   dnnl::memory::desc x_md_, w_md_, b_md_, y_md_, x_plain_, w_plain_, y_plain_;
@@ -339,17 +372,49 @@ class DnnlConv {
 
 class ConvolutionCpuOp : public Operator {
  public:
-  explicit ConvolutionCpuOp(const ConvolutionParam& p) : param_(p), geo_(MakeConvGeometry(p)) {}
+  ConvolutionCpuOp(const ConvolutionParam& p, ConvPostOps post) : param_(p), geo_(MakeConvGeometry(p)), post_(post) {}
 
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
+    if (post_.sum || post_.relu) return FusedForward(ctx, in_data, req[0], out_data[0]);
 #if TROUPE_HAVE_DNNL
     if (DnnlConv::Wanted(param_, in_data[0].dtype, in_data[0].shape, false)) {
       dnnl_.Forward(ctx, in_data, out_data[0], req[0]);
       return;
     }
 #endif
+    ReferenceForward(ctx, in_data, req[0], out_data[0]);
+  }
+
+  // The fused operator (op/fusion.h): out = relu?(conv(in) + sum?) in one oneDNN primitive; elsewhere
+  // (another type, oneDNN switched off since the graph was fused) troupe's kernel, then the post-ops.
+  void FusedForward(const OpContext& ctx, const std::vector<TBlob>& in_data, OpReqType req, const TBlob& out) {
+    if (req == kAddTo) throw Error("_sg_onednn_conv: kAddTo is not supported (the executor writes its output)");
+    const std::size_t nconv = param_.no_bias ? 2 : 3;
+    const void* sum = post_.sum ? in_data.at(nconv).dptr : nullptr;
+#if TROUPE_HAVE_DNNL
+    if (DnnlConv::Wanted(param_, in_data[0].dtype, in_data[0].shape, false)) {
+      dnnl_.Forward(ctx, in_data, out, req, sum);
+      return;
+    }
+#endif
+    const std::size_t bytes = static_cast<std::size_t>(out.shape.Size()) * DTypeSize(out.dtype);
+    if (post_.sum && sum != out.dptr) std::memcpy(out.dptr, sum, bytes);
+    ReferenceForward(ctx, in_data, post_.sum ? kAddTo : kWriteTo, out);
+    if (!post_.relu) return;
+    internal::FloatSwitch(out.dtype, kOp, [&](auto tag) {
+      using T = decltype(tag);
+      T* y = static_cast<T*>(out.dptr);
+      const std::int64_t n = out.shape.Size();
+      for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
+    });
+  }
+
+  // troupe's kernel: im2col + a product per image and group (kAddTo adds onto out).
+  void ReferenceForward(const OpContext& ctx, const std::vector<TBlob>& in_data, OpReqType req,
+                        const TBlob& out) {
+    const std::vector<TBlob> out_data{out};
     const ConvDims d = Dims(in_data[0].shape, out_data[0].shape);
     internal::FloatSwitch(in_data[0].dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
@@ -358,7 +423,7 @@ class ConvolutionCpuOp : public Operator {
       T* y = static_cast<T*>(out_data[0].dptr);
       T* col = Direct() ? nullptr : ColSpace<T>(ctx, d);
       const int m = GemmDim(d.fg), n = GemmDim(d.p), k = GemmDim(d.k);
-      const double beta = req[0] == kAddTo ? 1.0 : 0.0;
+      const double beta = req == kAddTo ? 1.0 : 0.0;
       for (std::int64_t i = 0; i < d.n; ++i) {
         for (std::int64_t gi = 0; gi < d.groups; ++gi) {
           const T* xg = x + (i * d.c + gi * d.cg) * d.h * d.w;
@@ -478,15 +543,16 @@ class ConvolutionCpuOp : public Operator {
 
   ConvolutionParam param_;
   ConvGeometry geo_;
+  ConvPostOps post_;
 #if TROUPE_HAVE_DNNL
-  DnnlConv dnnl_{param_, geo_};
+  DnnlConv dnnl_{param_, geo_, post_};
 #endif
 };
 
 }  // namespace
 
-std::unique_ptr<Operator> CreateConvolutionCpuOp(const ConvolutionParam& param) {
-  return std::make_unique<ConvolutionCpuOp>(param);
+std::unique_ptr<Operator> CreateConvolutionCpuOp(const ConvolutionParam& param, ConvPostOps post) {
+  return std::make_unique<ConvolutionCpuOp>(param, post);
 }
 
 }  // namespace troupe
