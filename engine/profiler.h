@@ -71,6 +71,10 @@ class Profiler {
   // Stops recording; what was recorded stays for TraceJson / Dump / Aggregate until the next Start.
   void Stop();
   bool running() const;
+  // Called by an engine's destructor once its work has finished: its records so far are kept (for
+  // TraceJson / Dump / Aggregate) and the profiler lets go of it, so that a later Start or TraceJson never
+  // touches the destroyed engine. Recording goes on for spans only while the profiler runs.
+  void Detach(Engine* engine);
 
   void Record(ProfileSpan span);  // a span (ProfileScope calls this)
 

@@ -13,6 +13,7 @@
 #include "engine/internal/dependency_shard.h"
 #include "engine/internal/order_check.h"
 #include "engine/internal/profile_clock.h"
+#include "engine/profiler.h"
 
 namespace troupe::internal {
 namespace {
@@ -75,6 +76,7 @@ ActorEngine::~ActorEngine() {
   }
   // A callback on a thread of the user's may still be leaving Finish (recycling its block, notifying).
   while (foreign_finishers_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  Profiler::Get().Detach(this);
   std::vector<caf::actor> actors;
   for (const auto& s : shards_) actors.push_back(s->handle());
   // The shards drain their inboxes (completions posted before WaitForAll returned) before they stop.

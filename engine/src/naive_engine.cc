@@ -13,6 +13,7 @@
 #include "actors/runtime.h"
 #include "engine/internal/engines.h"
 #include "engine/internal/profile_clock.h"
+#include "engine/profiler.h"
 
 namespace troupe::internal {
 namespace {
@@ -46,7 +47,10 @@ namespace {
 class NaiveEngine final : public Engine {
  public:
   explicit NaiveEngine(const EngineConfig&) {}
-  ~NaiveEngine() override { DestroyExtensions(); }
+  ~NaiveEngine() override {
+    DestroyExtensions();
+    Profiler::Get().Detach(this);
+  }
 
   EngineType type() const override { return EngineType::kNaive; }
 

@@ -134,8 +134,16 @@ void Profiler::Stop() {
   profiler_detail::g_on.store(false, std::memory_order_relaxed);
   if (!m.running) return;
   m.running = false;
-  m.engine->SetProfiling(false);
+  if (m.engine) m.engine->SetProfiling(false);
   m.Collect();
+}
+
+void Profiler::Detach(Engine* engine) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (m.engine != engine) return;
+  m.Collect();
+  m.engine = nullptr;
 }
 
 bool Profiler::running() const {

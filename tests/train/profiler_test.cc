@@ -125,6 +125,29 @@ TEST(ProfilerTest, StoppedRecordsNothing) {
   EXPECT_FALSE(Profiler::on());
 }
 
+// An engine of its own (tests, several nodes in one process) may be destroyed while the profiler recorded
+// it: what it recorded stays, and a later Start, Stop or trace never touches it.
+TEST(ProfilerTest, AnEngineDestroyedAfterRecordingLeavesItsRecordsAndNoDanglingPointer) {
+  Profiler& p = Profiler::Get();
+  for (EngineType type : {EngineType::kActor, EngineType::kNaive}) {
+    EngineConfig config;
+    config.type = type;
+    std::unique_ptr<Engine> engine = Engine::Create(config);
+    p.Start(engine.get());
+    VarHandle v = engine->NewVariable();
+    engine->PushSync([](RunContext) {}, Context::CPU(0), {}, {v}, FnProperty::kNormal, 0, "recorded_before_exit");
+    engine->WaitForVar(v);
+    engine.reset();  // while the profiler runs
+    std::int64_t calls = 0;
+    for (const ProfileStats& s : p.Aggregate()) calls += s.name == "recorded_before_exit" ? s.count : 0;
+    EXPECT_EQ(calls, 1) << EngineTypeName(type) << ": the destroyed engine's record is kept";
+    EXPECT_NO_THROW(CheckTrace(p.TraceJson()));
+    p.Stop();
+    p.Start();  // the process engine now
+    p.Stop();
+  }
+}
+
 TEST(ProfilerTest, OverlappingSpansOnOneThreadGetTheirOwnTracks) {
   Profiler& p = Profiler::Get();
   p.Start();
