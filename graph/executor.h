@@ -44,7 +44,7 @@ struct ExecutorOptions {
   int bulk_max_nodes = -1;
   // Inference fusion (as MXNet's MKLDNN backend): in an executor bound without gradients on the CPU,
   // Convolution -> Activation(relu), Convolution -> elemwise_add, and Convolution -> elemwise_add -> relu run
-  // as one oneDNN convolution with post-ops (op/fusion.h), where the intermediate arrays have no other
+  // as one oneDNN convolution with post-ops (op/detail/fusion.h), where the intermediate arrays have no other
   // reader and are not outputs, and the arrays are float32. The fused node is named after the nodes it
   // replaces ("conv1+relu1"), in the profiler too. Results equal the unfused ones up to float32 rounding.
   // 1: fuse, 0: never; -1: the setting TROUPE_EXEC_FUSE, default 1. Executors with gradients never fuse.

@@ -17,7 +17,7 @@
 #include "engine/profiler.h"
 #include "graph/internal/graph.h"
 #include "graph/internal/memory_plan.h"
-#include "op/fusion.h"
+#include "op/detail/fusion.h"
 #include "op/imperative.h"
 
 namespace troupe {
@@ -611,7 +611,7 @@ bool IsAdd(const graph::Node& node) { return !node.is_variable() && node.op->Typ
 
 // MXNet's MKLDNN subgraph property for convolutions (mkldnn_conv_property.h), at inference: a Convolution whose
 // output only an Activation(relu) reads, or only an elemwise_add reads (the other addend already computed),
-// optionally followed by a relu that alone reads the sum, becomes one node (op/fusion.h). The intermediate
+// optionally followed by a relu that alone reads the sum, becomes one node (op/detail/fusion.h). The intermediate
 // arrays must have exactly one reader and not be outputs of the symbol; everything float32 on the CPU; never
 // with gradients (no backward exists for the fused node). Rewrites g (runners are built again by the caller)
 // and returns whether anything was fused.

@@ -1,4 +1,4 @@
-// The executor's inference fusion (ExecutorOptions::fuse_inference, op/fusion.h): Convolution -> relu and
+// The executor's inference fusion (ExecutorOptions::fuse_inference, op/detail/fusion.h): Convolution -> relu and
 // Convolution -> elemwise_add [-> relu] run as one oneDNN convolution with post-ops in executors bound without
 // gradients. Each case binds the same float32 arrays twice, fused and not, and compares the outputs within
 // float32 rounding; the cases that must not fuse (other readers, requested outputs, gradients, float64, other

@@ -2,7 +2,8 @@
 # The layout rules of DESIGN.md §2, checked (CTest entry `layout_check`):
 #   1. No module includes another module's internal/ headers. White-box tests (tests/) may.
 #   2. A module's detail/ headers are a declared surface for named modules only: actors/detail/ (lanes, the
-#      doorbell actor) for engine/, tensor/detail/ (the NDArray kernels) for op/.
+#      doorbell actor) for engine/, tensor/detail/ (the NDArray kernels) for op/, op/detail/ (the fused
+#      operators the executor builds) for graph/.
 #   3. Only bench/, tests/ and the `troupe bench` command (tools/bench_command.cc) include bench/ headers.
 #   4. No product target (a library outside bench/, tests/ and examples/) links a bench or test target:
 #      checked on the link lists CMake generated (build/layout/links.txt, see the top-level CMakeLists.txt).
@@ -14,7 +15,7 @@ links="$2"
 cd "$src" || exit 2
 
 # Pairs "includer_module:included_module" allowed to use the included module's detail/ headers.
-allowed_detail=" engine:actors op:tensor "
+allowed_detail=" engine:actors op:tensor graph:op "
 
 failures=0
 fail() {

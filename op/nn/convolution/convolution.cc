@@ -8,7 +8,7 @@
 #include "base/error.h"
 #include "op/nn/common/lift_1d.h"
 #include "op/nn/convolution/convolution.h"
-#include "op/fusion.h"
+#include "op/detail/fusion.h"
 #include "tensor/detail/kernels.h"  // DnnlEnabled
 
 namespace troupe {
@@ -181,7 +181,7 @@ TROUPE_REGISTER_OP_PROPERTY(Convolution, ConvolutionProp)
     .add_arguments(ConvolutionParam::Docs());
 
 // ------------------------------------------------------------------------------------------------ fused
-// op/fusion.h: Convolution with oneDNN post-ops, made by the executor's inference pass (never registered: a
+// op/detail/fusion.h: Convolution with oneDNN post-ops, made by the executor's inference pass (never registered: a
 // symbol never names it, and it has no backward pass).
 namespace {
 

@@ -72,14 +72,14 @@ class ConvolutionProp : public OperatorProperty {
   ConvolutionParam param_1d_;  // as given, for GetParams
 };
 
-// Post-ops of a fused convolution (op/fusion.h): the result added onto the extra input "sum", then a relu.
+// Post-ops of a fused convolution (op/detail/fusion.h): the result added onto the extra input "sum", then a relu.
 struct ConvPostOps {
   bool sum = false;
   bool relu = false;
 };
 
 // The CPU operator (convolution_cpu.cc) for a checked parameter set; ConvolutionProp::CreateOperator calls it
-// for CPU contexts, the fused property (op/fusion.h) with post-ops: then in_data holds "sum" after the
+// for CPU contexts, the fused property (op/detail/fusion.h) with post-ops: then in_data holds "sum" after the
 // convolution's arguments when post.sum, and the output may be that input's buffer (kWriteInplace).
 std::unique_ptr<Operator> CreateConvolutionCpuOp(const ConvolutionParam& param, ConvPostOps post = {});
 // The cuDNN operator (convolution.cu) for a checked parameter set: defined only in the GPU backend

@@ -387,7 +387,7 @@ class ConvolutionCpuOp : public Operator {
     ReferenceForward(ctx, in_data, req[0], out_data[0]);
   }
 
-  // The fused operator (op/fusion.h): out = relu?(conv(in) + sum?) in one oneDNN primitive; elsewhere
+  // The fused operator (op/detail/fusion.h): out = relu?(conv(in) + sum?) in one oneDNN primitive; elsewhere
   // (another type, oneDNN switched off since the graph was fused) troupe's kernel, then the post-ops.
   void FusedForward(const OpContext& ctx, const std::vector<TBlob>& in_data, OpReqType req, const TBlob& out) {
     if (req == kAddTo) throw Error("_sg_onednn_conv: kAddTo is not supported (the executor writes its output)");

@@ -10,6 +10,9 @@
 // Results equal the unfused chain's up to float32 rounding (the sum and the relu happen on the
 // convolution's float32 accumulator instead of a stored copy of it).
 //
+// Declared surface of the op module for graph/ (detail/: never installed): the executor's inference pass
+// builds these nodes; users reach fusion through ExecutorOptions::fuse_inference only.
+//
 // Thread-safety: FuseConvolution is thread-safe; the property it returns is immutable.
 #pragma once
 
