@@ -66,45 +66,15 @@ ConvolutionParam DeconvolutionConvParam(const DeconvolutionParam& p, std::int64_
 
 namespace {
 
-class DeconvolutionOp final : public Operator {
+class DeconvolutionOp final : public DeconvolutionOpBase {
  public:
-  explicit DeconvolutionOp(DeconvolutionParam p) : p_(std::move(p)) {}
-
-  void Forward(const OpContext& ctx, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
-               const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
-    if (req[0] == kNullOp) return;
-    Conv(in[0].shape);
-    // y = conv's data gradient for "output gradient" x; y also stands in for conv's data (only its shape is
-    // read: the weight gradient is not asked for).
-    conv_->Backward(ctx, {in[0]}, {out[0], in[1]}, {}, {req[0], kNullOp}, {out[0], in[1]}, {});
-    if (!p_.no_bias) AddBias(in[2], out[0]);
-  }
-
-  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
-                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
-                const std::vector<TBlob>&) override {
-    Conv(in[0].shape);
-    if (req[0] != kNullOp) {
-      OpContext fwd = ctx;
-      fwd.in_states.clear();  // conv's "data" here is the output gradient: nothing to keep across calls
-      conv_->Forward(fwd, {out_grad[0], in[1]}, {req[0]}, {in_grad[0]}, {});
-    }
-    if (req[1] != kNullOp) {
-      conv_->Backward(ctx, {in[0]}, {out_grad[0], in[1]}, {}, {kNullOp, req[1]}, {out_grad[0], in_grad[1]}, {});
-    }
-    if (!p_.no_bias && req[2] != kNullOp) BiasGrad(out_grad[0], in_grad[2], req[2]);
-  }
+  using DeconvolutionOpBase::DeconvolutionOpBase;
 
  private:
-  void Conv(const TShape& data) {
-    if (conv_ != nullptr && data == conv_for_) return;
-    const std::int64_t in[2] = {data[2], data[3]};
-    std::int64_t pad[2], adj[2];
-    DeconvolutionPadAdj(p_, in, pad, adj);
-    conv_ = CreateConvolutionCpuOp(DeconvolutionConvParam(p_, data[1], pad));
-    conv_for_ = data;
+  std::unique_ptr<Operator> MakeConv(const TShape& data, const std::int64_t pad[2], const std::int64_t[2]) override {
+    return CreateConvolutionCpuOp(DeconvolutionConvParam(p_, data[1], pad));
   }
-  static void AddBias(const TBlob& bias, const TBlob& out) {
+  void AddBias(const OpContext&, const TBlob& bias, const TBlob& out) override {
     internal::FloatSwitch(out.dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       const T* b = static_cast<const T*>(bias.dptr);
@@ -118,7 +88,7 @@ class DeconvolutionOp final : public Operator {
       }
     });
   }
-  static void BiasGrad(const TBlob& og, const TBlob& gb, OpReqType req) {
+  void BiasGrad(const OpContext&, const TBlob& og, const TBlob& gb, OpReqType req) override {
     internal::FloatSwitch(og.dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       const T* g = static_cast<const T*>(og.dptr);
@@ -130,10 +100,6 @@ class DeconvolutionOp final : public Operator {
       });
     });
   }
-
-  DeconvolutionParam p_;
-  std::unique_ptr<Operator> conv_;
-  TShape conv_for_;
 };
 
 class DeconvolutionProp final : public OperatorProperty {

@@ -8,7 +8,7 @@
 // added with cudnnAddTensor and its gradient taken with cudnnConvolutionBackwardBias. float32 and float64, algorithms
 // and math as the convolution picks them (no TF32).
 //
-// The operator caches the convolution for the last data shape it saw; the engine never enters one object from
+// The shared scheme (DeconvolutionOpBase, deconvolution.h) caches the convolution for the last data shape it saw; the engine never enters one object from
 // two threads at once. Registers with RegisterGpuOperator from a static initialiser; compiled only with CUDA.
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -36,66 +36,17 @@ using internal::TensorDesc;
 
 constexpr const char* kName = "Deconvolution";
 
-class DeconvolutionGpuOp final : public Operator {
+class DeconvolutionGpuOp final : public DeconvolutionOpBase {
  public:
-  explicit DeconvolutionGpuOp(DeconvolutionParam p) : p_(std::move(p)) {}
-
-  void Forward(const OpContext& ctx, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
-               const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
-    if (req[0] == kNullOp) return;
-    SetDevice(ctx.run_ctx.ctx.dev_id, kName);
-    Conv(in[0].shape);
-    // y = conv's data gradient for "output gradient" x; y also stands in for conv's data (only its shape is
-    // read: the weight gradient is not asked for).
-    conv_->Backward(ctx, {in[0]}, {out[0], in[1]}, {}, {req[0], kNullOp}, {out[0], in[1]}, {});
-    if (!p_.no_bias && out[0].shape[0] > 0) {
-      PrepareBias(out[0]);
-      const Scale one(1.0);
-      const DType t = out[0].dtype;
-      CheckDnn(
-          cudnnAddTensor(DnnHandle(ctx, kName), one.For(t), b_.get(), in[2].dptr, one.For(t), y_.get(), out[0].dptr),
-          "cudnnAddTensor (bias)", kName);
-    }
-  }
-
-  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
-                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
-                const std::vector<TBlob>&) override {
-    SetDevice(ctx.run_ctx.ctx.dev_id, kName);
-    Conv(in[0].shape);
-    if (req[0] != kNullOp) {
-      OpContext fwd = ctx;
-      fwd.in_states.clear();  // conv's "data" here is the output gradient: nothing to keep across calls
-      conv_->Forward(fwd, {out_grad[0], in[1]}, {req[0]}, {in_grad[0]}, {});
-    }
-    if (req[1] != kNullOp) {
-      conv_->Backward(ctx, {in[0]}, {out_grad[0], in[1]}, {}, {kNullOp, req[1]}, {out_grad[0], in_grad[1]}, {});
-    }
-    if (!p_.no_bias && req[2] != kNullOp) {
-      if (out_grad[0].shape[0] == 0) {
-        // An empty batch contributes nothing: a written bias gradient is zero.
-        if (req[2] != kAddTo) internal::GpuFill(in_grad[2], 0.0, ctx.run_ctx.stream);
-        return;
-      }
-      PrepareBias(out_grad[0]);
-      const DType t = out_grad[0].dtype;
-      const Scale one(1.0), beta(req[2] == kAddTo ? 1.0 : 0.0);
-      CheckDnn(cudnnConvolutionBackwardBias(DnnHandle(ctx, kName), one.For(t), y_.get(), out_grad[0].dptr, beta.For(t),
-                                            b_.get(), in_grad[2].dptr),
-               "cudnnConvolutionBackwardBias", kName);
-    }
-  }
+  using DeconvolutionOpBase::DeconvolutionOpBase;
 
  private:
-  // The cuDNN convolution whose data gradient this deconvolution is, for data of shape `data`.
-  void Conv(const TShape& data) {
-    if (conv_ != nullptr && data == conv_for_) return;
-    const std::int64_t size[2] = {data[2], data[3]};
-    std::int64_t pad[2], adj[2];
-    DeconvolutionPadAdj(p_, size, pad, adj);
+  void Begin(const OpContext& ctx) override { SetDevice(ctx.run_ctx.ctx.dev_id, kName); }
+
+  std::unique_ptr<Operator> MakeConv(const TShape& data, const std::int64_t pad[2], const std::int64_t adj[2]) override {
     const ConvolutionParam conv = DeconvolutionConvParam(p_, data[1], pad);
     const ConvGeometry g = MakeConvGeometry(conv);
-    const std::int64_t k[2] = {g.kh, g.kw}, st[2] = {g.sh, g.sw}, dl[2] = {g.dh, g.dw};
+    const std::int64_t size[2] = {data[2], data[3]}, k[2] = {g.kh, g.kw}, st[2] = {g.sh, g.sw}, dl[2] = {g.dh, g.dw};
     for (int i = 0; i < 2; ++i) {
       // cuDNN takes the output as the convolution's data and needs the convolution of it to give back the
       // input's size. adj < stride keeps that true; target_shape can give adj 1 with stride 1 (an odd
@@ -112,8 +63,30 @@ class DeconvolutionGpuOp final : public Operator {
                     "or run this layer on the CPU");
       }
     }
-    conv_ = CreateConvolutionGpuOp(conv);
-    conv_for_ = data;
+    return CreateConvolutionGpuOp(conv);
+  }
+
+  void AddBias(const OpContext& ctx, const TBlob& bias, const TBlob& out) override {
+    if (out.shape[0] == 0) return;
+    PrepareBias(out);
+    const Scale one(1.0);
+    const DType t = out.dtype;
+    CheckDnn(cudnnAddTensor(DnnHandle(ctx, kName), one.For(t), b_.get(), bias.dptr, one.For(t), y_.get(), out.dptr),
+             "cudnnAddTensor (bias)", kName);
+  }
+
+  void BiasGrad(const OpContext& ctx, const TBlob& og, const TBlob& gb, OpReqType req) override {
+    if (og.shape[0] == 0) {
+      // An empty batch contributes nothing: a written bias gradient is zero.
+      if (req != kAddTo) internal::GpuFill(gb, 0.0, ctx.run_ctx.stream);
+      return;
+    }
+    PrepareBias(og);
+    const DType t = og.dtype;
+    const Scale one(1.0), beta(req == kAddTo ? 1.0 : 0.0);
+    CheckDnn(cudnnConvolutionBackwardBias(DnnHandle(ctx, kName), one.For(t), y_.get(), og.dptr, beta.For(t), b_.get(),
+                                          gb.dptr),
+             "cudnnConvolutionBackwardBias", kName);
   }
 
   // The output's and the bias's descriptors for an output (or output gradient) `y` with a non-empty batch.
@@ -126,9 +99,6 @@ class DeconvolutionGpuOp final : public Operator {
     y_dtype_ = y.dtype;
   }
 
-  DeconvolutionParam p_;
-  std::unique_ptr<Operator> conv_;
-  TShape conv_for_;
   TensorDesc y_, b_;
   TShape y_shape_;
   DType y_dtype_ = DType::kFloat32;

@@ -3,11 +3,15 @@
 // the data gradient of a Convolution (op/nn/convolution) on the same device: the CPU operator on the CPU
 // convolution, the GPU one on the cuDNN convolution.
 //
-// Pure data and functions: thread-safe. Kept free of CAF and Cap'n Proto: nvcc compiles it.
+// The parameter struct and the functions are thread-safe; an operator (DeconvolutionOpBase) is entered by one
+// thread at a time (the engine's rule). Kept free of CAF and Cap'n Proto: nvcc compiles it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "op/nn/convolution/convolution.h"
 #include "op/param.h"
@@ -78,5 +82,67 @@ void DeconvolutionPadAdj(const DeconvolutionParam& p, const std::int64_t in[2], 
 // is.
 ConvolutionParam DeconvolutionConvParam(const DeconvolutionParam& p, std::int64_t channels_in,
                                         const std::int64_t pad[2]);
+
+// The operator both devices share: Forward is the convolution's data gradient, the data gradient is the
+// convolution's Forward, the weight gradient is the convolution's weight gradient with the roles of input and
+// output exchanged. A device supplies the convolution (MakeConv, cached for the last data shape) and the bias
+// (AddBias, BiasGrad); Begin runs first in every call (the GPU makes its device current).
+class DeconvolutionOpBase : public Operator {
+ public:
+  explicit DeconvolutionOpBase(DeconvolutionParam p) : p_(std::move(p)) {}
+
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
+    if (req[0] == kNullOp) return;
+    Begin(ctx);
+    Conv(in[0].shape);
+    // y = conv's data gradient for "output gradient" x; y also stands in for conv's data (only its shape is
+    // read: the weight gradient is not asked for).
+    conv_->Backward(ctx, {in[0]}, {out[0], in[1]}, {}, {req[0], kNullOp}, {out[0], in[1]}, {});
+    if (!p_.no_bias) AddBias(ctx, in[2], out[0]);
+  }
+
+  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
+                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
+                const std::vector<TBlob>&) override {
+    Begin(ctx);
+    Conv(in[0].shape);
+    if (req[0] != kNullOp) {
+      OpContext fwd = ctx;
+      fwd.in_states.clear();  // conv's "data" here is the output gradient: nothing to keep across calls
+      conv_->Forward(fwd, {out_grad[0], in[1]}, {req[0]}, {in_grad[0]}, {});
+    }
+    if (req[1] != kNullOp) {
+      conv_->Backward(ctx, {in[0]}, {out_grad[0], in[1]}, {}, {kNullOp, req[1]}, {out_grad[0], in_grad[1]}, {});
+    }
+    if (!p_.no_bias && req[2] != kNullOp) BiasGrad(ctx, out_grad[0], in_grad[2], req[2]);
+  }
+
+ protected:
+  virtual void Begin(const OpContext&) {}
+  // The convolution whose data gradient this deconvolution is, for data of shape `data` with the padding and
+  // adj DeconvolutionPadAdj chose (throws troupe::Error for a case the device cannot run).
+  virtual std::unique_ptr<Operator> MakeConv(const TShape& data, const std::int64_t pad[2],
+                                             const std::int64_t adj[2]) = 0;
+  // out += bias per output channel.
+  virtual void AddBias(const OpContext& ctx, const TBlob& bias, const TBlob& out) = 0;
+  // The bias gradient (sums of the output gradient per channel) into `gb` by `req`.
+  virtual void BiasGrad(const OpContext& ctx, const TBlob& og, const TBlob& gb, OpReqType req) = 0;
+
+  const DeconvolutionParam p_;
+
+ private:
+  void Conv(const TShape& data) {
+    if (conv_ != nullptr && data == conv_for_) return;
+    const std::int64_t size[2] = {data[2], data[3]};
+    std::int64_t pad[2], adj[2];
+    DeconvolutionPadAdj(p_, size, pad, adj);
+    conv_ = MakeConv(data, pad, adj);
+    conv_for_ = data;
+  }
+
+  std::unique_ptr<Operator> conv_;
+  TShape conv_for_;
+};
 
 }  // namespace troupe
