@@ -67,6 +67,34 @@ inline void CompareGpuWithCpu(const OpCase& c, std::vector<HostTensor> inputs = 
   }
 }
 
+// Forward under kAddTo onto random initial outputs: every output of the GPU equals the CPU's. inputs: per
+// argument, an empty one (or none) for the default, uniform in [-1, 1].
+inline void CompareForwardAddToGpuWithCpu(const OpCase& c, std::vector<HostTensor> inputs = {}, double tol = 0) {
+  SCOPED_TRACE(c.op + " forward kAddTo " + DTypeName(c.dtype));
+  std::vector<std::vector<HostTensor>> results;
+  for (Context ctx : {Context::CPU(), Context::GPU(0)}) {
+    OpCase on = c;
+    on.ctx = ctx;
+    auto r = MakeRunner(on);
+    std::uint64_t seed = 1;
+    std::vector<NDArray> in, out;
+    for (std::size_t i = 0; i < r->in_shapes().size(); ++i) {
+      const TShape& s = r->in_shapes()[i];
+      const bool given = i < inputs.size() && !inputs[i].empty();
+      in.push_back(ToArray(given ? inputs[i] : Uniform(s, seed, -1, 1), s, c.dtype, ctx));
+      ++seed;
+    }
+    for (const auto& s : r->out_shapes()) out.push_back(ToArray(Uniform(s, seed++, -1, 1), s, c.dtype, ctx));
+    r->Forward(true, in, out, {}, std::vector<OpReqType>(out.size(), kAddTo));
+    std::vector<HostTensor> host;
+    for (auto& o : out) host.push_back(ToHost(o));
+    results.push_back(host);
+  }
+  for (std::size_t i = 0; i < results[0].size(); ++i) {
+    EXPECT_TRUE(Near(results[1][i], results[0][i], tol, tol, "output " + std::to_string(i)));
+  }
+}
+
 // Forward only (integer types, operators without a gradient): every output of the GPU equals the CPU's.
 inline void CompareForwardGpuWithCpu(const OpCase& c, const std::vector<HostTensor>& inputs, double tol = 0) {
   SCOPED_TRACE(c.op + " forward " + DTypeName(c.dtype));

@@ -88,8 +88,10 @@ TEST_F(EngineGpuTest, MatchesCpuResult) {
   int* dev = nullptr;
   ASSERT_EQ(cudaMalloc(&dev, n * sizeof(int)), cudaSuccess);
   VarHandle a = engine->NewVariable(), b = engine->NewVariable();
+  // The upload reads `cpu`, which the CPU functions below write under `a`: it reads `a` too, or they may change
+  // the host values before the copy has read them.
   engine->PushSync([&](RunContext r) { cudaMemcpyAsync(dev, cpu.data(), n * 4, cudaMemcpyHostToDevice, StreamOf(r)); },
-                   Context::GPU(0), {}, {b}, FnProperty::kCopyToGPU);
+                   Context::GPU(0), {a}, {b}, FnProperty::kCopyToGPU);
   for (int k = 2; k < 5; ++k) {
     engine->PushSync([&, k](RunContext) { for (int& x : cpu) x = x * k + 1; }, Context::CPU(0), {}, {a});
     engine->PushSync([&, k](RunContext r) {

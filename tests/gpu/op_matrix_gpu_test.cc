@@ -15,6 +15,7 @@
 namespace troupe {
 namespace {
 
+using test::CompareForwardAddToGpuWithCpu;
 using test::CompareGpuWithCpu;
 using test::HostTensor;
 using test::OpCase;
@@ -82,24 +83,8 @@ TEST_F(OpMatrixGpuTest, GradientOfOneArgumentOnly) {
 // Forward under kAddTo, for every case, on both devices.
 TEST_F(OpMatrixGpuTest, ForwardAddTo) {
   for (OpCase c : Cases()) {
-    SCOPED_TRACE(c.op);
     c.dtype = DType::kFloat64;
-    std::vector<std::vector<HostTensor>> results;
-    for (Context ctx : {Context::CPU(), Context::GPU(0)}) {
-      c.ctx = ctx;
-      auto r = test::MakeRunner(c);
-      std::vector<NDArray> in, out;
-      std::uint64_t seed = 1;
-      for (const auto& s : r->in_shapes()) in.push_back(test::ToArray(Uniform(s, seed++, -1, 1), s, c.dtype, ctx));
-      for (const auto& s : r->out_shapes()) out.push_back(test::ToArray(Uniform(s, seed++, -1, 1), s, c.dtype, ctx));
-      r->Forward(true, in, out, {}, std::vector<OpReqType>(out.size(), kAddTo));
-      std::vector<HostTensor> host;
-      for (auto& o : out) host.push_back(test::ToHost(o));
-      results.push_back(host);
-    }
-    for (std::size_t i = 0; i < results[0].size(); ++i) {
-      EXPECT_TRUE(test::Near(results[1][i], results[0][i], 0, 0, "output " + std::to_string(i)));
-    }
+    CompareForwardAddToGpuWithCpu(c);
   }
 }
 
