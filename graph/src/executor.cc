@@ -606,14 +606,16 @@ bool IsRelu(const graph::Node& node) {
 }
 
 bool IsAdd(const graph::Node& node) { return !node.is_variable() && node.op->TypeString() == "elemwise_add"; }
+bool IsBatchNorm(const graph::Node& node) { return !node.is_variable() && node.op->TypeString() == "BatchNorm"; }
 
 }  // namespace
 
 // MXNet's MKLDNN subgraph property for convolutions (mkldnn_conv_property.h), at inference: a Convolution whose
-// output only an Activation(relu) reads, or only an elemwise_add reads (the other addend already computed),
-// optionally followed by a relu that alone reads the sum, becomes one node (op/detail/fusion.h). The intermediate
-// arrays must have exactly one reader and not be outputs of the symbol; everything float32 on the CPU; never
-// with gradients (no backward exists for the fused node). Rewrites g (runners are built again by the caller)
+// output only a BatchNorm reads (folded into it), and/or whose (or whose BatchNorm's) output only an
+// Activation(relu) reads, or only an elemwise_add reads (the other addend already computed), optionally followed
+// by a relu that alone reads the sum, becomes one node (op/detail/fusion.h). The intermediate arrays must have
+// exactly one reader and not be outputs of the symbol (BatchNorm's statistics outputs no reader at all);
+// everything float32 on the CPU; never with gradients (no backward exists for the fused node). Rewrites g (runners are built again by the caller)
 // and returns whether anything was fused.
 bool Executor::Impl::FuseForInference() {
   if (options.fuse_inference != 1 || need_backward || ctx.dev_type != DeviceType::kCPU) return false;
@@ -629,10 +631,15 @@ bool Executor::Impl::FuseForInference() {
       reader[g.entry_id(in)] = n;
     }
   }
-  // An entry only `next` reads: one use, not an output, float32.
+  // The reader of node n's first output when it is the only one: one use, not an output, float32, and any
+  // other output of n (BatchNorm's statistics) unread.
   auto sole_reader = [&](std::uint32_t n) -> int {
     const graph::Node* node = g.nodes[n];
-    if (node->is_variable() || node->num_outputs() != 1) return -1;
+    if (node->is_variable()) return -1;
+    for (std::uint32_t k = 1; k < node->num_outputs(); ++k) {
+      const std::uint32_t e = g.entry_id(n, k);
+      if (head[e] || uses[e] != 0) return -1;
+    }
     const std::uint32_t e = g.entry_id(n, 0);
     if (head[e] || uses[e] != 1 || dtype[e] != f32) return -1;
     return static_cast<int>(reader[e]);
@@ -640,6 +647,7 @@ bool Executor::Impl::FuseForInference() {
 
   struct Group {
     std::uint32_t conv = 0, last = 0;
+    int bn = -1;           // the BatchNorm node, -1 without
     int add = -1;          // the elemwise_add node, -1 without
     std::uint32_t other = 0;  // the add's other input (an entry of g)
     bool relu = false;
@@ -653,35 +661,62 @@ bool Executor::Impl::FuseForInference() {
     if (node->is_variable() || node->op->TypeString() != "Convolution" || absorbed[n]) continue;
     bool in_f32 = true;
     for (const auto& in : g.inputs[n]) in_f32 = in_f32 && dtype[g.entry_id(in)] == f32;
-    const int next = sole_reader(n);
+    int next = sole_reader(n);
     // A reader already in a group: an add whose other addend is a convolution fused with it before.
     if (!in_f32 || next < 0 || absorbed[static_cast<std::uint32_t>(next)]) continue;
     Group grp;
     grp.conv = n;
+    std::uint32_t cur = n;  // the node whose first output the post-ops take: the convolution or its BatchNorm
+    if (IsBatchNorm(*g.nodes[static_cast<std::uint32_t>(next)])) {
+      const auto bn = static_cast<std::uint32_t>(next);
+      bool bn_f32 = dtype[g.entry_id(bn, 0)] == f32;
+      for (const auto& in : g.inputs[bn]) bn_f32 = bn_f32 && dtype[g.entry_id(in)] == f32;
+      // BatchNorm's statistics outputs must be unread: sole_reader(bn) checks them; a BatchNorm whose output
+      // is the symbol's, or has several readers, still folds (the group ends with it).
+      bool stats_unread = true;
+      for (std::uint32_t k = 1; k < g.nodes[bn]->num_outputs(); ++k) {
+        const std::uint32_t e = g.entry_id(bn, k);
+        stats_unread = stats_unread && !head[e] && uses[e] == 0;
+      }
+      // The convolution must be BatchNorm's data (not, say, its gamma).
+      if (!bn_f32 || !stats_unread || g.inputs[bn].size() != 5 || g.entry_id(g.inputs[bn][0]) != g.entry_id(n, 0)) {
+        continue;
+      }
+      grp.bn = static_cast<int>(bn);
+      grp.last = bn;
+      cur = bn;
+      next = sole_reader(bn);
+    }
     const auto nx = static_cast<std::uint32_t>(next);
-    if (IsRelu(*g.nodes[nx])) {
+    if (next < 0 || absorbed[nx]) {
+      if (grp.bn < 0) continue;  // the BatchNorm alone
+    } else if (IsRelu(*g.nodes[nx])) {
       grp.relu = true;
       grp.last = nx;
     } else if (IsAdd(*g.nodes[nx]) && g.inputs[nx].size() == 2) {
-      const std::uint32_t c = g.entry_id(n, 0);
+      const std::uint32_t c = g.entry_id(cur, 0);
       const std::uint32_t a = g.entry_id(g.inputs[nx][0]), b = g.entry_id(g.inputs[nx][1]);
-      grp.other = a == c ? b : a;
-      if (grp.other == c || dtype[grp.other] != f32 || shape[grp.other] != shape[c] || dtype[g.entry_id(nx, 0)] != f32) {
+      const std::uint32_t other = a == c ? b : a;
+      if (other != c && dtype[other] == f32 && shape[other] == shape[c] && dtype[g.entry_id(nx, 0)] == f32) {
+        grp.other = other;
+        grp.add = static_cast<int>(nx);
+        grp.last = nx;
+        const int after = sole_reader(nx);
+        if (after >= 0 && IsRelu(*g.nodes[static_cast<std::uint32_t>(after)])) {
+          grp.relu = true;
+          grp.last = static_cast<std::uint32_t>(after);
+        }
+      } else if (grp.bn < 0) {
         continue;
       }
-      grp.add = static_cast<int>(nx);
-      grp.last = nx;
-      const int after = sole_reader(nx);
-      if (after >= 0 && IsRelu(*g.nodes[static_cast<std::uint32_t>(after)])) {
-        grp.relu = true;
-        grp.last = static_cast<std::uint32_t>(after);
-      }
-    } else {
+    } else if (grp.bn < 0) {
       continue;
     }
-    grp.op = FuseConvolution(*node->op, grp.add >= 0, grp.relu);
+    grp.op = FuseConvolution(*node->op, grp.bn >= 0 ? g.nodes[static_cast<std::uint32_t>(grp.bn)]->op.get() : nullptr,
+                             grp.add >= 0, grp.relu);
     if (!grp.op) continue;
     absorbed[n] = 1;
+    if (grp.bn >= 0) absorbed[static_cast<std::uint32_t>(grp.bn)] = 1;
     if (grp.add >= 0) absorbed[static_cast<std::uint32_t>(grp.add)] = 1;
     absorbed[grp.last] = 1;
     group_of_last[grp.last] = static_cast<int>(groups.size());
@@ -719,9 +754,17 @@ bool Executor::Impl::FuseForInference() {
     fused->op = grp.op;
     fused->attrs = g.nodes[grp.conv]->attrs;
     fused->name = g.nodes[grp.conv]->name;
+    if (grp.bn >= 0) fused->name += "+" + g.nodes[static_cast<std::uint32_t>(grp.bn)]->name;
     if (grp.add >= 0) fused->name += "+" + g.nodes[static_cast<std::uint32_t>(grp.add)]->name;
     if (grp.relu) fused->name += "+" + node->name;
     for (const auto& in : g.inputs[grp.conv]) fused->inputs.push_back(entry(in));
+    // BatchNorm's gamma and beta follow the convolution's arguments; its moving statistics come last (the
+    // fused node's auxiliary states).
+    const auto* bn_inputs = grp.bn >= 0 ? &g.inputs[static_cast<std::uint32_t>(grp.bn)] : nullptr;
+    if (bn_inputs != nullptr) {
+      fused->inputs.push_back(entry((*bn_inputs)[1]));
+      fused->inputs.push_back(entry((*bn_inputs)[2]));
+    }
     if (grp.add >= 0) {
       // The other addend, by entry id: find its (node, output).
       for (const auto& in : g.inputs[static_cast<std::uint32_t>(grp.add)]) {
@@ -730,6 +773,10 @@ bool Executor::Impl::FuseForInference() {
           break;
         }
       }
+    }
+    if (bn_inputs != nullptr) {
+      fused->inputs.push_back(entry((*bn_inputs)[3]));
+      fused->inputs.push_back(entry((*bn_inputs)[4]));
     }
     fused_nodes.push_back(fused.get());
     now[n] = std::move(fused);

@@ -2,13 +2,18 @@
 // place of a chain of nodes, as MXNet 1.9's MKLDNN subgraph backend does (_sg_mkldnn_conv).
 //
 // FuseConvolution makes the property of one oneDNN convolution primitive with post-ops:
-//   Convolution -> Activation(relu)                 (with_relu)
-//   Convolution -> elemwise_add(·, sum) [-> relu]   (with_sum: the convolution's result is added onto `sum`,
-//                                                    an input of its own; oneDNN's sum post-op)
-// Its arguments are the convolution's (data, weight[, bias]) then "sum" when with_sum; one output, which may
-// take the buffer of "sum" in place. It has no backward pass: only graphs bound without gradients are fused.
-// Results equal the unfused chain's up to float32 rounding (the sum and the relu happen on the
-// convolution's float32 accumulator instead of a stored copy of it).
+//   Convolution [-> BatchNorm] -> Activation(relu)                 (with_relu)
+//   Convolution [-> BatchNorm] -> elemwise_add(·, sum) [-> relu]   (with_sum: the result is added onto `sum`, an
+//                                                                   input of its own; oneDNN's sum post-op)
+//   Convolution -> BatchNorm                                       (batch_norm alone)
+// A BatchNorm is folded into the convolution's weights and bias with its moving statistics (MXNet's with_bn);
+// a training forward pass (is_train without use_global_stats) runs the convolution and the BatchNorm one after
+// the other instead, with the batch's statistics, updating the moving ones as BatchNorm does.
+// Its arguments are the convolution's (data, weight[, bias]), then "gamma", "beta" with a BatchNorm, then "sum"
+// with with_sum; its auxiliary states BatchNorm's (moving_mean, moving_var); one output (BatchNorm's first),
+// which may take the buffer of "sum" in place. It has no backward pass: only graphs bound without gradients are
+// fused. Results equal the unfused chain's up to float32 rounding (the sum and the relu happen on the
+// convolution's float32 accumulator instead of a stored copy of it; the folded weights are rounded to float32).
 //
 // Declared surface of the op module for graph/ (detail/: never installed): the executor's inference pass
 // builds these nodes; users reach fusion through ExecutorOptions::fuse_inference only.
@@ -22,9 +27,12 @@
 
 namespace troupe {
 
-// The fused property for `conv`, or null where this build or setting does not fuse it: `conv` is not a 2-D
-// Convolution, oneDNN is not built in or is switched off (TROUPE_DNNL=0), or neither post-op is asked for.
-// The caller checks the rest (CPU context, float32 arrays, no other reader of the intermediate arrays).
-std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, bool with_sum, bool with_relu);
+// The fused property for `conv` (and `batch_norm`, the BatchNorm reading its output, or null), or null where
+// this build or setting does not fuse it: `conv` is not a 2-D Convolution, `batch_norm` is not a BatchNorm over
+// axis 1, oneDNN is not built in or is switched off (TROUPE_DNNL=0), or nothing is asked for. The caller checks
+// the rest (CPU context, float32 arrays, no other reader of the intermediate arrays, BatchNorm's statistics
+// outputs unread).
+std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, const OperatorProperty* batch_norm,
+                                                        bool with_sum, bool with_relu);
 
 }  // namespace troupe

@@ -1,6 +1,6 @@
-// The executor's inference fusion (ExecutorOptions::fuse_inference, op/detail/fusion.h): Convolution -> relu and
-// Convolution -> elemwise_add [-> relu] run as one oneDNN convolution with post-ops in executors bound without
-// gradients. Each case binds the same float32 arrays twice, fused and not, and compares the outputs within
+// The executor's inference fusion (ExecutorOptions::fuse_inference, op/detail/fusion.h): Convolution [-> BatchNorm]
+// -> relu and Convolution [-> BatchNorm] -> elemwise_add [-> relu] run as one oneDNN convolution with post-ops (the
+// BatchNorm folded into its weights) in executors bound without gradients. Each case binds the same float32 arrays twice, fused and not, and compares the outputs within
 // float32 rounding; the cases that must not fuse (other readers, requested outputs, gradients, float64, other
 // activations) check that nothing was fused and the results are unchanged. The profiler names the fused node.
 #include <gtest/gtest.h>
@@ -49,6 +49,7 @@ class FusionTest : public ::testing::TestWithParam<test::EngineParam> {
 
   struct Run {
     std::vector<HostTensor> outputs;
+    std::vector<HostTensor> aux;  // the auxiliary states after the runs (BatchNorm's moving statistics)
     std::vector<std::string> fused;
   };
 
@@ -73,7 +74,12 @@ class FusionTest : public ::testing::TestWithParam<test::EngineParam> {
       args.push_back(random(s));
       grads.push_back(req == kNullOp ? NDArray() : NDArray::Zeros(s, Context::CPU(), dtype, engine()));
     }
-    for (const auto& s : aux_shapes) aux.push_back(random(s));
+    // Auxiliary states (BatchNorm's moving mean and variance) in [0.5, 1.5]: a variance must be positive.
+    for (const auto& s : aux_shapes) {
+      HostTensor v(static_cast<std::size_t>(s.Size()));
+      for (auto& x : v) x = 1 + u(rng) / 2;
+      aux.push_back(NDArray::FromVector<double>(v, s, Context::CPU(), engine()).AsType(dtype));
+    }
     ExecutorOptions opt;
     opt.engine = engine();
     opt.fuse_inference = fuse;
@@ -88,21 +94,31 @@ class FusionTest : public ::testing::TestWithParam<test::EngineParam> {
     exec->Forward(is_train);
     Run r;
     for (const auto& o : exec->outputs()) r.outputs.push_back(o.AsType(DType::kFloat64).ToVector<double>());
+    for (const auto& a : aux) r.aux.push_back(a.AsType(DType::kFloat64).ToVector<double>());
     r.fused = exec->fused_nodes();
     return r;
   }
 
   // Fused and unfused forward passes agree within float32 rounding; returns the fused node names.
+  // With `is_train` (an inference bind driven with Forward(true)) also the auxiliary states after the runs.
+  // `tolerance` relative to the output's largest magnitude: 1e-5 for post-ops, more with a folded BatchNorm
+  // (its weights rounded to float32 once more, the normalisation applied before the sums instead of after).
   std::vector<std::string> ExpectSameAsUnfused(const Symbol& net, const std::map<std::string, TShape>& shapes,
-                                               const std::string& what, bool plan = true, int bulk = -1) {
+                                               const std::string& what, bool plan = true, int bulk = -1,
+                                               bool is_train = false, double tolerance = 1e-5) {
     const std::uint64_t seed = test::TestSeed();
-    Run off = Forward(net, shapes, 0, seed, kNullOp, DType::kFloat32, plan, bulk);
-    Run on = Forward(net, shapes, 1, seed, kNullOp, DType::kFloat32, plan, bulk);
+    Run off = Forward(net, shapes, 0, seed, kNullOp, DType::kFloat32, plan, bulk, is_train);
+    Run on = Forward(net, shapes, 1, seed, kNullOp, DType::kFloat32, plan, bulk, is_train);
     EXPECT_TRUE(off.fused.empty()) << what;
     EXPECT_EQ(on.outputs.size(), off.outputs.size()) << what;
-    for (std::size_t k = 0; k < on.outputs.size() && k < off.outputs.size(); ++k) {
-      const HostTensor& a = on.outputs[k];
-      const HostTensor& b = off.outputs[k];
+    std::vector<HostTensor> on_all = on.outputs, off_all = off.outputs;
+    if (is_train) {
+      on_all.insert(on_all.end(), on.aux.begin(), on.aux.end());
+      off_all.insert(off_all.end(), off.aux.begin(), off.aux.end());
+    }
+    for (std::size_t k = 0; k < on_all.size() && k < off_all.size(); ++k) {
+      const HostTensor& a = on_all[k];
+      const HostTensor& b = off_all[k];
       EXPECT_EQ(a.size(), b.size()) << what;
       if (a.size() != b.size()) continue;
       double scale = 0;
@@ -112,7 +128,7 @@ class FusionTest : public ::testing::TestWithParam<test::EngineParam> {
         const double err = std::abs(a[i] - b[i]);
         worst = std::max(worst, err);
         // float32 rounding of sums of a few dozen products (the algorithms may differ: Winograd or direct).
-        EXPECT_LE(err, 1e-5 * (scale + 1)) << what << ": output " << k << " [" << i << "]: fused " << a[i]
+        EXPECT_LE(err, tolerance * (scale + 1)) << what << ": output " << k << " [" << i << "]: fused " << a[i]
                                             << ", unfused " << b[i];
       }
       std::cout << "[fusion] " << what << ": output " << k << " max |fused - unfused| " << worst << " (scale "
@@ -261,12 +277,84 @@ TEST_F(FusionProfilerTest, TheProfilerNamesTheFusedNode) {
   }
 }
 
-TEST_P(FusionTest, ResNet18WithBatchNormHasNothingToFuse) {
-  // Every convolution of troupe's ResNet is read by a BatchNorm (folding BatchNorm is not done): nothing fuses,
-  // and the results are unchanged.
-  Run on = Forward(models::ResNet(18, 10, true), {{"data", TShape{1, 3, 8, 8}}, {"softmax_label", TShape{1}}}, 1,
-                   test::TestSeed());
-  EXPECT_TRUE(on.fused.empty());
+Symbol BatchNorm(const Symbol& x, const std::string& name, Kwargs p = {}) {
+  return Symbol::Create("BatchNorm", p, std::vector<Symbol>{x}, name);
+}
+
+TEST_P(FusionTest, BatchNormFoldsIntoTheConvolutionWithAndWithoutPostOps) {
+  struct Case {
+    std::string what;
+    Kwargs conv, bn;
+  };
+  const std::vector<Case> cases = {
+      {"no bias, fix_gamma (defaults)", {{"no_bias", "True"}, {"pad", "(1, 1)"}}, {}},
+      {"bias, gamma used, eps 1e-5", {{"pad", "(1, 1)"}}, {{"fix_gamma", "False"}, {"eps", "1e-5"}}},
+      {"stride 2, groups 2, use_global_stats", {{"stride", "(2, 2)"}, {"num_group", "2"}},
+       {{"fix_gamma", "False"}, {"use_global_stats", "True"}}},
+      {"axis -3, wide (Winograd)", {{"no_bias", "True"}, {"pad", "(1, 1)"}}, {{"axis", "-3"}, {"fix_gamma", "False"}}},
+  };
+  for (const Case& c : cases) {
+    const bool wide = c.what.find("wide") != std::string::npos;
+    const std::map<std::string, TShape> shapes{{"data", wide ? TShape{1, 16, 11, 13} : TShape{2, 4, 9, 7}}};
+    Symbol bn = BatchNorm(Conv(Var("data"), wide ? 32 : 6, "(3, 3)", "conv", c.conv), "bn", c.bn);
+    EXPECT_EQ(ExpectSameAsUnfused(bn, shapes, c.what + ": conv+bn", true, -1, false, 1e-4), Names{"conv+bn"});
+    EXPECT_EQ(ExpectSameAsUnfused(Relu(bn, "relu"), shapes, c.what + ": conv+bn+relu", true, -1, false, 1e-4),
+              Names{"conv+bn+relu"});
+    std::vector<TShape> args, outs, aux;
+    std::string why;
+    ASSERT_TRUE(bn.InferShape(shapes, &args, &outs, &aux, &why)) << why;
+    std::map<std::string, TShape> with_res = shapes;
+    with_res["res"] = outs[0];
+    EXPECT_EQ(ExpectSameAsUnfused(Relu(Add(bn, Var("res"), "add"), "relu"), with_res, c.what + ": conv+bn+add+relu",
+                                  true, -1, false, 1e-4),
+              Names{"conv+bn+add+relu"});
+  }
+}
+
+TEST_P(FusionTest, AFoldedBatchNormDrivenWithForwardTrueUsesTheBatchStatistics) {
+  // An inference bind run with Forward(true): the batch's statistics, and the moving ones updated, exactly as
+  // the unfused BatchNorm does (use_global_stats keeps the moving ones).
+  for (const Kwargs& bn : {Kwargs{}, Kwargs{{"fix_gamma", "False"}, {"momentum", "0.7"}},
+                           Kwargs{{"use_global_stats", "True"}, {"fix_gamma", "False"}}}) {
+    Symbol net = Relu(Add(BatchNorm(Conv(Var("data"), 5, "(3, 3)", "conv", {{"pad", "(1, 1)"}}), "bn", bn), Var("res"),
+                          "add"),
+                      "relu");
+    const std::string what = bn.empty() ? "defaults" : bn[0].first + "=" + bn[0].second;
+    EXPECT_EQ(ExpectSameAsUnfused(net, {{"data", TShape{3, 2, 6, 5}}, {"res", TShape{3, 5, 6, 5}}}, what, true, -1,
+                                  true, 1e-4),
+              Names{"conv+bn+add+relu"});
+  }
+}
+
+TEST_P(FusionTest, BatchNormWithItsStatisticsReadOrAfterANonConvolutionIsNotFolded) {
+  const std::map<std::string, TShape> shapes{{"data", TShape{2, 3, 6, 6}}};
+  Symbol conv = Conv(Var("data"), 4, "(3, 3)", "conv");
+  // output_mean_var: the statistics are outputs of the symbol.
+  Symbol stats = BatchNorm(conv, "bn", {{"output_mean_var", "True"}});
+  EXPECT_TRUE(ExpectSameAsUnfused(stats, shapes, "statistics are outputs").empty());
+  // The convolution read by the BatchNorm and by a relu: nothing folds (the relu fuses neither).
+  EXPECT_TRUE(ExpectSameAsUnfused(Symbol::Group({BatchNorm(conv, "bn"), Relu(conv, "relu")}), shapes, "two readers")
+                  .empty());
+  // A BatchNorm after a relu stays.
+  EXPECT_TRUE(ExpectSameAsUnfused(BatchNorm(Relu(Var("data"), "relu"), "bn"), shapes, "after a relu").empty());
+}
+
+TEST_P(FusionTest, ResNet18FoldsEveryBatchNorm) {
+  // troupe's ResNet-18 (CIFAR stem): every BatchNorm follows a convolution and folds into it (the stem's
+  // convolution has none, and two readers: it stays). Compared on the logits (the fully connected layer's
+  // output; the probabilities of random weights are saturated), within float32 rounding.
+  const Symbol full = models::ResNet(18, 10, true);
+  const Symbol internals = full.GetInternals();
+  const std::vector<std::string> names = internals.ListOutputs();
+  const auto fc = std::find(names.begin(), names.end(), "fc_output");
+  ASSERT_NE(fc, names.end());
+  const Symbol net = internals[static_cast<std::size_t>(fc - names.begin())];
+  int bns = 0;
+  for (const auto& a : net.ListArguments()) bns += a.size() > 6 && a.compare(a.size() - 6, 6, "_gamma") == 0;
+  const Names fused = ExpectSameAsUnfused(net, {{"data", TShape{2, 3, 8, 8}}}, "resnet18 logits", true, -1, false, 1e-4);
+  EXPECT_EQ(bns, 19);
+  EXPECT_EQ(static_cast<int>(fused.size()), bns);
+  for (const auto& f : fused) EXPECT_NE(f.find("bn"), std::string::npos) << f;
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, FusionTest,

@@ -1,11 +1,16 @@
 // Convolution: the parameter struct's schema, the geometry with defaults applied, the property (checks,
 // shape inference, resources) and the registration. The CPU operator is convolution_cpu.cc, the CUDA one
 // convolution.cu.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "op/nn/batch_norm/batch_norm.h"
 #include "op/nn/common/lift_1d.h"
 #include "op/nn/convolution/convolution.h"
 #include "op/detail/fusion.h"
@@ -181,42 +186,167 @@ TROUPE_REGISTER_OP_PROPERTY(Convolution, ConvolutionProp)
     .add_arguments(ConvolutionParam::Docs());
 
 // ------------------------------------------------------------------------------------------------ fused
-// op/detail/fusion.h: Convolution with oneDNN post-ops, made by the executor's inference pass (never registered: a
-// symbol never names it, and it has no backward pass).
+// op/detail/fusion.h: Convolution [+ BatchNorm] with oneDNN post-ops, made by the executor's inference pass (never
+// registered: a symbol never names it, and it has no backward pass).
 namespace {
 
 constexpr const char* kFusedOp = "_sg_onednn_conv";
 
+// A BatchNorm folded into the convolution before it (MXNet's _sg_mkldnn_conv with_bn): with the moving
+// statistics, BatchNorm(conv(x, w) + b) = conv(x, w * s) + (b - mean) * s + beta, s = gamma / sqrt(var + eps) per
+// output channel. The folded weights and bias are kept while the weight's and bias's states and the four
+// per-channel vectors (compared by value: the moving statistics are auxiliary states, whose engine version moves
+// with every forward call) stay the same, so the convolution's own weight cache (the reordered or
+// Winograd-transformed weights) is reused too. A training forward pass (is_train without use_global_stats)
+// needs the batch's statistics: then the convolution, the BatchNorm and the post-ops run one after the other,
+// exactly as the unfused nodes would, the moving statistics updated as BatchNorm updates them.
+class ConvBatchNormCpuOp : public Operator {
+ public:
+  ConvBatchNormCpuOp(const ConvolutionParam& conv, const BatchNormProp& bn, ConvPostOps post)
+      : conv_(conv), bn_param_(bn.param()), post_(post), plain_(CreateConvolutionCpuOp(conv)),
+        bn_(bn.CreateOperator(Context::CPU())) {
+    ConvolutionParam with_bias = conv;
+    with_bias.no_bias = false;
+    folded_ = CreateConvolutionCpuOp(with_bias, post);
+  }
+
+  // in_data: data, weight[, bias], gamma, beta[, sum]; aux: moving_mean, moving_var.
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out_data, const std::vector<TBlob>& aux) override {
+    if (req[0] == kNullOp) return;
+    if (req[0] == kAddTo) throw Error(std::string(kFusedOp) + ": kAddTo is not supported (the executor writes its output)");
+    const std::size_t nconv = conv_.no_bias ? 2 : 3;
+    if (in_data[0].dtype != DType::kFloat32) throw Error(std::string(kFusedOp) + ": float32 only");
+    if (ctx.is_train && !bn_param_.use_global_stats) return TrainingForward(ctx, in_data, req[0], out_data[0], aux);
+    Fold(ctx, in_data, aux);
+    std::vector<TBlob> in{in_data[0], TBlob(w_.data(), in_data[1].shape, DType::kFloat32, Context::CPU()),
+                          TBlob(b_.data(), TShape{conv_.num_filter}, DType::kFloat32, Context::CPU())};
+    if (post_.sum) in.push_back(in_data[nconv + 2]);
+    OpContext fctx{ctx.is_train, ctx.run_ctx, ctx.requested, {}};
+    // The folded weights' state: the convolution keeps what it derives from them until the next fold.
+    if (!ctx.in_states.empty()) fctx.in_states = {ctx.in_states[0], {kFoldedVar, folds_}, {kFoldedVar, folds_}};
+    folded_->Forward(fctx, in, req, out_data, {});
+  }
+
+ private:
+  static constexpr std::uint64_t kFoldedVar = ~std::uint64_t{0};
+
+  void Fold(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<TBlob>& aux) {
+    const std::size_t nconv = conv_.no_bias ? 2 : 3;
+    const auto C = static_cast<std::size_t>(conv_.num_filter);
+    const float* w = in_data[1].dptr_as<float>();
+    const float* bias = conv_.no_bias ? nullptr : in_data[2].dptr_as<float>();
+    const float* stats[4] = {in_data[nconv].dptr_as<float>(), in_data[nconv + 1].dptr_as<float>(),
+                             aux[0].dptr_as<float>(), aux[1].dptr_as<float>()};  // gamma, beta, mean, var
+    // Known states of the weight (and bias) arrays; without them (a caller that does not track states) every
+    // call folds.
+    std::vector<OpContext::InputState> states;
+    if (ctx.in_states.size() >= nconv) states.assign(ctx.in_states.begin() + 1, ctx.in_states.begin() + nconv);
+    bool same = !states.empty() && states == states_ && w == w_ptr_ && bias == b_ptr_ && stats_.size() == 4 * C;
+    for (int k = 0; same && k < 4; ++k) same = std::equal(stats[k], stats[k] + C, stats_.begin() + k * C);
+    if (same) return;
+    const std::size_t per = static_cast<std::size_t>(in_data[1].shape.Size()) / std::max<std::size_t>(C, 1);
+    w_.resize(per * C);
+    b_.resize(C);
+    for (std::size_t c = 0; c < C; ++c) {
+      const double gamma = bn_param_.fix_gamma ? 1.0 : stats[0][c];
+      const double s = gamma / std::sqrt(static_cast<double>(stats[3][c]) + bn_param_.eps);
+      for (std::size_t i = 0; i < per; ++i) w_[c * per + i] = static_cast<float>(w[c * per + i] * s);
+      b_[c] = static_cast<float>(((bias != nullptr ? bias[c] : 0.0) - stats[2][c]) * s + stats[1][c]);
+    }
+    stats_.resize(4 * C);
+    for (int k = 0; k < 4; ++k) std::copy(stats[k], stats[k] + C, stats_.begin() + k * C);
+    states_ = std::move(states);
+    w_ptr_ = w;
+    b_ptr_ = bias;
+    ++folds_;
+  }
+
+  void TrainingForward(const OpContext& ctx, const std::vector<TBlob>& in_data, OpReqType req, const TBlob& out,
+                       const std::vector<TBlob>& aux) {
+    const std::size_t nconv = conv_.no_bias ? 2 : 3;
+    const auto n = static_cast<std::size_t>(out.shape.Size());
+    const auto C = static_cast<std::int64_t>(conv_.num_filter);
+    y_.resize(2 * n + 2 * static_cast<std::size_t>(C));
+    const TBlob y(y_.data(), out.shape, DType::kFloat32, Context::CPU()), z(y_.data() + n, out.shape, DType::kFloat32, Context::CPU());
+    const TBlob mean(y_.data() + 2 * n, TShape{C}, DType::kFloat32, Context::CPU()),
+        var(y_.data() + 2 * n + C, TShape{C}, DType::kFloat32, Context::CPU());
+    OpContext cctx{ctx.is_train, ctx.run_ctx, ctx.requested, {}};
+    plain_->Forward(cctx, std::vector<TBlob>(in_data.begin(), in_data.begin() + static_cast<std::ptrdiff_t>(nconv)),
+                    {kWriteTo}, {y}, {});
+    bn_->Forward(cctx, {y, in_data[nconv], in_data[nconv + 1]}, {kWriteTo, kNullOp, kNullOp}, {z, mean, var}, aux);
+    const float* sum = post_.sum ? in_data[nconv + 2].dptr_as<float>() : nullptr;
+    float* o = out.dptr_as<float>();
+    const float* zp = z.dptr_as<float>();
+    (void)req;  // kWriteTo or kWriteInplace (onto the addend): each element is read before it is written
+    for (std::size_t i = 0; i < n; ++i) {
+      float v = zp[i] + (sum != nullptr ? sum[i] : 0.0f);
+      o[i] = post_.relu && !(v > 0.0f) ? 0.0f : v;
+    }
+  }
+
+  ConvolutionParam conv_;
+  BatchNormParam bn_param_;
+  ConvPostOps post_;
+  std::unique_ptr<Operator> plain_;   // the convolution as given (training forward)
+  std::unique_ptr<Operator> bn_;      // BatchNorm's CPU operator (training forward)
+  std::unique_ptr<Operator> folded_;  // the convolution with the folded bias and the post-ops
+  std::vector<float> w_, b_;          // the folded weights and bias
+  std::vector<OpContext::InputState> states_;
+  std::vector<float> stats_;          // gamma, beta, mean, var as folded
+  const void* w_ptr_ = nullptr;
+  const void* b_ptr_ = nullptr;
+  std::uint64_t folds_ = 0;
+  std::vector<float> y_;              // training forward: the convolution, BatchNorm's output, its statistics
+};
+
 class FusedConvolutionProp : public OperatorProperty {
  public:
-  FusedConvolutionProp(const ConvolutionProp& conv, ConvPostOps post) : conv_(conv), post_(post) {}
+  FusedConvolutionProp(const ConvolutionProp& conv, ConvPostOps post, std::optional<BatchNormProp> bn)
+      : conv_(conv), post_(post), bn_(std::move(bn)) {}
   void Init(const Kwargs&) override {
     throw Error(std::string(kFusedOp) + ": made by the executor's inference pass, not from parameters");
   }
   Kwargs GetParams() const override {
     Kwargs k = conv_.GetParams();
+    k.emplace_back("with_bn", bn_ ? "True" : "False");
     k.emplace_back("with_sum", post_.sum ? "True" : "False");
     k.emplace_back("with_act", post_.relu ? "True" : "False");
     return k;
   }
   std::vector<std::string> ListArguments() const override {
     std::vector<std::string> a = conv_.ListArguments();
+    if (bn_) a.insert(a.end(), {"gamma", "beta"});
     if (post_.sum) a.push_back("sum");
     return a;
+  }
+  std::vector<std::string> ListAuxiliaryStates() const override {
+    if (bn_) return {"moving_mean", "moving_var"};
+    return {};
   }
   bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                   std::vector<TShape>* aux_shape) const override {
     const std::size_t n = conv_.ListArguments().size();
-    if (in_shape->size() != n + (post_.sum ? 1 : 0)) {
-      throw Error(std::string(kFusedOp) + ": expected " + std::to_string(n + (post_.sum ? 1 : 0)) + " inputs, got " +
-                  std::to_string(in_shape->size()));
+    const std::size_t nbn = bn_ ? 2 : 0;
+    if (in_shape->size() != n + nbn + (post_.sum ? 1 : 0)) {
+      throw Error(std::string(kFusedOp) + ": expected " + std::to_string(n + nbn + (post_.sum ? 1 : 0)) +
+                  " inputs, got " + std::to_string(in_shape->size()));
     }
     std::vector<TShape> conv_in(in_shape->begin(), in_shape->begin() + static_cast<std::ptrdiff_t>(n));
-    bool known = conv_.InferShape(&conv_in, out_shape, aux_shape);
+    std::vector<TShape> conv_aux;
+    bool known = conv_.InferShape(&conv_in, out_shape, &conv_aux);
     std::copy(conv_in.begin(), conv_in.end(), in_shape->begin());
+    if (bn_) {
+      const TShape channels{conv_.param().num_filter};
+      AssignShape(in_shape, n, channels, kFusedOp, "gamma");
+      AssignShape(in_shape, n + 1, channels, kFusedOp, "beta");
+      aux_shape->assign(2, channels);
+    } else {
+      aux_shape->clear();
+    }
     if (post_.sum) {
-      if ((*out_shape)[0].ndim() >= 0) AssignShape(in_shape, n, (*out_shape)[0], kFusedOp, "sum");
-      known = known && (*in_shape)[n].known();
+      if ((*out_shape)[0].ndim() >= 0) AssignShape(in_shape, n + nbn, (*out_shape)[0], kFusedOp, "sum");
+      known = known && (*in_shape)[n + nbn].known();
     }
     return known;
   }
@@ -229,29 +359,39 @@ class FusedConvolutionProp : public OperatorProperty {
                                                           const std::vector<void*>& out_data) const override {
     // The sum post-op writes the convolution onto the addend: the output may be the addend's buffer.
     if (!post_.sum) return {};
-    return {{in_data[conv_.ListArguments().size()], out_data[0]}};
+    return {{in_data[conv_.ListArguments().size() + (bn_ ? 2 : 0)], out_data[0]}};
   }
   bool HasBackward() const override { return false; }
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
     if (ctx.is_gpu()) {
       throw Error(std::string(kFusedOp) + ": runs on the CPU only (the executor fuses CPU graphs only)");
     }
+    if (bn_) return std::make_unique<ConvBatchNormCpuOp>(conv_.param(), *bn_, post_);
     return CreateConvolutionCpuOp(conv_.param(), post_);
   }
 
  private:
   ConvolutionProp conv_;
   ConvPostOps post_;
+  std::optional<BatchNormProp> bn_;
 };
 
 }  // namespace
 
-std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, bool with_sum, bool with_relu) {
+std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, const OperatorProperty* batch_norm,
+                                                        bool with_sum, bool with_relu) {
   const auto* c = dynamic_cast<const ConvolutionProp*>(&conv);
-  if (c == nullptr || c->one_d() || (!with_sum && !with_relu)) return nullptr;
+  if (c == nullptr || c->one_d() || (batch_norm == nullptr && !with_sum && !with_relu)) return nullptr;
+  std::optional<BatchNormProp> bn;
+  if (batch_norm != nullptr) {
+    const auto* b = dynamic_cast<const BatchNormProp*>(batch_norm);
+    // The channel axis of the convolution's NCHW output only; BatchNorm's statistics outputs are not produced.
+    if (b == nullptr || (b->param().axis != 1 && b->param().axis != -3)) return nullptr;
+    bn = *b;
+  }
 #if TROUPE_HAVE_DNNL
   if (!internal::DnnlEnabled()) return nullptr;
-  return std::make_shared<FusedConvolutionProp>(*c, ConvPostOps{with_sum, with_relu});
+  return std::make_shared<FusedConvolutionProp>(*c, ConvPostOps{with_sum, with_relu}, std::move(bn));
 #else
   return nullptr;
 #endif

@@ -252,7 +252,9 @@ ALL.update({
     'squeezenet1.0': (model_zoo('squeezenet1.0', size=213), {}),
     'squeezenet1.1': (model_zoo('squeezenet1.1', size=209), {}),
     'mobilenetv3_small': (gluoncv_model('mobilenetv3_small', 32, classes=10), {}),
-    'mobilenetv3_large': (gluoncv_model('mobilenetv3_large', 32, classes=10), {}),
+    # 15 blocks of depthwise and Winograd convolutions amplify float32 rounding: troupe's unfused graph is within
+    # 7.6e-5 of MXNet, its inference fusion (each BatchNorm folded into its convolution's weights) within 2.5e-4.
+    'mobilenetv3_large': (gluoncv_model('mobilenetv3_large', 32, classes=10), {'rtol': 3e-4}),
     # detection: outputs ids (1, N, 1), scores (1, N, 1), boxes (1, N, 4), padded with -1 rows
     'ssd_512_mobilenet1.0_voc': (gluoncv_model('ssd_512_mobilenet1.0_voc', 64, pretrained_base=False),
                                  {'sorted_rows': [0, 1, 2]}),
