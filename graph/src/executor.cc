@@ -651,6 +651,7 @@ bool Executor::Impl::FuseForInference() {
     int add = -1;          // the elemwise_add node, -1 without
     std::uint32_t other = 0;  // the add's other input (an entry of g)
     bool relu = false;
+    ConvFusion fusion;
     std::shared_ptr<const OperatorProperty> op;
   };
   std::vector<Group> groups;
@@ -712,8 +713,10 @@ bool Executor::Impl::FuseForInference() {
     } else if (grp.bn < 0) {
       continue;
     }
-    grp.op = FuseConvolution(*node->op, grp.bn >= 0 ? g.nodes[static_cast<std::uint32_t>(grp.bn)]->op.get() : nullptr,
-                             grp.add >= 0, grp.relu);
+    grp.fusion.batch_norm = grp.bn >= 0 ? g.nodes[static_cast<std::uint32_t>(grp.bn)]->op.get() : nullptr;
+    grp.fusion.sum = grp.add >= 0;
+    grp.fusion.relu = grp.relu;
+    grp.op = FuseConvolution(*node->op, grp.fusion);
     if (!grp.op) continue;
     absorbed[n] = 1;
     if (grp.bn >= 0) absorbed[static_cast<std::uint32_t>(grp.bn)] = 1;
@@ -723,6 +726,41 @@ bool Executor::Impl::FuseForInference() {
     groups.push_back(std::move(grp));
   }
   if (groups.empty()) return false;
+
+  // Arrays kept in oneDNN's channel-blocked layout (op/detail/fusion.h): written by a fused node, read only by
+  // fused convolutions (as their data, or as the addend of their sum), not an output of the symbol.
+  {
+    std::vector<int> group_of(g.nodes.size(), -1);  // the group of a convolution or an add inside one
+    for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+      group_of[groups[gi].conv] = static_cast<int>(gi);
+      if (groups[gi].add >= 0) group_of[static_cast<std::uint32_t>(groups[gi].add)] = static_cast<int>(gi);
+    }
+    std::vector<char> blocked(N, 0);
+    for (const Group& grp : groups) {
+      const std::uint32_t e = g.entry_id(grp.last, 0);
+      blocked[e] = !head[e] && uses[e] > 0 && FusedConvolutionKeepsBlocked(shape[e]);
+    }
+    for (std::uint32_t m = 0; m < g.nodes.size(); ++m) {
+      for (std::size_t k = 0; k < g.inputs[m].size(); ++k) {
+        const std::uint32_t e = g.entry_id(g.inputs[m][k]);
+        if (!blocked[e]) continue;
+        const int gi = group_of[m];
+        const bool as_data = gi >= 0 && groups[static_cast<std::size_t>(gi)].conv == m && k == 0;
+        const bool as_sum = gi >= 0 && groups[static_cast<std::size_t>(gi)].add == static_cast<int>(m) &&
+                            groups[static_cast<std::size_t>(gi)].other == e;
+        if (!as_data && !as_sum) blocked[e] = 0;
+      }
+    }
+    for (Group& grp : groups) {
+      grp.fusion.blocked_in = blocked[g.entry_id(g.inputs[grp.conv][0])] != 0;
+      grp.fusion.blocked_out = blocked[g.entry_id(grp.last, 0)] != 0;
+      grp.fusion.blocked_sum = grp.add >= 0 && blocked[grp.other] != 0;
+      if (grp.fusion.blocked_in || grp.fusion.blocked_out || grp.fusion.blocked_sum) {
+        grp.op = FuseConvolution(*g.nodes[grp.conv]->op, grp.fusion);
+        if (!grp.op) throw Error("Bind: the inference fusion pass could not keep a layout (a bug; TROUPE_EXEC_FUSE=0)");
+      }
+    }
+  }
 
   // The original nodes as shared pointers (g holds raw ones): from their readers' inputs and the heads.
   std::map<const graph::Node*, std::shared_ptr<graph::Node>> owned;

@@ -12,7 +12,9 @@
 // Its arguments are the convolution's (data, weight[, bias]), then "gamma", "beta" with a BatchNorm, then "sum"
 // with with_sum; its auxiliary states BatchNorm's (moving_mean, moving_var); one output (BatchNorm's first),
 // which may take the buffer of "sum" in place. It has no backward pass: only graphs bound without gradients are
-// fused. Results equal the unfused chain's up to float32 rounding (the sum and the relu happen on the
+// fused. Between fused convolutions the executor may keep arrays in oneDNN's channel-blocked layout (ConvFusion):
+// no reorder at either end of such a convolution; nothing but fused convolutions ever reads such an array.
+// Results equal the unfused chain's up to float32 rounding (the sum and the relu happen on the
 // convolution's float32 accumulator instead of a stored copy of it; the folded weights are rounded to float32).
 //
 // Declared surface of the op module for graph/ (detail/: never installed): the executor's inference pass
@@ -32,7 +34,22 @@ namespace troupe {
 // axis 1, oneDNN is not built in or is switched off (TROUPE_DNNL=0), or nothing is asked for. The caller checks
 // the rest (CPU context, float32 arrays, no other reader of the intermediate arrays, BatchNorm's statistics
 // outputs unread).
-std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, const OperatorProperty* batch_norm,
-                                                        bool with_sum, bool with_relu);
+struct ConvFusion {
+  const OperatorProperty* batch_norm = nullptr;  // the BatchNorm reading the convolution's output, or null
+  bool sum = false;                              // with_sum
+  bool relu = false;                             // with_relu
+  // The data input, the output and "sum" in oneDNN's channel-blocked layout instead of NCHW: the executor keeps
+  // an array blocked when a fused convolution writes it and only fused convolutions read it (as data or as
+  // sum), and FusedConvolutionKeepsBlocked(its shape) holds. The output takes the buffer of "sum" only when
+  // both have the same layout.
+  bool blocked_in = false;
+  bool blocked_out = false;
+  bool blocked_sum = false;
+};
+std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, const ConvFusion& fusion);
+
+// Whether an array of `shape` may be kept in the channel-blocked layout between fused convolutions (4-D, at
+// least one image, channels a multiple of the CPU's block); false without oneDNN.
+bool FusedConvolutionKeepsBlocked(const TShape& shape);
 
 }  // namespace troupe

@@ -55,6 +55,33 @@ dnnl::memory::desc PlainDesc(const TShape& shape, int groups) {
   }
 }
 
+namespace {
+int ChannelBlock() {
+  static const int block = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core ? 16 : 8;
+  return block;
+}
+}  // namespace
+
+dnnl::memory::desc BlockedDesc(const TShape& shape) {
+  using tag = dnnl::memory::format_tag;
+  return dnnl::memory::desc(Dims(shape), dnnl::memory::data_type::f32, ChannelBlock() == 16 ? tag::nChw16c : tag::nChw8c);
+}
+
+bool BlockedLayoutFits(const TShape& shape) {
+  return shape.ndim() == 4 && shape[0] > 0 && shape[1] > 0 && shape[1] % ChannelBlock() == 0 && shape[2] > 0 &&
+         shape[3] > 0;
+}
+
+void ReorderLayout(const void* from, bool from_blocked, void* to, bool to_blocked, const TShape& shape) {
+  const auto& eng = DnnlEngine();
+  const dnnl::memory::desc a = from_blocked ? BlockedDesc(shape) : PlainDesc(shape);
+  const dnnl::memory::desc b = to_blocked ? BlockedDesc(shape) : PlainDesc(shape);
+  dnnl::memory src(a, eng, const_cast<void*>(from)), dst(b, eng, to);
+  dnnl::stream& st = DnnlStream();
+  dnnl::reorder(src, dst).execute(st, src, dst);
+  st.wait();
+}
+
 std::size_t DnnlSpace::Reserve(std::size_t bytes) {
   const std::size_t offset = bytes_;
   bytes_ += (bytes + 63) & ~std::size_t{63};

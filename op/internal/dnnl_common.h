@@ -50,6 +50,14 @@ inline std::int64_t DnnlRightPad(std::int64_t out, std::int64_t stride, std::int
 // A plain (row-major) float32 descriptor of `shape`: nchw for 4 dimensions, nc for 2, x for 1. With `groups`
 // > 1 a 4-D weight shape (F, C/g, kh, kw) becomes the grouped goihw (g, F/g, C/g, kh, kw).
 dnnl::memory::desc PlainDesc(const TShape& shape, int groups = 1);
+// The channel-blocked layout oneDNN's convolutions run natively on this CPU (nChw16c with AVX-512, else nChw8c)
+// for a 4-D float32 array, and whether `shape` can take it (4-D, at least one image, channels a multiple of the
+// block). The executor's inference fusion keeps arrays between fused convolutions in it (op/detail/fusion.h).
+dnnl::memory::desc BlockedDesc(const TShape& shape);
+bool BlockedLayoutFits(const TShape& shape);
+// Copies a float32 array of `shape` from one layout to the other (plain NCHW or BlockedDesc), on the calling
+// thread's stream; waits for it.
+void ReorderLayout(const void* from, bool from_blocked, void* to, bool to_blocked, const TShape& shape);
 dnnl::memory::dims Dims(const TShape& shape);
 
 // Lays buffers out in one block of temp space: Reserve every buffer's size first (each returns its offset),

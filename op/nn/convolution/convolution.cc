@@ -15,6 +15,9 @@
 #include "op/nn/convolution/convolution.h"
 #include "op/detail/fusion.h"
 #include "tensor/detail/kernels.h"  // DnnlEnabled
+#if TROUPE_HAVE_DNNL
+#include "op/internal/dnnl_common.h"  // BlockedLayoutFits, ReorderLayout
+#endif
 
 namespace troupe {
 
@@ -262,27 +265,48 @@ class ConvBatchNormCpuOp : public Operator {
     ++folds_;
   }
 
+  // Arrays the executor keeps blocked (post_.blocked_in / blocked_out) are reordered to NCHW and back around it.
   void TrainingForward(const OpContext& ctx, const std::vector<TBlob>& in_data, OpReqType req, const TBlob& out,
                        const std::vector<TBlob>& aux) {
     const std::size_t nconv = conv_.no_bias ? 2 : 3;
     const auto n = static_cast<std::size_t>(out.shape.Size());
     const auto C = static_cast<std::int64_t>(conv_.num_filter);
-    y_.resize(2 * n + 2 * static_cast<std::size_t>(C));
+    const auto nx = static_cast<std::size_t>(in_data[0].shape.Size());
+    const bool sum_in = post_.sum;
+    y_.resize(2 * n + 2 * static_cast<std::size_t>(C) + (post_.blocked_in ? nx : 0) +
+              (sum_in && post_.blocked_sum ? n : 0) + (post_.blocked_out ? n : 0));
+    float* extra = y_.data() + 2 * n + 2 * C;
+    std::vector<TBlob> conv_in(in_data.begin(), in_data.begin() + static_cast<std::ptrdiff_t>(nconv));
+    const float* sum = sum_in ? in_data[nconv + 2].dptr_as<float>() : nullptr;
+    float* o = out.dptr_as<float>();
+#if TROUPE_HAVE_DNNL
+    if (post_.blocked_in) {
+      internal::ReorderLayout(in_data[0].dptr, true, extra, false, in_data[0].shape);
+      conv_in[0].dptr = extra;
+      extra += nx;
+    }
+    if (sum_in && post_.blocked_sum) {
+      internal::ReorderLayout(sum, true, extra, false, out.shape);
+      sum = extra;
+      extra += n;
+    }
+    if (post_.blocked_out) o = extra;  // reordered into `out` at the end
+#endif
     const TBlob y(y_.data(), out.shape, DType::kFloat32, Context::CPU()), z(y_.data() + n, out.shape, DType::kFloat32, Context::CPU());
     const TBlob mean(y_.data() + 2 * n, TShape{C}, DType::kFloat32, Context::CPU()),
         var(y_.data() + 2 * n + C, TShape{C}, DType::kFloat32, Context::CPU());
     OpContext cctx{ctx.is_train, ctx.run_ctx, ctx.requested, {}};
-    plain_->Forward(cctx, std::vector<TBlob>(in_data.begin(), in_data.begin() + static_cast<std::ptrdiff_t>(nconv)),
-                    {kWriteTo}, {y}, {});
+    plain_->Forward(cctx, conv_in, {kWriteTo}, {y}, {});
     bn_->Forward(cctx, {y, in_data[nconv], in_data[nconv + 1]}, {kWriteTo, kNullOp, kNullOp}, {z, mean, var}, aux);
-    const float* sum = post_.sum ? in_data[nconv + 2].dptr_as<float>() : nullptr;
-    float* o = out.dptr_as<float>();
     const float* zp = z.dptr_as<float>();
     (void)req;  // kWriteTo or kWriteInplace (onto the addend): each element is read before it is written
     for (std::size_t i = 0; i < n; ++i) {
       float v = zp[i] + (sum != nullptr ? sum[i] : 0.0f);
       o[i] = post_.relu && !(v > 0.0f) ? 0.0f : v;
     }
+#if TROUPE_HAVE_DNNL
+    if (post_.blocked_out) internal::ReorderLayout(o, false, out.dptr, true, out.shape);
+#endif
   }
 
   ConvolutionParam conv_;
@@ -312,6 +336,9 @@ class FusedConvolutionProp : public OperatorProperty {
     k.emplace_back("with_bn", bn_ ? "True" : "False");
     k.emplace_back("with_sum", post_.sum ? "True" : "False");
     k.emplace_back("with_act", post_.relu ? "True" : "False");
+    if (post_.blocked_in) k.emplace_back("data_layout", "blocked");
+    if (post_.blocked_out) k.emplace_back("out_layout", "blocked");
+    if (post_.blocked_sum) k.emplace_back("sum_layout", "blocked");
     return k;
   }
   std::vector<std::string> ListArguments() const override {
@@ -358,7 +385,7 @@ class FusedConvolutionProp : public OperatorProperty {
   std::vector<std::pair<int, void*>> ForwardInplaceOption(const std::vector<int>& in_data,
                                                           const std::vector<void*>& out_data) const override {
     // The sum post-op writes the convolution onto the addend: the output may be the addend's buffer.
-    if (!post_.sum) return {};
+    if (!post_.sum || post_.blocked_sum != post_.blocked_out) return {};
     return {{in_data[conv_.ListArguments().size() + (bn_ ? 2 : 0)], out_data[0]}};
   }
   bool HasBackward() const override { return false; }
@@ -378,20 +405,32 @@ class FusedConvolutionProp : public OperatorProperty {
 
 }  // namespace
 
-std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, const OperatorProperty* batch_norm,
-                                                        bool with_sum, bool with_relu) {
+bool FusedConvolutionKeepsBlocked(const TShape& shape) {
+#if TROUPE_HAVE_DNNL
+  return internal::DnnlEnabled() && internal::BlockedLayoutFits(shape);
+#else
+  (void)shape;
+  return false;
+#endif
+}
+
+std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, const ConvFusion& f) {
   const auto* c = dynamic_cast<const ConvolutionProp*>(&conv);
-  if (c == nullptr || c->one_d() || (batch_norm == nullptr && !with_sum && !with_relu)) return nullptr;
+  if (c == nullptr || c->one_d() || (f.batch_norm == nullptr && !f.sum && !f.relu && !f.blocked_in && !f.blocked_out &&
+                                     !f.blocked_sum)) {
+    return nullptr;
+  }
   std::optional<BatchNormProp> bn;
-  if (batch_norm != nullptr) {
-    const auto* b = dynamic_cast<const BatchNormProp*>(batch_norm);
+  if (f.batch_norm != nullptr) {
+    const auto* b = dynamic_cast<const BatchNormProp*>(f.batch_norm);
     // The channel axis of the convolution's NCHW output only; BatchNorm's statistics outputs are not produced.
     if (b == nullptr || (b->param().axis != 1 && b->param().axis != -3)) return nullptr;
     bn = *b;
   }
 #if TROUPE_HAVE_DNNL
   if (!internal::DnnlEnabled()) return nullptr;
-  return std::make_shared<FusedConvolutionProp>(*c, ConvPostOps{with_sum, with_relu}, std::move(bn));
+  return std::make_shared<FusedConvolutionProp>(
+      *c, ConvPostOps{f.sum, f.relu, f.blocked_in, f.blocked_out, f.sum && f.blocked_sum}, std::move(bn));
 #else
   return nullptr;
 #endif

@@ -72,10 +72,15 @@ class ConvolutionProp : public OperatorProperty {
   ConvolutionParam param_1d_;  // as given, for GetParams
 };
 
-// Post-ops of a fused convolution (op/detail/fusion.h): the result added onto the extra input "sum", then a relu.
+// Post-ops of a fused convolution (op/detail/fusion.h): the result added onto the extra input "sum", then a relu;
+// and the layouts of its data input, its output and "sum": plain NCHW, or oneDNN's channel-blocked layout
+// (internal::BlockedDesc) when the executor keeps the array blocked between fused convolutions.
 struct ConvPostOps {
   bool sum = false;
   bool relu = false;
+  bool blocked_in = false;
+  bool blocked_out = false;
+  bool blocked_sum = false;
 };
 
 // The CPU operator (convolution_cpu.cc) for a checked parameter set; ConvolutionProp::CreateOperator calls it

@@ -147,9 +147,13 @@ class DnnlConv {
       dnnl::memory dst;
       if (post_.sum) {
         // The sum post-op adds onto what the destination holds: the addend, in the primitive's layout.
+        dnnl::memory addend(sum_user_, internal::DnnlEngine(), const_cast<void*>(sum));
         if (dst_.reordered) {
           dst = dnnl::memory(dst_.want, internal::DnnlEngine(), fwd_space_.At(dst_.offset));
-          dnnl::memory addend(dst_.user, internal::DnnlEngine(), const_cast<void*>(sum));
+          sum_in_.execute(st, addend, dst);
+        } else if (sum_user_ != dst_.user) {
+          // The addend in another layout than the output (never the same buffer then: no in-place option).
+          dst = dnnl::memory(dst_.user, internal::DnnlEngine(), out.dptr);
           sum_in_.execute(st, addend, dst);
         } else {
           if (sum != out.dptr) std::memcpy(out.dptr, sum, dst_.user.get_size());
@@ -256,7 +260,9 @@ class DnnlConv {
     w_cache_ = {};
     w_state_.reset();
     const int g = param_.num_group;
-    x_md_ = Any(internal::Dims(x)), y_md_ = Any(internal::Dims(y));
+    // An array the executor keeps blocked is asked for in that layout (no reorder at either end).
+    x_md_ = post_.blocked_in ? internal::BlockedDesc(x) : Any(internal::Dims(x));
+    y_md_ = post_.blocked_out ? internal::BlockedDesc(y) : Any(internal::Dims(y));
     w_md_ = g == 1 ? Any(internal::Dims(w)) : Any({g, w[0] / g, w[1], w[2], w[3]});
     b_md_ = param_.no_bias ? dnnl::memory::desc() : internal::PlainDesc(TShape{w[0]});
     strides_ = {geo_.sh, geo_.sw};
@@ -290,16 +296,20 @@ class DnnlConv {
                            return pd;
                          });
     fwd_ = dnnl::convolution_forward(fwd_pd_);
-    x_plain_ = internal::PlainDesc(x), y_plain_ = internal::PlainDesc(y), w_plain_ = internal::PlainDesc(w, g);
+    x_plain_ = post_.blocked_in ? internal::BlockedDesc(x) : internal::PlainDesc(x);
+    y_plain_ = post_.blocked_out ? internal::BlockedDesc(y) : internal::PlainDesc(y);
+    w_plain_ = internal::PlainDesc(w, g);
     fwd_space_ = {};
     src_.Plan(x_plain_, fwd_pd_.src_desc(), false, &fwd_space_);
     wei_.Plan(w_plain_, fwd_pd_.weights_desc(), false, nullptr);  // kept in w_cache_ (Weights)
     if (!param_.no_bias) bias_.Plan(b_md_, fwd_pd_.bias_desc(), false, &fwd_space_);
     dst_.Plan(y_plain_, fwd_pd_.dst_desc(), true, &fwd_space_);
     sum_in_ = {};
-    if (post_.sum && dst_.reordered) {
+    sum_user_ = post_.blocked_sum ? internal::BlockedDesc(y) : internal::PlainDesc(y);
+    if (post_.sum && (dst_.reordered || sum_user_ != y_plain_)) {
       const auto& eng = internal::DnnlEngine();
-      sum_in_ = dnnl::reorder(dnnl::reorder::primitive_desc(eng, y_plain_, eng, fwd_pd_.dst_desc()));
+      sum_in_ = dnnl::reorder(
+          dnnl::reorder::primitive_desc(eng, sum_user_, eng, dst_.reordered ? fwd_pd_.dst_desc() : y_plain_));
     }
     fwd_scratch_ = fwd_space_.Reserve(fwd_pd_.scratchpad_desc().get_size());
     shape_ = x;
@@ -345,7 +355,8 @@ class DnnlConv {
   ConvolutionParam param_;
   ConvGeometry geo_;
   ConvPostOps post_;
-  dnnl::reorder sum_in_;  // the sum post-op's addend into the destination's layout (when that is not plain)
+  dnnl::reorder sum_in_;  // the sum post-op's addend into the destination's layout (when they differ)
+  dnnl::memory::desc sum_user_;  // the addend's layout
   TShape shape_;  // the input shape the primitives are for; empty: none yet
   bool training_ = true;  // whether the forward primitive is forward_training
   dnnl::memory::desc x_md_, w_md_, b_md_, y_md_, x_plain_, w_plain_, y_plain_;
@@ -377,7 +388,9 @@ class ConvolutionCpuOp : public Operator {
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
-    if (post_.sum || post_.relu) return FusedForward(ctx, in_data, req[0], out_data[0]);
+    if (post_.sum || post_.relu || post_.blocked_in || post_.blocked_out) {
+      return FusedForward(ctx, in_data, req[0], out_data[0]);
+    }
 #if TROUPE_HAVE_DNNL
     if (DnnlConv::Wanted(param_, in_data[0].dtype, in_data[0].shape, false)) {
       dnnl_.Forward(ctx, in_data, out_data[0], req[0]);
@@ -399,6 +412,11 @@ class ConvolutionCpuOp : public Operator {
       return;
     }
 #endif
+    if (post_.blocked_in || post_.blocked_out) {
+      // The executor keeps arrays blocked only where oneDNN runs the convolution (float32, at least one image).
+      throw Error("_sg_onednn_conv: blocked arrays but oneDNN does not run this call (a bug; TROUPE_EXEC_FUSE=0 "
+                  "turns the fusion off)");
+    }
     const std::size_t bytes = static_cast<std::size_t>(out.shape.Size()) * DTypeSize(out.dtype);
     if (post_.sum && sum != out.dptr) std::memcpy(out.dptr, sum, bytes);
     ReferenceForward(ctx, in_data, post_.sum ? kAddTo : kWriteTo, out);
