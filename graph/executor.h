@@ -43,11 +43,12 @@ struct ExecutorOptions {
   // TROUPE_EXEC_BULK_MAX_NODES, default 15 (MXNet's MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN default).
   int bulk_max_nodes = -1;
   // Inference fusion (as MXNet's MKLDNN backend): in an executor bound without gradients on the CPU,
-  // Convolution [-> BatchNorm] -> Activation(relu), Convolution [-> BatchNorm] -> elemwise_add [-> relu] and
-  // Convolution -> BatchNorm run as one oneDNN convolution with post-ops (op/detail/fusion.h; the BatchNorm folded
-  // into the weights with its moving statistics), where the intermediate arrays have no other reader and are
-  // not outputs, and the arrays are float32. The fused node is named after the nodes it
-  // replaces ("conv1+relu1"), in the profiler too. Results equal the unfused ones up to float32 rounding.
+  // Convolution [-> BatchNorm] -> Activation (relu, sigmoid, tanh, softrelu), Convolution [-> BatchNorm] ->
+  // elemwise_add [-> Activation] and Convolution -> BatchNorm run as one oneDNN convolution with post-ops
+  // (op/detail/fusion.h; the BatchNorm folded into the weights with its moving statistics), where the
+  // intermediate arrays have no other reader and are not outputs, and the arrays are float32; arrays between
+  // fused convolutions stay in oneDNN's blocked layout. The fused node is named after the nodes it replaces
+  // ("conv1+relu1"), in the profiler too. Results equal the unfused ones up to float32 rounding.
   // 1: fuse, 0: never; -1: the setting TROUPE_EXEC_FUSE, default 1. Executors with gradients never fuse.
   int fuse_inference = -1;
 };

@@ -597,12 +597,13 @@ void Executor::Impl::BuildBackward(std::vector<graph::PlanEntry>* pe, std::vecto
 
 namespace {
 
-bool IsRelu(const graph::Node& node) {
-  if (node.is_variable() || node.op->TypeString() != "Activation") return false;
+// The post-op an Activation node fuses as (kNone: not an Activation, or one that does not fuse).
+FusedActivation ActivationOf(const graph::Node& node) {
+  if (node.is_variable() || node.op->TypeString() != "Activation") return FusedActivation::kNone;
   for (const auto& [k, v] : node.op->GetParams()) {
-    if (k == "act_type") return v == "relu";
+    if (k == "act_type") return FusedActivationOf(v);
   }
-  return false;
+  return FusedActivation::kNone;
 }
 
 bool IsAdd(const graph::Node& node) { return !node.is_variable() && node.op->TypeString() == "elemwise_add"; }
@@ -612,8 +613,8 @@ bool IsBatchNorm(const graph::Node& node) { return !node.is_variable() && node.o
 
 // MXNet's MKLDNN subgraph property for convolutions (mkldnn_conv_property.h), at inference: a Convolution whose
 // output only a BatchNorm reads (folded into it), and/or whose (or whose BatchNorm's) output only an
-// Activation(relu) reads, or only an elemwise_add reads (the other addend already computed), optionally followed
-// by a relu that alone reads the sum, becomes one node (op/detail/fusion.h). The intermediate arrays must have
+// Activation (relu, sigmoid, tanh or softrelu) reads, or only an elemwise_add reads (the other addend already
+// computed), optionally followed by such an activation that alone reads the sum, becomes one node (op/detail/fusion.h). The intermediate arrays must have
 // exactly one reader and not be outputs of the symbol (BatchNorm's statistics outputs no reader at all);
 // everything float32 on the CPU; never with gradients (no backward exists for the fused node). Rewrites g (runners are built again by the caller)
 // and returns whether anything was fused.
@@ -650,7 +651,7 @@ bool Executor::Impl::FuseForInference() {
     int bn = -1;           // the BatchNorm node, -1 without
     int add = -1;          // the elemwise_add node, -1 without
     std::uint32_t other = 0;  // the add's other input (an entry of g)
-    bool relu = false;
+    FusedActivation act = FusedActivation::kNone;  // the activation node's post-op (grp.last is that node)
     ConvFusion fusion;
     std::shared_ptr<const OperatorProperty> op;
   };
@@ -691,8 +692,8 @@ bool Executor::Impl::FuseForInference() {
     const auto nx = static_cast<std::uint32_t>(next);
     if (next < 0 || absorbed[nx]) {
       if (grp.bn < 0) continue;  // the BatchNorm alone
-    } else if (IsRelu(*g.nodes[nx])) {
-      grp.relu = true;
+    } else if (ActivationOf(*g.nodes[nx]) != FusedActivation::kNone) {
+      grp.act = ActivationOf(*g.nodes[nx]);
       grp.last = nx;
     } else if (IsAdd(*g.nodes[nx]) && g.inputs[nx].size() == 2) {
       const std::uint32_t c = g.entry_id(cur, 0);
@@ -703,8 +704,8 @@ bool Executor::Impl::FuseForInference() {
         grp.add = static_cast<int>(nx);
         grp.last = nx;
         const int after = sole_reader(nx);
-        if (after >= 0 && IsRelu(*g.nodes[static_cast<std::uint32_t>(after)])) {
-          grp.relu = true;
+        if (after >= 0 && ActivationOf(*g.nodes[static_cast<std::uint32_t>(after)]) != FusedActivation::kNone) {
+          grp.act = ActivationOf(*g.nodes[static_cast<std::uint32_t>(after)]);
           grp.last = static_cast<std::uint32_t>(after);
         }
       } else if (grp.bn < 0) {
@@ -715,7 +716,7 @@ bool Executor::Impl::FuseForInference() {
     }
     grp.fusion.batch_norm = grp.bn >= 0 ? g.nodes[static_cast<std::uint32_t>(grp.bn)]->op.get() : nullptr;
     grp.fusion.sum = grp.add >= 0;
-    grp.fusion.relu = grp.relu;
+    grp.fusion.act = grp.act;
     grp.op = FuseConvolution(*node->op, grp.fusion);
     if (!grp.op) continue;
     absorbed[n] = 1;
@@ -794,7 +795,7 @@ bool Executor::Impl::FuseForInference() {
     fused->name = g.nodes[grp.conv]->name;
     if (grp.bn >= 0) fused->name += "+" + g.nodes[static_cast<std::uint32_t>(grp.bn)]->name;
     if (grp.add >= 0) fused->name += "+" + g.nodes[static_cast<std::uint32_t>(grp.add)]->name;
-    if (grp.relu) fused->name += "+" + node->name;
+    if (grp.act != FusedActivation::kNone) fused->name += "+" + node->name;
     for (const auto& in : g.inputs[grp.conv]) fused->inputs.push_back(entry(in));
     // BatchNorm's gamma and beta follow the convolution's arguments; its moving statistics come last (the
     // fused node's auxiliary states).

@@ -2,8 +2,8 @@
 // place of a chain of nodes, as MXNet 1.9's MKLDNN subgraph backend does (_sg_mkldnn_conv).
 //
 // FuseConvolution makes the property of one oneDNN convolution primitive with post-ops:
-//   Convolution [-> BatchNorm] -> Activation(relu)                 (with_relu)
-//   Convolution [-> BatchNorm] -> elemwise_add(·, sum) [-> relu]   (with_sum: the result is added onto `sum`, an
+//   Convolution [-> BatchNorm] -> Activation                       (relu, sigmoid, tanh or softrelu)
+//   Convolution [-> BatchNorm] -> elemwise_add(·, sum) [-> act]    (with_sum: the result is added onto `sum`, an
 //                                                                   input of its own; oneDNN's sum post-op)
 //   Convolution -> BatchNorm                                       (batch_norm alone)
 // A BatchNorm is folded into the convolution's weights and bias with its moving statistics (MXNet's with_bn);
@@ -23,7 +23,9 @@
 // Thread-safety: FuseConvolution is thread-safe; the property it returns is immutable.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "op/operator.h"
 
@@ -34,10 +36,16 @@ namespace troupe {
 // axis 1, oneDNN is not built in or is switched off (TROUPE_DNNL=0), or nothing is asked for. The caller checks
 // the rest (CPU context, float32 arrays, no other reader of the intermediate arrays, BatchNorm's statistics
 // outputs unread).
+// The activations a fused convolution applies as its last post-op (MXNet's _sg_mkldnn_conv fuses the same):
+// Activation with act_type relu, sigmoid, tanh or softrelu.
+enum class FusedActivation : std::uint8_t { kNone, kRelu, kSigmoid, kTanh, kSoftrelu };
+// The post-op for an Activation's act_type; kNone for one that does not fuse (softsign).
+FusedActivation FusedActivationOf(const std::string& act_type);
+
 struct ConvFusion {
   const OperatorProperty* batch_norm = nullptr;  // the BatchNorm reading the convolution's output, or null
   bool sum = false;                              // with_sum
-  bool relu = false;                             // with_relu
+  FusedActivation act = FusedActivation::kNone;  // the activation after the sum
   // The data input, the output and "sum" in oneDNN's channel-blocked layout instead of NCHW: the executor keeps
   // an array blocked when a fused convolution writes it and only fused convolutions read it (as data or as
   // sum), and FusedConvolutionKeepsBlocked(its shape) holds. The output takes the buffer of "sum" only when

@@ -38,6 +38,9 @@ Symbol Relu(const Symbol& x, const std::string& name, const std::string& type = 
 Symbol Add(const Symbol& a, const Symbol& b, const std::string& name) {
   return Symbol::Create("elemwise_add", {}, std::vector<Symbol>{a, b}, name);
 }
+Symbol BatchNorm(const Symbol& x, const std::string& name, Kwargs p = {}) {
+  return Symbol::Create("BatchNorm", p, std::vector<Symbol>{x}, name);
+}
 
 class FusionTest : public ::testing::TestWithParam<test::EngineParam> {
  protected:
@@ -175,6 +178,25 @@ TEST_P(FusionTest, ConvolutionAndReluFuseWithOddShapesStridesPadsAndGroups) {
   }
 }
 
+TEST_P(FusionTest, SigmoidTanhAndSoftreluFuseAsRelu) {
+  // MXNet's _sg_mkldnn_conv fuses these activations too (oneDNN's logistic, tanh and soft_relu post-ops); they
+  // agree with the Activation operator within float32 rounding. LeNet's tanh included.
+  const std::map<std::string, TShape> data{{"data", TShape{2, 3, 9, 8}}};
+  const std::map<std::string, TShape> shapes{{"data", TShape{2, 3, 9, 8}}, {"res", TShape{2, 6, 7, 6}}};
+  for (const std::string act : {"sigmoid", "tanh", "softrelu"}) {
+    Symbol conv = Conv(Var("data"), 6, "(3, 3)", "conv");
+    EXPECT_EQ(ExpectSameAsUnfused(Relu(conv, act, act), data, act), Names{"conv+" + act}) << act;
+    Symbol block = Relu(Add(BatchNorm(conv, "bn", {{"fix_gamma", "False"}}), Var("res"), "add"), act, act);
+    EXPECT_EQ(ExpectSameAsUnfused(block, shapes, act + " after bn and add", true, -1, false, 1e-4),
+              Names{"conv+bn+add+" + act})
+        << act;
+    // Driven with Forward(true): the batch's statistics, the activation applied after them.
+    EXPECT_EQ(ExpectSameAsUnfused(block, shapes, act + " Forward(true)", true, -1, true, 1e-4),
+              Names{"conv+bn+add+" + act})
+        << act;
+  }
+}
+
 // ResNet's basic block without BatchNorm: relu(conv2(relu(conv1(x))) + shortcut), the shortcut the block's
 // input or its 1x1 projection.
 Symbol Block(const Symbol& x, int filters, int stride, bool project, const std::string& n, bool add_conv_first) {
@@ -239,8 +261,8 @@ TEST_P(FusionTest, IntermediatesWithOtherReadersOrRequestedAsOutputsAreNotFused)
   EXPECT_EQ(ExpectSameAsUnfused(Symbol::Group({Relu(sum, "relu"), sum}),
                                 {{"data", TShape{2, 3, 6, 6}}, {"res", TShape{2, 4, 4, 4}}}, "sum is an output"),
             Names{"conv+add"});
-  // Other activations are not fused.
-  EXPECT_TRUE(ExpectSameAsUnfused(Relu(conv, "tanh", "tanh"), shapes, "tanh").empty());
+  // softsign has no post-op: not fused.
+  EXPECT_TRUE(ExpectSameAsUnfused(Relu(conv, "softsign", "softsign"), shapes, "softsign").empty());
 }
 
 TEST_P(FusionTest, TrainingBindsFloat64AndTheSwitchAreNeverFused) {
@@ -280,10 +302,6 @@ TEST_F(FusionProfilerTest, TheProfilerNamesTheFusedNode) {
     EXPECT_EQ(trace.find("\"Convolution\""), std::string::npos) << "bulk " << bulk;
     EXPECT_NE(Profiler::Get().AggregateTable().find("conv2+add2+relu2"), std::string::npos) << "bulk " << bulk;
   }
-}
-
-Symbol BatchNorm(const Symbol& x, const std::string& name, Kwargs p = {}) {
-  return Symbol::Create("BatchNorm", p, std::vector<Symbol>{x}, name);
 }
 
 TEST_P(FusionTest, BatchNormFoldsIntoTheConvolutionWithAndWithoutPostOps) {

@@ -302,7 +302,7 @@ class ConvBatchNormCpuOp : public Operator {
     (void)req;  // kWriteTo or kWriteInplace (onto the addend): each element is read before it is written
     for (std::size_t i = 0; i < n; ++i) {
       float v = zp[i] + (sum != nullptr ? sum[i] : 0.0f);
-      o[i] = post_.relu && !(v > 0.0f) ? 0.0f : v;
+      o[i] = static_cast<float>(ApplyFusedActivation(post_.act, v));
     }
 #if TROUPE_HAVE_DNNL
     if (post_.blocked_out) internal::ReorderLayout(o, false, out.dptr, true, out.shape);
@@ -335,7 +335,7 @@ class FusedConvolutionProp : public OperatorProperty {
     Kwargs k = conv_.GetParams();
     k.emplace_back("with_bn", bn_ ? "True" : "False");
     k.emplace_back("with_sum", post_.sum ? "True" : "False");
-    k.emplace_back("with_act", post_.relu ? "True" : "False");
+    k.emplace_back("with_act", post_.act != FusedActivation::kNone ? "True" : "False");
     if (post_.blocked_in) k.emplace_back("data_layout", "blocked");
     if (post_.blocked_out) k.emplace_back("out_layout", "blocked");
     if (post_.blocked_sum) k.emplace_back("sum_layout", "blocked");
@@ -405,6 +405,14 @@ class FusedConvolutionProp : public OperatorProperty {
 
 }  // namespace
 
+FusedActivation FusedActivationOf(const std::string& act_type) {
+  if (act_type == "relu") return FusedActivation::kRelu;
+  if (act_type == "sigmoid") return FusedActivation::kSigmoid;
+  if (act_type == "tanh") return FusedActivation::kTanh;
+  if (act_type == "softrelu") return FusedActivation::kSoftrelu;
+  return FusedActivation::kNone;
+}
+
 bool FusedConvolutionKeepsBlocked(const TShape& shape) {
 #if TROUPE_HAVE_DNNL
   return internal::DnnlEnabled() && internal::BlockedLayoutFits(shape);
@@ -416,8 +424,9 @@ bool FusedConvolutionKeepsBlocked(const TShape& shape) {
 
 std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, const ConvFusion& f) {
   const auto* c = dynamic_cast<const ConvolutionProp*>(&conv);
-  if (c == nullptr || c->one_d() || (f.batch_norm == nullptr && !f.sum && !f.relu && !f.blocked_in && !f.blocked_out &&
-                                     !f.blocked_sum)) {
+  if (c == nullptr || c->one_d() ||
+      (f.batch_norm == nullptr && !f.sum && f.act == FusedActivation::kNone && !f.blocked_in && !f.blocked_out &&
+       !f.blocked_sum)) {
     return nullptr;
   }
   std::optional<BatchNormProp> bn;
@@ -430,7 +439,7 @@ std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& 
 #if TROUPE_HAVE_DNNL
   if (!internal::DnnlEnabled()) return nullptr;
   return std::make_shared<FusedConvolutionProp>(
-      *c, ConvPostOps{f.sum, f.relu, f.blocked_in, f.blocked_out, f.sum && f.blocked_sum}, std::move(bn));
+      *c, ConvPostOps{f.sum, f.act, f.blocked_in, f.blocked_out, f.sum && f.blocked_sum}, std::move(bn));
 #else
   return nullptr;
 #endif

@@ -8,12 +8,14 @@
 // by one engine worker at a time. Kept free of CAF and Cap'n Proto: nvcc compiles it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "op/detail/fusion.h"  // FusedActivation
 #include "op/internal/op_util.h"
 #include "op/operator.h"
 #include "op/param.h"
@@ -77,11 +79,24 @@ class ConvolutionProp : public OperatorProperty {
 // (internal::BlockedDesc) when the executor keeps the array blocked between fused convolutions.
 struct ConvPostOps {
   bool sum = false;
-  bool relu = false;
+  FusedActivation act = FusedActivation::kNone;
   bool blocked_in = false;
   bool blocked_out = false;
   bool blocked_sum = false;
 };
+
+// A fused activation on one value, as the Activation operator defines it (the post-op where oneDNN does not
+// run it).
+inline double ApplyFusedActivation(FusedActivation act, double v) {
+  switch (act) {
+    case FusedActivation::kNone: return v;
+    case FusedActivation::kRelu: return v > 0 ? v : 0;
+    case FusedActivation::kSigmoid: return 1 / (1 + std::exp(-v));
+    case FusedActivation::kTanh: return std::tanh(v);
+    case FusedActivation::kSoftrelu: return v > 20 ? v : std::log1p(std::exp(v));
+  }
+  return v;
+}
 
 // The CPU operator (convolution_cpu.cc) for a checked parameter set; ConvolutionProp::CreateOperator calls it
 // for CPU contexts, the fused property (op/detail/fusion.h) with post-ops: then in_data holds "sum" after the

@@ -280,10 +280,16 @@ class DnnlConv {
     // Post-ops (the fused operator): the sum onto the destination's contents, then the relu, both on the
     // accumulator before it is stored (MXNet's _sg_mkldnn_conv, in the same order).
     dnnl::primitive_attr attr = UserScratchpad();
-    if (post_.sum || post_.relu) {
+    if (post_.sum || post_.act != FusedActivation::kNone) {
       dnnl::post_ops ops;
       if (post_.sum) ops.append_sum(1.0f);
-      if (post_.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      switch (post_.act) {
+        case FusedActivation::kNone: break;
+        case FusedActivation::kRelu: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+        case FusedActivation::kSigmoid: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f); break;
+        case FusedActivation::kTanh: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_tanh, 0.0f, 0.0f); break;
+        case FusedActivation::kSoftrelu: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_soft_relu, 0.0f, 0.0f); break;
+      }
       attr.set_post_ops(ops);
     }
     fwd_pd_ = Preferring(winograd_shape ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct,
@@ -388,7 +394,7 @@ class ConvolutionCpuOp : public Operator {
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
-    if (post_.sum || post_.relu || post_.blocked_in || post_.blocked_out) {
+    if (post_.sum || post_.act != FusedActivation::kNone || post_.blocked_in || post_.blocked_out) {
       return FusedForward(ctx, in_data, req[0], out_data[0]);
     }
 #if TROUPE_HAVE_DNNL
@@ -400,7 +406,7 @@ class ConvolutionCpuOp : public Operator {
     ReferenceForward(ctx, in_data, req[0], out_data[0]);
   }
 
-  // The fused operator (op/detail/fusion.h): out = relu?(conv(in) + sum?) in one oneDNN primitive; elsewhere
+  // The fused operator (op/detail/fusion.h): out = act?(conv(in) + sum?) in one oneDNN primitive; elsewhere
   // (another type, oneDNN switched off since the graph was fused) troupe's kernel, then the post-ops.
   void FusedForward(const OpContext& ctx, const std::vector<TBlob>& in_data, OpReqType req, const TBlob& out) {
     if (req == kAddTo) throw Error("_sg_onednn_conv: kAddTo is not supported (the executor writes its output)");
@@ -420,12 +426,12 @@ class ConvolutionCpuOp : public Operator {
     const std::size_t bytes = static_cast<std::size_t>(out.shape.Size()) * DTypeSize(out.dtype);
     if (post_.sum && sum != out.dptr) std::memcpy(out.dptr, sum, bytes);
     ReferenceForward(ctx, in_data, post_.sum ? kAddTo : kWriteTo, out);
-    if (!post_.relu) return;
+    if (post_.act == FusedActivation::kNone) return;
     internal::FloatSwitch(out.dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       T* y = static_cast<T*>(out.dptr);
       const std::int64_t n = out.shape.Size();
-      for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
+      for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(ApplyFusedActivation(post_.act, y[i]));
     });
   }
 
