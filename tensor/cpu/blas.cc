@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -118,6 +120,34 @@ void UseCpuKernelThreads() {
   }
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
 #endif
+}
+
+void CpuParallelFor(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  if (n <= 0) return;
+#if TROUPE_HAVE_DNNL
+  const std::int64_t ranges = std::min<std::int64_t>(CpuKernelThreads(), n / std::max<std::int64_t>(grain, 1));
+  if (ranges > 1) {
+    // The same OpenMP team as oneDNN's calls from this thread (no second pool spinning beside it).
+    UseCpuKernelThreads();
+    std::exception_ptr error;
+    std::atomic<bool> failed{false};
+#pragma omp parallel num_threads(static_cast<int>(ranges))
+    {
+      const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const std::int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+      try {
+        if (begin < end) fn(begin, end);
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+#else
+  (void)grain;
+#endif
+  fn(0, n);
 }
 
 void CpuGemm(const TBlob& a, const TBlob& b, const TBlob& c, bool transpose_a, bool transpose_b, int m, int n, int k,

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "tensor/tensor.h"
@@ -53,6 +54,11 @@ bool DnnlEnabled();
 // Sizes the calling thread's OpenMP team (oneDNN's threads) to CpuKernelThreads(); call before a oneDNN
 // call. Nothing in a build without oneDNN.
 void UseCpuKernelThreads();
+// Runs fn(begin, end) over [0, n) cut into one contiguous range per thread of the calling thread's kernel team
+// (at most CpuKernelThreads() ranges, none shorter than `grain`), and returns when all are done; the first
+// exception a range throws is rethrown here. Serial (one call, fn(0, n)) in a build without oneDNN's OpenMP
+// runtime, or when n < 2 * grain. For an operator's own loops over independent rows or planes.
+void CpuParallelFor(std::int64_t n, std::int64_t grain, const std::function<void(std::int64_t, std::int64_t)>& fn);
 
 // ---- GPU (tensor/cuda/) ----
 // Memory: null with *error set when the allocation fails.

@@ -57,6 +57,44 @@ TEST(ActivationTest, GradientsMatchCentralDifferences) {
   }
 }
 
+// Large arrays run in element ranges on the kernel threads (CpuParallelFor): every element of a float32 array
+// long enough to be cut (120,000 > 2 x the grain) against the formula in double, forward and backward, and
+// backward under kAddTo.
+TEST(ActivationTest, LargeArraysAgreeWithTheFormulaEverywhere) {
+  const TShape s{3, 40000};
+  std::mt19937_64 rng(5);
+  const HostTensor x = RandomTensor(s, &rng, -4, 4), head = RandomTensor(s, &rng);
+  struct F {
+    std::string act;
+    double (*f)(double);
+    double (*df)(double);
+  };
+  const std::vector<F> fs = {
+      {"relu", [](double v) { return v > 0 ? v : 0; }, [](double v) { return v > 0 ? 1.0 : 0.0; }},
+      {"sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); },
+       [](double v) { const double y = 1 / (1 + std::exp(-v)); return y * (1 - y); }},
+      {"tanh", [](double v) { return std::tanh(v); }, [](double v) { return 1 - std::tanh(v) * std::tanh(v); }},
+      {"softrelu", [](double v) { return std::log1p(std::exp(v)); }, [](double v) { return 1 / (1 + std::exp(-v)); }},
+      {"softsign", [](double v) { return v / (1 + std::abs(v)); },
+       [](double v) { return 1 / ((1 + std::abs(v)) * (1 + std::abs(v))); }},
+  };
+  for (const F& f : fs) {
+    OpCase c{"Activation", {{"act_type", f.act}}, {s}, DType::kFloat32};
+    const HostTensor start(x.size(), 0.25);
+    const FwdBwd r = RunForwardBackward(c, {x}, {head}, {}, {}, {}, {start});
+    HostTensor y(x.size()), g(x.size()), g_add(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double xf = static_cast<float>(x[i]);
+      y[i] = f.f(xf);
+      g[i] = static_cast<float>(head[i]) * f.df(xf);
+      g_add[i] = 0.25 + g[i];
+    }
+    EXPECT_TRUE(Near(r.out[0], y, 1e-5, 1e-6, f.act + " forward"));
+    EXPECT_TRUE(Near(r.grad[0], g, 1e-4, 1e-6, f.act + " backward"));
+    EXPECT_TRUE(Near(r.grad_add[0], g_add, 1e-4, 1e-6, f.act + " backward kAddTo"));
+  }
+}
+
 TEST(ActivationTest, BackwardReadsWhatMXNetReads) {
   auto relu = MakeProp(OpCase{"Activation", {{"act_type", "relu"}}, {TShape{2}}});
   EXPECT_EQ(relu->DeclareBackwardDependency({0}, {1}, {2}), (std::vector<int>{0, 2}));

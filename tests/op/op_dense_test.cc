@@ -22,6 +22,8 @@ namespace {
 using test::CheckGradient;
 using test::ExpectError;
 using test::ExpectInitError;
+using test::FwdBwd;
+using test::RunForwardBackward;
 using test::GradCheckOptions;
 using test::HostTensor;
 using test::InferOutShapes;
@@ -439,6 +441,38 @@ TEST(Pooling, BackwardByHand) {
   const auto sum = RunBackward(Pool({{"kernel", "(2,2)"}, {"pool_type", "sum"}}, TShape{1, 1, 2, 3}), {{1, 2, 3, 4, 5, 6}},
                                {1, 10});
   EXPECT_TRUE(Near(sum[0], {1, 11, 10, 1, 11, 10}, 0, 1e-12, "sum overlap"));
+}
+
+// Backward runs planes in ranges on the kernel threads (CpuParallelFor): a batch of many planes must give every
+// plane what the same plane alone (one range) gives, under kWriteTo and kAddTo, for the 2x2 loop and the
+// general one (max with ties, avg with padding).
+TEST(Pooling, BackwardOverManyPlanesMatchesEachPlaneAlone) {
+  const TShape s{3, 7, 9, 8};
+  const std::int64_t plane = 9 * 8;
+  std::mt19937 rng(11);
+  HostTensor x(static_cast<std::size_t>(s.Size()));
+  for (double& v : x) v = static_cast<double>(rng() % 5);
+  for (const Kwargs& kw : {Kwargs{{"kernel", "(2,2)"}, {"stride", "(2,2)"}},
+                           Kwargs{{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}},
+                           Kwargs{{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}}}) {
+    const std::string what = kw[0].second + (kw.size() > 3 ? " avg" : kw.size() > 2 ? " max pad" : " max");
+    const TShape out = InferOutShapes(Pool(kw, s))[0];
+    const std::int64_t out_plane = out[2] * out[3];
+    HostTensor head(static_cast<std::size_t>(out.Size()));
+    for (std::size_t i = 0; i < head.size(); ++i) head[i] = static_cast<double>(i % 13) - 6;
+    const HostTensor init(x.size(), 0.5);
+    const FwdBwd all = RunForwardBackward(Pool(kw, s), {x}, {head}, {}, {}, {}, {init});
+    for (std::int64_t p = 0; p < s[0] * s[1]; ++p) {
+      const HostTensor xp(x.begin() + p * plane, x.begin() + (p + 1) * plane);
+      const HostTensor hp(head.begin() + p * out_plane, head.begin() + (p + 1) * out_plane);
+      const FwdBwd one =
+          RunForwardBackward(Pool(kw, TShape{1, 1, 9, 8}), {xp}, {hp}, {}, {}, {}, {HostTensor(xp.size(), 0.5)});
+      const HostTensor got(all.grad[0].begin() + p * plane, all.grad[0].begin() + (p + 1) * plane);
+      const HostTensor got_add(all.grad_add[0].begin() + p * plane, all.grad_add[0].begin() + (p + 1) * plane);
+      ASSERT_TRUE(Near(got, one.grad[0], 0, 0, what + " plane " + std::to_string(p)));
+      ASSERT_TRUE(Near(got_add, one.grad_add[0], 0, 0, what + " kAddTo plane " + std::to_string(p)));
+    }
+  }
 }
 
 // 2x2 max pooling with stride 2 whose windows lie inside the image has a loop of its own: it must agree

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "op/nn/activation/activation.h"
+#include "tensor/detail/kernels.h"  // CpuParallelFor
 #include "tensor/detail/vector_math.h"
 
 namespace troupe {
@@ -32,16 +33,19 @@ class ActivationCpuOp : public Operator {
     if (req[0] == kNullOp) return;
     FloatSwitch(in_data[0].dtype, "Activation", [&](auto tag) {
       using T = decltype(tag);
-      const T* x = in_data[0].dptr_as<T>();
-      T* y = out_data[0].dptr_as<T>();
-      if constexpr (std::is_same_v<T, float>) {
-        // tanh and sigmoid through the vectorised polynomials (a scalar tanhf is 10-20x slower).
-        const bool write = req[0] == kWriteTo || req[0] == kWriteInplace;
-        if (write && type_ == act_norm::ActType::kTanh) return internal::VecTanh(x, y, in_data[0].Size());
-        if (write && type_ == act_norm::ActType::kSigmoid) return internal::VecSigmoid(x, y, in_data[0].Size());
-      }
-      act_norm::ActSwitch(type_, [&](auto t) {
-        AssignEach(y, in_data[0].Size(), req[0], [&](std::int64_t i) { return act_norm::ActForward(t(), x[i]); });
+      // Element ranges on the kernel threads (kGrain keeps small arrays on the calling thread).
+      internal::CpuParallelFor(in_data[0].Size(), kGrain, [&](std::int64_t b, std::int64_t e) {
+        const T* x = in_data[0].dptr_as<T>() + b;
+        T* y = out_data[0].dptr_as<T>() + b;
+        if constexpr (std::is_same_v<T, float>) {
+          // tanh and sigmoid through the vectorised polynomials (a scalar tanhf is 10-20x slower).
+          const bool write = req[0] == kWriteTo || req[0] == kWriteInplace;
+          if (write && type_ == act_norm::ActType::kTanh) return internal::VecTanh(x, y, e - b);
+          if (write && type_ == act_norm::ActType::kSigmoid) return internal::VecSigmoid(x, y, e - b);
+        }
+        act_norm::ActSwitch(type_, [&](auto t) {
+          AssignEach(y, e - b, req[0], [&](std::int64_t i) { return act_norm::ActForward(t(), x[i]); });
+        });
       });
     });
   }
@@ -53,17 +57,19 @@ class ActivationCpuOp : public Operator {
     const TBlob& v = act_norm::ActGradFromInput(type_) ? in_data[0] : out_data[0];
     FloatSwitch(out_grad[0].dtype, "Activation", [&](auto tag) {
       using T = decltype(tag);
-      const T* og = out_grad[0].dptr_as<T>();
-      const T* pv = v.dptr_as<T>();
-      T* g = in_grad[0].dptr_as<T>();
-      act_norm::ActSwitch(type_, [&](auto t) {
-        AssignEach(g, out_grad[0].Size(), req[0],
-                   [&](std::int64_t i) { return og[i] * act_norm::ActGrad(t(), pv[i]); });
+      internal::CpuParallelFor(out_grad[0].Size(), kGrain, [&](std::int64_t b, std::int64_t e) {
+        const T* og = out_grad[0].dptr_as<T>() + b;
+        const T* pv = v.dptr_as<T>() + b;
+        T* g = in_grad[0].dptr_as<T>() + b;
+        act_norm::ActSwitch(type_, [&](auto t) {
+          AssignEach(g, e - b, req[0], [&](std::int64_t i) { return og[i] * act_norm::ActGrad(t(), pv[i]); });
+        });
       });
     });
   }
 
  private:
+  static constexpr std::int64_t kGrain = 32768;
   act_norm::ActType type_;
 };
 

@@ -16,6 +16,7 @@
 
 #include "op/nn/common/lift_1d.h"
 #include "op/nn/pooling/pooling.h"
+#include "tensor/detail/kernels.h"  // CpuParallelFor
 
 namespace troupe {
 
@@ -228,9 +229,11 @@ class PoolingCpuOp : public Operator {
       const T* dy = static_cast<const T*>(out_grad[0].dptr);
       const T* x = g.max ? static_cast<const T*>(in_data[0].dptr) : nullptr;
       T* dx = static_cast<T*>(in_grad[0].dptr);
-      if (req[0] != kAddTo) std::fill(dx, dx + planes * g.height * g.width, T(0));
-      if (MaxTwoByTwo(g)) return MaxTwoByTwoBackward(g, planes, x, dy, dx);
-      for (std::int64_t pl = 0; pl < planes; ++pl) {
+      // Planes are independent: one range of them per kernel thread.
+      internal::CpuParallelFor(planes, 4, [&](std::int64_t p0, std::int64_t p1) {
+      if (req[0] != kAddTo) std::fill(dx + p0 * g.height * g.width, dx + p1 * g.height * g.width, T(0));
+      if (MaxTwoByTwo(g)) return MaxTwoByTwoBackward(g, p0, p1, x, dy, dx);
+      for (std::int64_t pl = p0; pl < p1; ++pl) {
         const T* grad = dy + pl * g.out_h * g.out_w;
         T* dplane = dx + pl * g.height * g.width;
         for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
@@ -258,6 +261,7 @@ class PoolingCpuOp : public Operator {
           }
         }
       }
+      });
     });
   }
 
@@ -297,9 +301,10 @@ class PoolingCpuOp : public Operator {
   }
 
   template <typename T>
-  static void MaxTwoByTwoBackward(const PoolGeometry& g, std::int64_t planes, const T* x, const T* dy, T* dx) {
+  static void MaxTwoByTwoBackward(const PoolGeometry& g, std::int64_t p0, std::int64_t p1, const T* x, const T* dy,
+                                  T* dx) {
     const std::int64_t W = g.width;
-    for (std::int64_t pl = 0; pl < planes; ++pl) {
+    for (std::int64_t pl = p0; pl < p1; ++pl) {
       const T* in = x + pl * g.height * W;
       const T* grad = dy + pl * g.out_h * g.out_w;
       T* dplane = dx + pl * g.height * W;
