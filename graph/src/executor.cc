@@ -614,10 +614,11 @@ bool IsBatchNorm(const graph::Node& node) { return !node.is_variable() && node.o
 // MXNet's MKLDNN subgraph property for convolutions (mkldnn_conv_property.h), at inference: a Convolution whose
 // output only a BatchNorm reads (folded into it), and/or whose (or whose BatchNorm's) output only an
 // Activation (relu, sigmoid, tanh or softrelu) reads, or only an elemwise_add reads (the other addend already
-// computed), optionally followed by such an activation that alone reads the sum, becomes one node (op/detail/fusion.h). The intermediate arrays must have
-// exactly one reader and not be outputs of the symbol (BatchNorm's statistics outputs no reader at all);
-// everything float32 on the CPU; never with gradients (no backward exists for the fused node). Rewrites g (runners are built again by the caller)
-// and returns whether anything was fused.
+// computed), optionally followed by such an activation that alone reads the sum, becomes one node
+// (op/detail/fusion.h). The intermediate arrays must have exactly one reader and not be outputs of the symbol
+// (BatchNorm's statistics outputs no reader at all); everything float32 on the CPU; never with gradients (no
+// backward exists for the fused node). Arrays between fused nodes may stay in oneDNN's blocked layout (below).
+// Rewrites g (runners are built again by the caller) and returns whether anything was fused.
 bool Executor::Impl::FuseForInference() {
   if (options.fuse_inference != 1 || need_backward || ctx.dev_type != DeviceType::kCPU) return false;
   const std::uint32_t N = g.num_entries;

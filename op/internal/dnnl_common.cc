@@ -64,7 +64,8 @@ int ChannelBlock() {
 
 dnnl::memory::desc BlockedDesc(const TShape& shape) {
   using tag = dnnl::memory::format_tag;
-  return dnnl::memory::desc(Dims(shape), dnnl::memory::data_type::f32, ChannelBlock() == 16 ? tag::nChw16c : tag::nChw8c);
+  const tag blocked = ChannelBlock() == 16 ? tag::nChw16c : tag::nChw8c;
+  return dnnl::memory::desc(Dims(shape), dnnl::memory::data_type::f32, blocked);
 }
 
 bool BlockedLayoutFits(const TShape& shape) {

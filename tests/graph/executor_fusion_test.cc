@@ -1,8 +1,10 @@
 // The executor's inference fusion (ExecutorOptions::fuse_inference, op/detail/fusion.h): Convolution [-> BatchNorm]
-// -> relu and Convolution [-> BatchNorm] -> elemwise_add [-> relu] run as one oneDNN convolution with post-ops (the
-// BatchNorm folded into its weights) in executors bound without gradients. Each case binds the same float32 arrays twice, fused and not, and compares the outputs within
-// float32 rounding; the cases that must not fuse (other readers, requested outputs, gradients, float64, other
-// activations) check that nothing was fused and the results are unchanged. The profiler names the fused node.
+// -> activation and Convolution [-> BatchNorm] -> elemwise_add [-> activation] run as one oneDNN convolution with
+// post-ops (the BatchNorm folded into its weights), the arrays between fused convolutions in oneDNN's blocked
+// layout, in executors bound without gradients. Each case binds the same float32 arrays twice, fused and not, and
+// compares the outputs within float32 rounding; the cases that must not fuse (other readers, requested outputs,
+// gradients, float64, softsign) check that nothing was fused and the results are unchanged. The profiler names
+// the fused node.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -374,7 +376,8 @@ TEST_P(FusionTest, ResNet18FoldsEveryBatchNorm) {
   const Symbol net = internals[static_cast<std::size_t>(fc - names.begin())];
   int bns = 0;
   for (const auto& a : net.ListArguments()) bns += a.size() > 6 && a.compare(a.size() - 6, 6, "_gamma") == 0;
-  const Names fused = ExpectSameAsUnfused(net, {{"data", TShape{2, 3, 8, 8}}}, "resnet18 logits", true, -1, false, 1e-4);
+  const Names fused =
+      ExpectSameAsUnfused(net, {{"data", TShape{2, 3, 8, 8}}}, "resnet18 logits", true, -1, false, 1e-4);
   // Driven with Forward(true): the batch's statistics, the blocked arrays reordered around each BatchNorm.
   EXPECT_EQ(ExpectSameAsUnfused(net, {{"data", TShape{2, 3, 8, 8}}}, "resnet18 logits, Forward(true)", true, -1, true,
                                 1e-4),

@@ -217,7 +217,9 @@ class ConvBatchNormCpuOp : public Operator {
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>& aux) override {
     if (req[0] == kNullOp) return;
-    if (req[0] == kAddTo) throw Error(std::string(kFusedOp) + ": kAddTo is not supported (the executor writes its output)");
+    if (req[0] == kAddTo) {
+      throw Error(std::string(kFusedOp) + ": kAddTo is not supported (the executor writes its output)");
+    }
     const std::size_t nconv = conv_.no_bias ? 2 : 3;
     if (in_data[0].dtype != DType::kFloat32) throw Error(std::string(kFusedOp) + ": float32 only");
     if (ctx.is_train && !bn_param_.use_global_stats) return TrainingForward(ctx, in_data, req[0], out_data[0], aux);
@@ -292,7 +294,8 @@ class ConvBatchNormCpuOp : public Operator {
     }
     if (post_.blocked_out) o = extra;  // reordered into `out` at the end
 #endif
-    const TBlob y(y_.data(), out.shape, DType::kFloat32, Context::CPU()), z(y_.data() + n, out.shape, DType::kFloat32, Context::CPU());
+    const TBlob y(y_.data(), out.shape, DType::kFloat32, Context::CPU());
+    const TBlob z(y_.data() + n, out.shape, DType::kFloat32, Context::CPU());
     const TBlob mean(y_.data() + 2 * n, TShape{C}, DType::kFloat32, Context::CPU()),
         var(y_.data() + 2 * n + C, TShape{C}, DType::kFloat32, Context::CPU());
     OpContext cctx{ctx.is_train, ctx.run_ctx, ctx.requested, {}};

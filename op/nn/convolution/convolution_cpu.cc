@@ -288,7 +288,9 @@ class DnnlConv {
         case FusedActivation::kRelu: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
         case FusedActivation::kSigmoid: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_logistic, 0.0f, 0.0f); break;
         case FusedActivation::kTanh: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_tanh, 0.0f, 0.0f); break;
-        case FusedActivation::kSoftrelu: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_soft_relu, 0.0f, 0.0f); break;
+        case FusedActivation::kSoftrelu:
+          ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_soft_relu, 0.0f, 0.0f);
+          break;
       }
       attr.set_post_ops(ops);
     }
