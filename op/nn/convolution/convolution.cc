@@ -222,7 +222,7 @@ class ConvBatchNormCpuOp : public Operator {
     }
     const std::size_t nconv = conv_.no_bias ? 2 : 3;
     if (in_data[0].dtype != DType::kFloat32) throw Error(std::string(kFusedOp) + ": float32 only");
-    if (ctx.is_train && !bn_param_.use_global_stats) return TrainingForward(ctx, in_data, req[0], out_data[0], aux);
+    if (ctx.is_train && !bn_param_.use_global_stats) return TrainingForward(ctx, in_data, out_data[0], aux);
     Fold(ctx, in_data, aux);
     std::vector<TBlob> in{in_data[0], TBlob(w_.data(), in_data[1].shape, DType::kFloat32, Context::CPU()),
                           TBlob(b_.data(), TShape{conv_.num_filter}, DType::kFloat32, Context::CPU())};
@@ -268,7 +268,9 @@ class ConvBatchNormCpuOp : public Operator {
   }
 
   // Arrays the executor keeps blocked (post_.blocked_in / blocked_out) are reordered to NCHW and back around it.
-  void TrainingForward(const OpContext& ctx, const std::vector<TBlob>& in_data, OpReqType req, const TBlob& out,
+  // The output is written (kWriteTo) or written onto the addend (kWriteInplace): each element of the addend is
+  // read before the same element of the output is written.
+  void TrainingForward(const OpContext& ctx, const std::vector<TBlob>& in_data, const TBlob& out,
                        const std::vector<TBlob>& aux) {
     const std::size_t nconv = conv_.no_bias ? 2 : 3;
     const auto n = static_cast<std::size_t>(out.shape.Size());
@@ -302,10 +304,9 @@ class ConvBatchNormCpuOp : public Operator {
     plain_->Forward(cctx, conv_in, {kWriteTo}, {y}, {});
     bn_->Forward(cctx, {y, in_data[nconv], in_data[nconv + 1]}, {kWriteTo, kNullOp, kNullOp}, {z, mean, var}, aux);
     const float* zp = z.dptr_as<float>();
-    (void)req;  // kWriteTo or kWriteInplace (onto the addend): each element is read before it is written
     for (std::size_t i = 0; i < n; ++i) {
       float v = zp[i] + (sum != nullptr ? sum[i] : 0.0f);
-      o[i] = static_cast<float>(ApplyFusedActivation(post_.act, v));
+      o[i] = ApplyFusedActivation(post_.act, v);
     }
 #if TROUPE_HAVE_DNNL
     if (post_.blocked_out) internal::ReorderLayout(o, false, out.dptr, true, out.shape);

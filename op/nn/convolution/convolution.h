@@ -8,7 +8,6 @@
 // by one engine worker at a time. Kept free of CAF and Cap'n Proto: nvcc compiles it.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,6 +16,7 @@
 
 #include "op/detail/fusion.h"  // FusedActivation
 #include "op/internal/op_util.h"
+#include "op/nn/activation/activation.h"  // act_norm::ActForward
 #include "op/operator.h"
 #include "op/param.h"
 #include "tensor/tensor.h"
@@ -85,15 +85,16 @@ struct ConvPostOps {
   bool blocked_sum = false;
 };
 
-// A fused activation on one value, as the Activation operator defines it (the post-op where oneDNN does not
-// run it).
-inline double ApplyFusedActivation(FusedActivation act, double v) {
+// A fused activation on one value (the post-op where oneDNN does not run it): the Activation operator's own
+// element formula (act_norm::ActForward).
+template <typename T>
+T ApplyFusedActivation(FusedActivation act, T v) {
   switch (act) {
     case FusedActivation::kNone: return v;
-    case FusedActivation::kRelu: return v > 0 ? v : 0;
-    case FusedActivation::kSigmoid: return 1 / (1 + std::exp(-v));
-    case FusedActivation::kTanh: return std::tanh(v);
-    case FusedActivation::kSoftrelu: return v > 20 ? v : std::log1p(std::exp(v));
+    case FusedActivation::kRelu: return act_norm::ActForward(act_norm::ActType::kReLU, v);
+    case FusedActivation::kSigmoid: return act_norm::ActForward(act_norm::ActType::kSigmoid, v);
+    case FusedActivation::kTanh: return act_norm::ActForward(act_norm::ActType::kTanh, v);
+    case FusedActivation::kSoftrelu: return act_norm::ActForward(act_norm::ActType::kSoftReLU, v);
   }
   return v;
 }

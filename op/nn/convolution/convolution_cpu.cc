@@ -433,7 +433,7 @@ class ConvolutionCpuOp : public Operator {
       using T = decltype(tag);
       T* y = static_cast<T*>(out.dptr);
       const std::int64_t n = out.shape.Size();
-      for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(ApplyFusedActivation(post_.act, y[i]));
+      for (std::int64_t i = 0; i < n; ++i) y[i] = ApplyFusedActivation(post_.act, y[i]);
     });
   }
 
