@@ -1,59 +1,38 @@
-// The out-of-line part of tensor/detail/cuda_common.h: the CUDA error text.
+// The out-of-line part of tensor/detail/cuda_common.h: the error texts and the per-thread cuBLAS handle.
 #include "tensor/detail/cuda_common.h"
 
-#include <map>
 #include <string>
 
 #include "base/error.h"
 
 namespace troupe::internal {
 
-void ThrowCuda(cudaError_t e, std::string_view what, std::string_view op) {
+std::string ErrorPrefix(std::string_view op, std::string_view what) {
   std::string m;
   if (!op.empty()) {
     m.append(op);
     m += ": ";
   }
   m.append(what);
-  throw Error(m + ": CUDA error: " + cudaGetErrorString(e));
+  return m;
+}
+
+void ThrowCuda(cudaError_t e, std::string_view what, std::string_view op) {
+  throw Error(ErrorPrefix(op, what) + ": CUDA error: " + cudaGetErrorString(e));
 }
 
 void ThrowCublas(cublasStatus_t s, std::string_view what, std::string_view op) {
-  std::string m;
-  if (!op.empty()) {
-    m.append(op);
-    m += ": ";
-  }
-  m.append(what);
-  throw Error(m + ": cuBLAS error: " + cublasGetStatusString(s));
+  throw Error(ErrorPrefix(op, what) + ": cuBLAS error: " + cublasGetStatusString(s));
 }
-
-namespace {
-class BlasHandles {
- public:
-  ~BlasHandles() {
-    for (auto& [dev, h] : handles_) {
-      if (cudaSetDevice(dev) == cudaSuccess) cublasDestroy(h);
-    }
-  }
-  cublasHandle_t Get(int dev, std::string_view op) {
-    auto it = handles_.find(dev);
-    if (it != handles_.end()) return it->second;
-    cublasHandle_t h = nullptr;
-    CheckBlas(cublasCreate(&h), "cublasCreate on gpu(" + std::to_string(dev) + ")", op);
-    handles_.emplace(dev, h);
-    return h;
-  }
-
- private:
-  std::map<int, cublasHandle_t> handles_;
-};
-}  // namespace
 
 cublasHandle_t BlasHandle(int dev, cudaStream_t stream, std::string_view op) {
   SetDevice(dev, op);
-  thread_local BlasHandles handles;
-  cublasHandle_t h = handles.Get(dev, op);
+  thread_local PerDeviceHandles<cublasHandle_t, cublasDestroy> handles;
+  cublasHandle_t h = handles.Get(dev, [&] {
+    cublasHandle_t created = nullptr;
+    CheckBlas(cublasCreate(&created), "cublasCreate on gpu(" + std::to_string(dev) + ")", op);
+    return created;
+  });
   CheckBlas(cublasSetStream(h, stream), "cublasSetStream", op);
   return h;
 }

@@ -11,6 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -23,7 +25,36 @@ namespace troupe::internal {
 inline cudaStream_t StreamOf(void* stream) { return stream != nullptr ? *static_cast<cudaStream_t*>(stream) : nullptr; }
 inline cudaStream_t StreamOf(const RunContext& rctx) { return StreamOf(rctx.stream); }
 
+// ---- per-thread library handles ------------------------------------------------------------------------
+// One handle of a CUDA library (cuBLAS, cuDNN) per device for the thread that owns this object (a thread_local):
+// created by `create()` on first use for a device, destroyed on its device with the object (Destroy).
+template <typename Handle, auto Destroy>
+class PerDeviceHandles {
+ public:
+  PerDeviceHandles() = default;
+  PerDeviceHandles(const PerDeviceHandles&) = delete;
+  PerDeviceHandles& operator=(const PerDeviceHandles&) = delete;
+  ~PerDeviceHandles() {
+    for (auto& [dev, h] : handles_) {
+      if (cudaSetDevice(dev) == cudaSuccess) Destroy(h);
+    }
+  }
+  template <typename Create>
+  Handle Get(int dev, Create&& create) {
+    auto it = handles_.find(dev);
+    if (it != handles_.end()) return it->second;
+    Handle h = create();
+    handles_.emplace(dev, h);
+    return h;
+  }
+
+ private:
+  std::map<int, Handle> handles_;
+};
+
 // ---- status checks -----------------------------------------------------------------------------------
+// "[<op>: ]<what>": how every check's message starts.
+std::string ErrorPrefix(std::string_view op, std::string_view what);
 // Message: "[<op>: ]<what>: CUDA error: <text>".
 [[noreturn]] void ThrowCuda(cudaError_t e, std::string_view what, std::string_view op);
 
