@@ -6,7 +6,7 @@
 // The float32 forward pass of max and avg pooling runs oneDNN's primitive on the NCHW arrays where oneDNN
 // computes exactly MXNet's windows (ResNet-18's 3x3 stride-2 max pooling on 64 x 112 x 112: 0.18 against
 // 1.9 ms); backward stays troupe's (it finds the maxima from the input and the output, so no oneDNN
-// workspace has to live from Forward to Backward).
+// workspace has to live from Forward to Backward), its planes in ranges on the kernel threads (CpuParallelFor).
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -231,36 +231,9 @@ class PoolingCpuOp : public Operator {
       T* dx = static_cast<T*>(in_grad[0].dptr);
       // Planes are independent: one range of them per kernel thread.
       internal::CpuParallelFor(planes, 4, [&](std::int64_t p0, std::int64_t p1) {
-      if (req[0] != kAddTo) std::fill(dx + p0 * g.height * g.width, dx + p1 * g.height * g.width, T(0));
-      if (MaxTwoByTwo(g)) return MaxTwoByTwoBackward(g, p0, p1, x, dy, dx);
-      for (std::int64_t pl = p0; pl < p1; ++pl) {
-        const T* grad = dy + pl * g.out_h * g.out_w;
-        T* dplane = dx + pl * g.height * g.width;
-        for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-          for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-            const Window w = WindowAt(g, oh, ow);
-            const T gv = grad[oh * g.out_w + ow];
-            if (g.max) {
-              // The first maximum in row-major order takes the gradient (strict > keeps the first).
-              const T* in = x + pl * g.height * g.width;
-              std::int64_t best = -1;
-              T bv = std::numeric_limits<T>::lowest();
-              for (std::int64_t h = w.h0; h < w.h1; ++h) {
-                for (std::int64_t c = w.w0; c < w.w1; ++c) {
-                  const T v = in[h * g.width + c];
-                  if (best < 0 || v > bv) bv = v, best = h * g.width + c;
-                }
-              }
-              if (best >= 0) dplane[best] += gv;
-            } else {
-              const T share = g.avg ? (w.area > 0 ? gv / static_cast<T>(w.area) : T(0)) : gv;
-              for (std::int64_t h = w.h0; h < w.h1; ++h) {
-                for (std::int64_t c = w.w0; c < w.w1; ++c) dplane[h * g.width + c] += share;
-              }
-            }
-          }
-        }
-      }
+        if (req[0] != kAddTo) std::fill(dx + p0 * g.height * g.width, dx + p1 * g.height * g.width, T(0));
+        if (MaxTwoByTwo(g)) return MaxTwoByTwoBackward(g, p0, p1, x, dy, dx);
+        GeneralBackward(g, p0, p1, x, dy, dx);
       });
     });
   }
@@ -294,6 +267,40 @@ class PoolingCpuOp : public Operator {
             o[ow] += v;
           } else {
             o[ow] = v;
+          }
+        }
+      }
+    }
+  }
+
+  // Planes [p0, p1): each output gradient to its window (max: the first maximum in row-major order).
+  template <typename T>
+  static void GeneralBackward(const PoolGeometry& g, std::int64_t p0, std::int64_t p1, const T* x, const T* dy,
+                              T* dx) {
+    for (std::int64_t pl = p0; pl < p1; ++pl) {
+      const T* grad = dy + pl * g.out_h * g.out_w;
+      T* dplane = dx + pl * g.height * g.width;
+      for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+        for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+          const Window w = WindowAt(g, oh, ow);
+          const T gv = grad[oh * g.out_w + ow];
+          if (g.max) {
+            // The first maximum in row-major order takes the gradient (strict > keeps the first).
+            const T* in = x + pl * g.height * g.width;
+            std::int64_t best = -1;
+            T bv = std::numeric_limits<T>::lowest();
+            for (std::int64_t h = w.h0; h < w.h1; ++h) {
+              for (std::int64_t c = w.w0; c < w.w1; ++c) {
+                const T v = in[h * g.width + c];
+                if (best < 0 || v > bv) bv = v, best = h * g.width + c;
+              }
+            }
+            if (best >= 0) dplane[best] += gv;
+          } else {
+            const T share = g.avg ? (w.area > 0 ? gv / static_cast<T>(w.area) : T(0)) : gv;
+            for (std::int64_t h = w.h0; h < w.h1; ++h) {
+              for (std::int64_t c = w.w0; c < w.w1; ++c) dplane[h * g.width + c] += share;
+            }
           }
         }
       }
