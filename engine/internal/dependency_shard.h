@@ -17,9 +17,11 @@
 //     completion event on every shard (a block completes only after all its shards granted it).
 //  3. A block is dispatched (handed to its lane, or run here) once, when its last variable is granted; blocks
 //     granted in one pass reach each (device, lane) in one batch, in grant order.
-//  4. A block counted in-order (OprBlock::in_order_counted) was dispatched by this shard to its in-order lane
-//     and is counted in the in_order() of each of its variables until its completion is handled here, or
-//     until a continuation inherits its holds.
+//  4. A block counted in order (OprBlock::in_order_counted) was dispatched by this shard to its in-order lane
+//     and moved into the lane groups of its variables (VarQueue::NoteInOrder); it posts no completion. Its
+//     lane_pins counts the groups it is the last member of, and this shard's reference on it is dropped
+//     when that count reaches 0. A request that waits behind a group asks its last member for a kLaneDone
+//     event (ArmNotify); every other look at a group settles it if its last member has run.
 //
 // Thread-safety: Post is thread-safe; everything else runs on the turn's holder.
 #pragma once
@@ -36,7 +38,7 @@
 
 namespace troupe::internal {
 
-enum class EventKind : std::uint8_t { kPush, kComplete };
+enum class EventKind : std::uint8_t { kPush, kComplete, kLaneDone };
 
 class Shard {
  public:
@@ -113,6 +115,16 @@ class Shard {
   static constexpr std::size_t kAwakeDrainBacklog = 4;  // other events the inbox may hold for that
   void HandlePush(OprBlock* b);
   void HandleComplete(OprBlock* b);
+  void HandleLaneDone(OprBlock* b);
+  // Ends v's lane group if its last member has run (VarQueue::Settle).
+  void Settle(ActorVar* v) {
+    if (v->queue.lane_busy()) Unpin(v->queue.Settle([](OprBlock* last) { return last->lane_done.load(std::memory_order_acquire); }));
+  }
+  void Unpin(OprBlock* b) {
+    if (b != nullptr && --b->lane_pins == 0) recycle_.push_back(b);
+  }
+  // Makes sure somebody settles v's lane group once its last member has run, when requests wait for it.
+  void ArmNotify(ActorVar* v);
   void GrantWaiting(ActorVar* v);
   void Grant(OprBlock* b, int n) {
     if (b->pending_grants.fetch_sub(n, std::memory_order_acq_rel) == n) Dispatch(b);

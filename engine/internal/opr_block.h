@@ -11,8 +11,9 @@
 //  3. OprBlock::next holds the continuation (chained by a shard), tagged kInheritsHolds when the
 //     continuation took over every hold of the block (its completion is then never posted to the shards), or
 //     kChainClosed once the block finished (nothing can be chained behind it any more).
-//  4. OprBlock::refs: one per shard that processes the completion, one for Execute and one for Finish; the
-//     block returns to the pool when the last goes (BlockPool never frees it while the engine lives, so a
+//  4. OprBlock::refs: one per shard that processes the completion (for a block in lane groups: that keeps it
+//     while it is a group's last member), one for Execute, one for Finish, and one per kLaneDone event in
+//     flight; the block returns to the pool when the last goes (BlockPool never frees it while the engine lives, so a
 //     stale callback is detected through CallbackSlot).
 //
 // Thread-safety: as stated per field.
@@ -112,9 +113,19 @@ struct OprBlock final : Task {
   // that lane has one worker), or null when the block may not be ordered by its lane (several workers, a
   // GPU, a function that completes later through a callback, one spanning several shards).
   const void* in_order_lane = nullptr;
-  // Set by the shard that dispatched the block to in_order_lane and counted it in its variables' queues
-  // (VarQueue::NoteInOrder); read by that shard at the completion. Owned by the shard's turn holder.
+  // Set by the shard that dispatched the block to in_order_lane and moved it into its variables' lane groups
+  // (VarQueue::NoteInOrder), before the block reaches the lane; read by the worker that finishes it. Such a
+  // block posts no completion: its shard learns it has run from lane_done.
   bool in_order_counted = false;
+  // Variables whose lane group has this block as its last member (VarQueue::lane_last): the shard keeps its
+  // reference on the block until none is left. Owned by the shard's turn holder.
+  int lane_pins = 0;
+  // A block in lane groups: set by its worker once the block has finished; lane_notify, set by the shard when
+  // a request waits for a group this block ends, asks the worker to post a kLaneDone event then. Both
+  // seq_cst: the worker stores lane_done and reads lane_notify, the shard stores lane_notify and reads
+  // lane_done, so at least one of them sees the other.
+  std::atomic<bool> lane_done{false};
+  std::atomic<bool> lane_notify{false};
   // Set by the shard when it granted a variable to the block by the in-order rule (VarQueue::GrantOrdered):
   // the block must then reach its lane behind those holders, so it may no longer become a continuation.
   // Owned by the shard's turn holder.

@@ -11,24 +11,33 @@
 //  - Enqueue, then GrantWaiting after a Release: granted in push order (FIFO), readers in a batch.
 //  - GrantChained: the request runs right after the chain tail, on the tail's completing thread, so it may
 //                  hold the variable together with the tail ("ordering for free" through continuations).
-//  - GrantOrdered: every active holder was handed, in push order, to one in-order executor (a CPU lane with
-//                  one worker) with the same priority, and the request will be handed to that executor after
-//                  them, so the executor's FIFO orders them ("ordering for free" through the lane).
+//  - GrantOrdered: every active holder sits in the lane group of one in-order executor (a CPU lane with one
+//                  worker) at the same priority, and the request will be handed to that executor after them,
+//                  so the executor's FIFO orders them ("ordering for free" through the lane).
+//
+// The lane group. A granted request handed to an in-order executor may leave the counted holders for the
+// variable's lane group (NoteInOrder). Members of the group are never released: they run one at a time, in
+// the order they joined, so the group is over once its last member has run, and the owner asks exactly that
+// (Settle, with a predicate saying whether a request has run). A member's completion therefore needs no
+// message to the owner at all. The owner keeps the last member alive while it is lane_last() (the engine
+// holds a reference), so the pointer stays valid for that question.
 //
 // Invariants (between calls):
-//  1. active_reads() >= 0, active_writes() >= 0. Counting only Grant and GrantWaiting grants, a variable has
-//     either one writer or any number of readers; more than one holder with a writer among them happens
-//     only when the holders are ordered by a chain (chain_tail() != null covers them) or by an in-order
-//     executor (in_order() == active(): every holder is counted there).
+//  1. active_reads() >= 0, active_writes() >= 0 count the holders outside the lane group. Counting only
+//     Grant and GrantWaiting grants, a variable has either one writer or any number of readers, the lane
+//     group included; more than one holder with a writer among them happens only when the holders are
+//     ordered by a chain (chain_tail() != null covers them) or by the in-order executor (the lane group,
+//     plus requests granted by GrantOrdered that will join it).
 //  2. Waiters are in push order, and a waiter is never granted ahead of an earlier waiter. A request is
 //     enqueued only when it cannot be granted at once, and once anyone waits every later request waits too
 //     (no Grant, GrantChained or GrantOrdered while has_waiters(); the caller checks).
-//  3. chain_tail(), when set, is an active request after which every active holder has run or will have run
-//     once it completes: the holders form one serial chain ending at the tail. chain_tail_writes() says
-//     whether the tail holds the variable for writing.
-//  4. in_order() <= active(); it counts the holders noted by NoteInOrder and not yet released by
-//     ReleaseInOrder (or passed on by an inheriting GrantChained), all on in_order_lane() at
-//     in_order_priority().
+//  3. chain_tail(), when set, is an active request after which every active holder (lane group included) has
+//     run or will have run once it completes: the holders form one serial chain ending at the tail.
+//     chain_tail_writes() says whether the tail holds the variable for writing. A tail that joins the lane
+//     group is lane_last() (any later grant moves or clears the tail first), so it stays valid as a pointer.
+//  4. lane_last() is null (no group) or the member that joined last, on in_order_lane() at
+//     in_order_priority(); lane_writes() says whether any member writes. Only granted requests join, so
+//     while anyone waits the group grows only by requests granted before the waiters came.
 //
 // Thread-safety: none. One thread at a time (the holder of the owning shard's turn) calls everything.
 #pragma once
@@ -96,17 +105,23 @@ class VarQueue {
 
   int active_reads() const { return active_reads_; }
   int active_writes() const { return active_writes_; }
-  int active() const { return active_reads_ + active_writes_; }
+  int active() const { return active_reads_ + active_writes_; }  // outside the lane group
   bool has_waiters() const { return head_ != nullptr; }
   const Entry* front() const { return head_; }
   R* chain_tail() const { return chain_tail_; }
   bool chain_tail_writes() const { return chain_tail_writes_; }
-  int in_order() const { return in_order_; }
+  R* lane_last() const { return lane_last_; }
+  bool lane_busy() const { return lane_last_ != nullptr; }
+  bool lane_writes() const { return lane_writes_; }
   const void* in_order_lane() const { return in_order_lane_; }
   int in_order_priority() const { return in_order_priority_; }
+  // Nobody holds the variable (lane group included).
+  bool idle() const { return active() == 0 && !lane_busy(); }
 
   // Whether a new request would conflict with the active holders (waiters aside).
-  bool Conflicts(bool write) const { return write ? active() > 0 : active_writes_ > 0; }
+  bool Conflicts(bool write) const {
+    return write ? !idle() : active_writes_ > 0 || lane_writes_;
+  }
   // Whether a new request may be granted at once (Grant).
   bool CanGrant(bool write) const { return !has_waiters() && !Conflicts(write); }
   // The request a new one may be chained behind (it conflicts with the tail itself), or null. A reader never
@@ -115,22 +130,21 @@ class VarQueue {
     return chain_tail_ != nullptr && (write || chain_tail_writes_) ? chain_tail_ : nullptr;
   }
   // Whether a request to be handed to the in-order executor `lane` at `priority` may be granted now
-  // (GrantOrdered): nobody waits, and every active holder is already queued on that executor at that priority.
+  // (GrantOrdered): nobody waits, every holder is in the lane group, and the group is that executor's.
   bool CanGrantOrdered(const void* lane, int priority) const {
-    return lane != nullptr && !has_waiters() && in_order_ > 0 && in_order_ == active() &&
-           in_order_lane_ == lane && in_order_priority_ == priority;
+    return !has_waiters() && LaneOrders(lane, priority);
   }
 
   // Grants `r` at once. Requires CanGrant(write).
   void Grant(R* r, bool write) {
     assert(CanGrant(write));
-    const bool was_idle = active() == 0;
+    const bool was_idle = idle();
     (write ? active_writes_ : active_reads_)++;
     SetTail(was_idle ? r : nullptr, write);
   }
 
-  // Grants `r`, which will be handed to the in-order executor after every active holder. Requires
-  // CanGrantOrdered(lane, priority) for r's executor. The holders no longer form a chain.
+  // Grants a request that will be handed to the in-order executor after every holder. Requires
+  // CanGrantOrdered(lane, priority) for its executor. The holders no longer form a chain.
   void GrantOrdered(bool write) {
     (write ? active_writes_ : active_reads_)++;
     SetTail(nullptr, false);
@@ -138,14 +152,11 @@ class VarQueue {
 
   // Makes `r` active as the continuation of a host: `via_chain` when r conflicts here and was chained
   // behind the tail (then it becomes the tail), else r is granted here at once (CanGrant held). With
-  // `inherit`, r takes over the host's hold (and the host's in-order count when `host_in_order`): the host's
-  // completion will never be released here.
-  void GrantChained(R* r, bool write, bool via_chain, bool inherit, bool host_in_order) {
-    const bool was_idle = active() == 0;
-    if (inherit && via_chain) {
-      (chain_tail_writes_ ? active_writes_ : active_reads_)--;
-      if (host_in_order) --in_order_;
-    }
+  // `inherit`, r takes over the host's hold: the host's completion will never be released here (a host in
+  // the lane group, `host_in_lane`, keeps its place there: nothing to take over from the counts).
+  void GrantChained(R* r, bool write, bool via_chain, bool inherit, bool host_in_lane) {
+    const bool was_idle = idle();
+    if (inherit && via_chain && !host_in_lane) (chain_tail_writes_ ? active_writes_ : active_reads_)--;
     (write ? active_writes_ : active_reads_)++;
     if (via_chain || was_idle) {
       SetTail(r, write);
@@ -168,25 +179,42 @@ class VarQueue {
     pool->Free(e);
   }
 
-  // Counts an active holder as queued on the in-order executor `lane` at `priority`. Requires
-  // InOrderCompatible(lane, priority).
+  // Whether an active holder handed to the in-order executor `lane` at `priority` may join the lane group.
   bool InOrderCompatible(const void* lane, int priority) const {
-    return in_order_ == 0 || (in_order_lane_ == lane && in_order_priority_ == priority);
+    return !lane_busy() || (in_order_lane_ == lane && in_order_priority_ == priority);
   }
-  void NoteInOrder(const void* lane, int priority) {
+  // Moves the active holder `r` (holding for `write`), just handed to the in-order executor `lane` at
+  // `priority`, from the counts into the lane group. Requires InOrderCompatible(lane, priority). Returns the
+  // member it replaces as lane_last() (null if none), which the owner no longer needs to keep alive.
+  R* NoteInOrder(R* r, bool write, const void* lane, int priority) {
     assert(InOrderCompatible(lane, priority));
-    in_order_lane_ = lane;
-    in_order_priority_ = priority;
-    ++in_order_;
-  }
-
-  // Ends `r`'s hold (and its in-order count when `in_order`). Call GrantWaiting next.
-  void Release(R* r, bool write, bool in_order) {
     (write ? active_writes_ : active_reads_)--;
     assert(active_reads_ >= 0 && active_writes_ >= 0);
-    if (in_order) --in_order_;
-    assert(in_order_ >= 0 && in_order_ <= active());
-    if (chain_tail_ == r || active() == 0) SetTail(nullptr, false);
+    R* previous = lane_last_;
+    assert(previous == nullptr || chain_tail_ != previous);  // invariant 3
+    in_order_lane_ = lane;
+    in_order_priority_ = priority;
+    lane_writes_ = lane_writes_ || write;
+    lane_last_ = r;
+    return previous;
+  }
+  // Ends the lane group when its last member has run (ran(lane_last()) is true): returns that member (the
+  // owner may let it go), else null.
+  template <class Ran>
+  R* Settle(Ran&& ran) {
+    if (lane_last_ == nullptr || !ran(lane_last_)) return nullptr;
+    R* last = lane_last_;
+    if (chain_tail_ == last) SetTail(nullptr, false);
+    lane_last_ = nullptr;
+    lane_writes_ = false;
+    return last;
+  }
+
+  // Ends `r`'s hold (an active holder outside the lane group). Call GrantWaiting next.
+  void Release(R* r, bool write) {
+    (write ? active_writes_ : active_reads_)--;
+    assert(active_reads_ >= 0 && active_writes_ >= 0);
+    if (chain_tail_ == r || idle()) SetTail(nullptr, false);
   }
 
   // Grants waiters from the front while the rule allows: one writer once nothing is active, or every reader
@@ -195,10 +223,10 @@ class VarQueue {
   void GrantWaiting(Pool* pool, F&& granted) {
     GrantWaiting(pool, [&granted](R* r, bool) { granted(r); }, [](const R*) { return InOrderSlot{}; });
   }
-  // As above, and also grants the front waiter when every active holder is queued on its in-order executor
-  // (slot_of(r) names it; GrantOrdered's rule for a waiter at the front). Calls granted(r, ordered), where
-  // `ordered` says which rule granted r; it may count r in order (NoteInOrder) before returning, which lets
-  // the next waiter follow it.
+  // As above, and also grants the front waiter when every holder is in the lane group of its in-order
+  // executor (slot_of(r) names it; GrantOrdered's rule for a waiter at the front). Calls granted(r, ordered),
+  // where `ordered` says which rule granted r; it may move r into the lane group (NoteInOrder) before
+  // returning, which lets the next waiter follow it.
   template <class F, class SlotOf>
   void GrantWaiting(Pool* pool, F&& granted, SlotOf&& slot_of) {
     while (head_ != nullptr) {
@@ -210,17 +238,14 @@ class VarQueue {
           active_writes_ = 1;
           SetTail(r, true);
         } else {
-          SetTail(active_reads_ == 0 ? r : nullptr, false);
+          SetTail(idle() ? r : nullptr, false);
           ++active_reads_;
         }
         granted(r, false);
         continue;
       }
       const InOrderSlot slot = slot_of(r);
-      if (slot.lane == nullptr || in_order_ == 0 || in_order_ != active() || in_order_lane_ != slot.lane ||
-          in_order_priority_ != slot.priority) {
-        return;
-      }
+      if (!LaneOrders(slot.lane, slot.priority)) return;
       PopFront(pool);
       GrantOrdered(write);
       granted(r, true);
@@ -228,6 +253,11 @@ class VarQueue {
   }
 
  private:
+  // Every holder is in the lane group, and the group belongs to `lane` at `priority`.
+  bool LaneOrders(const void* lane, int priority) const {
+    return lane != nullptr && lane_busy() && active() == 0 && in_order_lane_ == lane &&
+           in_order_priority_ == priority;
+  }
   void SetTail(R* r, bool write) {
     chain_tail_ = r;
     chain_tail_writes_ = r != nullptr && write;
@@ -235,11 +265,12 @@ class VarQueue {
 
   Entry* head_ = nullptr;
   Entry* tail_ = nullptr;
-  int active_reads_ = 0;        // granted and not released
-  int active_writes_ = 0;       // granted and not released (> 1 only through chaining or an in-order executor)
+  int active_reads_ = 0;        // granted, not released, not in the lane group
+  int active_writes_ = 0;       // as above (> 1 only through chaining or GrantOrdered)
   R* chain_tail_ = nullptr;     // invariant 3
   bool chain_tail_writes_ = false;
-  int in_order_ = 0;            // invariant 4
+  R* lane_last_ = nullptr;      // invariant 4
+  bool lane_writes_ = false;
   int in_order_priority_ = 0;
   const void* in_order_lane_ = nullptr;
 };

@@ -216,6 +216,9 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
   b->completed_inline = false;
   b->in_order_lane = InOrderLane(b);
   b->in_order_counted = false;
+  b->lane_pins = 0;
+  b->lane_done.store(false, std::memory_order_relaxed);
+  b->lane_notify.store(false, std::memory_order_relaxed);
   b->ordered_grant = false;
   if (OrderCheck::enabled()) b->check_id = OrderCheck::NewId();
   b->callback_gen = b->callback.Arm();
@@ -451,13 +454,20 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain
   if (b->profiling) profile_.Record(o->name, b->ctx, static_cast<int>(b->lane), b->begin_ns, ProfileTicks());
   const auto raw = reinterpret_cast<std::uintptr_t>(b->next.exchange(kChainClosed, std::memory_order_acq_rel));
   auto* next = reinterpret_cast<OprBlock*>(raw & ~(kChainClosedBits | kInheritsHolds));
-  // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
-  if ((raw & kInheritsHolds) == 0) {
-    for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) {
-      // With a continuation a worker runs it next, and the actor handles the completion meanwhile.
-      const bool here = drain == FinishDrain::kYes || (drain == FinishDrain::kIfNoContinuation && next == nullptr);
-      shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b, here);
+  // With a continuation a worker runs it next, and the actor handles the completion meanwhile.
+  const bool here = drain == FinishDrain::kYes || (drain == FinishDrain::kIfNoContinuation && next == nullptr);
+  if (b->in_order_counted) {
+    // In lane groups (Shard invariant 4): no completion to post; the shard learns from lane_done that b has
+    // run. The function's captures go now: the shard may keep the block while it ends a group.
+    if (o == &b->own_opr) o->sync_fn = nullptr;
+    b->lane_done.store(true, std::memory_order_seq_cst);
+    if (b->lane_notify.load(std::memory_order_seq_cst)) {  // a request waits for a group b ends
+      b->refs.fetch_add(1, std::memory_order_relaxed);     // the event's reference
+      shards_[__builtin_ctzll(o->shard_mask)]->Post(EventKind::kLaneDone, b, here);
     }
+  } else if ((raw & kInheritsHolds) == 0) {
+    // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
+    for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b, here);
   }
   NoteFinished();
   ReleaseRef(b);  // Finish's reference; `b` may be recycled from here on

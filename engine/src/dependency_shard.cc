@@ -1,6 +1,7 @@
 #include "engine/internal/dependency_shard.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "engine/internal/actor_engine.h"
 #include "engine/internal/order_check.h"
@@ -36,10 +37,16 @@ bool Shard::DrainOnce(std::size_t max_events) noexcept {
   }
   tl_draining_ = true;
   for (const Event& e : events_) {
-    if (e.kind == EventKind::kPush) {
-      HandlePush(e.block);
-    } else {
-      HandleComplete(e.block);
+    switch (e.kind) {
+      case EventKind::kPush:
+        HandlePush(e.block);
+        break;
+      case EventKind::kComplete:
+        HandleComplete(e.block);
+        break;
+      case EventKind::kLaneDone:
+        HandleLaneDone(e.block);
+        break;
     }
     // Blocks counted in order by that event may let the waiters of their variables follow them on the lane.
     while (!revisit_.empty()) {
@@ -75,6 +82,7 @@ void Shard::HandlePush(OprBlock* b) {
   OprBlock* host = nullptr;
   bool chainable = o->num_shards == 1;  // all variables live here
   ForEachVar(o, [&](ActorVar* v, bool write) {
+    Settle(v);
     const VarQueue<OprBlock>& q = v->queue;
     if (q.has_waiters()) {
       classes_.push_back(kWait);
@@ -95,30 +103,33 @@ void Shard::HandlePush(OprBlock* b) {
     }
   });
 
-  // If b conflicts with host on every variable host holds, b can take those holds over: host then needs no
-  // completion message at all (the common case in a dependent chain). Without that, a block its in-order lane
-  // can order is better queued there than chained: it costs the same messages, and blocks pushed after it
-  // can then be ordered behind it too (a chained block is not on the lane yet).
-  const bool inherit = host != nullptr && chainable && CanInherit(host, o);
-  if (host != nullptr && chainable && !inherit && b->in_order_lane != nullptr) {
+  // A block its in-order lane can order behind every holder goes there rather than behind host: it then joins
+  // the lane groups and needs no completion message, and blocks pushed after it can be ordered behind it
+  // too (a continuation is no lane group member, so whatever conflicts with it would have to wait for its
+  // completion). Otherwise, if b conflicts with host on every variable host holds, b takes those holds over:
+  // host then needs no completion message (the common case in a dependent chain without in-order lanes).
+  bool inherit = host != nullptr && chainable && CanInherit(host, o);
+  if (host != nullptr && chainable && b->in_order_lane != nullptr) {
     std::size_t i = 0;
     bool ordered = true;
     ForEachVar(o, [&](ActorVar* v, bool) {
       ordered = ordered && (classes_[i++] == kDirect || v->queue.CanGrantOrdered(b->in_order_lane, b->priority));
     });
-    if (ordered) chainable = false;
+    if (ordered) chainable = inherit = false;
   }
   if (host != nullptr && chainable) {
     OprBlock* expected = nullptr;
     if (host->next.compare_exchange_strong(expected, inherit ? Tag(b, kInheritsHolds) : b,
                                            std::memory_order_acq_rel)) {
       // b now runs right after host on host's completer: every variable becomes active at once.
-      const bool host_in_order = host->in_order_counted;
+      // A host in lane groups keeps its place there (and this shard keeps its reference while it is a
+      // group's last member); any other host's completion never comes here once b inherits.
+      const bool host_in_lane = host->in_order_counted;
       std::size_t i = 0;
       ForEachVar(o, [&](ActorVar* v, bool write) {
-        v->queue.GrantChained(b, write, classes_[i++] == kChain, inherit, host_in_order);
+        v->queue.GrantChained(b, write, classes_[i++] == kChain, inherit, host_in_lane);
       });
-      if (inherit) recycle_.push_back(host);  // this shard's reference: host's completion never comes here
+      if (inherit && !host_in_lane) recycle_.push_back(host);  // this shard's reference
       return;  // pending_grants stays untouched: host's completer runs b
     }
     // host has already finished: its completion is on its way; wait for it like everyone else.
@@ -142,6 +153,9 @@ void Shard::HandlePush(OprBlock* b) {
     }
   });
   if (granted > 0) Grant(b, granted);
+  // b waits for some variables; where it waits behind a lane group, the group's last member must say when
+  // it has run (it may have run already: ArmNotify then grants what it can at once).
+  if (granted < static_cast<int>(classes_.size())) ForEachVar(o, [this](ActorVar* v, bool) { ArmNotify(v); });
 }
 
 // True when `o` (classified in classes_) has a kChain entry on every variable `host` holds, writing every
@@ -172,6 +186,7 @@ bool Shard::CanInherit(OprBlock* host, Opr* o) const {
 
 void Shard::GrantWaiting(ActorVar* v) {
   VarQueue<OprBlock>& q = v->queue;
+  Settle(v);
   q.GrantWaiting(
       &entries_,
       [this](OprBlock* b, bool ordered) {
@@ -181,6 +196,17 @@ void Shard::GrantWaiting(ActorVar* v) {
       [](const OprBlock* b) { return InOrderSlot{b->in_order_lane, b->priority}; });
   while (q.chain_tail() != nullptr && q.has_waiters() && TryChainWaiter(q.front()->request, q.chain_tail())) {
   }
+  ArmNotify(v);
+}
+
+void Shard::ArmNotify(ActorVar* v) {
+  VarQueue<OprBlock>& q = v->queue;
+  if (!q.has_waiters() || !q.lane_busy()) return;
+  OprBlock* last = q.lane_last();
+  if (!last->lane_notify.load(std::memory_order_relaxed)) last->lane_notify.store(true, std::memory_order_seq_cst);
+  // The worker stores lane_done, then reads lane_notify: if it has not run yet, it will post kLaneDone.
+  if (!last->lane_done.load(std::memory_order_seq_cst)) return;
+  GrantWaiting(v);  // it has run: settle and grant here (a kLaneDone event may still come; it finds nothing)
 }
 
 // `f` waits at the front of some variables' queues. If every remaining wait of f is at a front and each
@@ -220,31 +246,38 @@ bool Shard::TryChainWaiter(OprBlock* f, OprBlock* tail) {
                                           std::memory_order_acq_rel)) {
     return false;
   }
-  const bool tail_in_order = tail->in_order_counted;
+  const bool tail_in_lane = tail->in_order_counted;
   std::size_t i = 0;
   ForEachVar(o, [&](ActorVar* u, bool write) {
     const VarClass c = static_cast<VarClass>(classes_[i++]);
     if (c == kHeld) return;
     u->queue.PopFront(&entries_);
-    u->queue.GrantChained(f, write, c == kChain, inherit, tail_in_order);
+    u->queue.GrantChained(f, write, c == kChain, inherit, tail_in_lane);
   });
   f->pending_grants.store(0, std::memory_order_relaxed);  // tail's completer runs f
-  if (inherit) recycle_.push_back(tail);
+  if (inherit && !tail_in_lane) recycle_.push_back(tail);
   return true;
 }
 
 void Shard::HandleComplete(OprBlock* b) {
   Opr* o = b->opr;
   const bool deletes = o->prop == FnProperty::kDeleteVar;
-  const bool in_order = b->in_order_counted;
   ForEachVar(o, [&](ActorVar* v, bool write) {
-    v->queue.Release(b, write, in_order);
+    v->queue.Release(b, write);
     if (deletes) {
+      assert(v->queue.idle() && !v->queue.has_waiters());
       engine_->FreeVar(v);  // DeleteVariable: every earlier function on v has completed
     } else {
       GrantWaiting(v);
     }
   });
+  recycle_.push_back(b);
+}
+
+// A block in lane groups has run and a request waits for a group it ends: settle its variables' groups and
+// grant. The event carries its own reference on the block.
+void Shard::HandleLaneDone(OprBlock* b) {
+  ForEachVar(b->opr, [this](ActorVar* v, bool) { GrantWaiting(v); });
   recycle_.push_back(b);
 }
 
@@ -258,19 +291,22 @@ void Shard::Dispatch(OprBlock* b) {
     return;
   }
   if (b->in_order_lane != nullptr) {
-    // Only a single-shard block has an in-order lane, so only this shard touches its flag here; a block of
+    // Only a single-shard block has an in-order lane, so only this shard touches its flags here; a block of
     // several shards keeps Submit's false (another shard may read it as a chain tail meanwhile).
     b->in_order_counted = false;
-    // Count b in its variables' in-order holders (invariant 4), all or none, so that later blocks for the
-    // same lane need not wait for its completion. Its batch is flushed in this pass, after every block
-    // counted before it.
+    // Move b into its variables' lane groups (invariant 4), all or none: later blocks for the same lane need
+    // not wait for its completion, and it posts none. Its batch is flushed in this pass, after every block
+    // moved before it.
     bool compatible = true;
     ForEachVar(b->opr, [&](ActorVar* v, bool) {
       compatible = compatible && v->queue.InOrderCompatible(b->in_order_lane, b->priority);
     });
     if (compatible) {
-      ForEachVar(b->opr, [&](ActorVar* v, bool) {
-        v->queue.NoteInOrder(b->in_order_lane, b->priority);
+      b->lane_pins = 0;
+      ForEachVar(b->opr, [&](ActorVar* v, bool write) {
+        OprBlock* previous = v->queue.NoteInOrder(b, write, b->in_order_lane, b->priority);
+        ++b->lane_pins;
+        Unpin(previous);
         if (v->queue.has_waiters()) revisit_.push_back(v);
       });
       b->in_order_counted = true;

@@ -446,6 +446,74 @@ TEST_P(EngineSemantics, WaitForVarWaitsForEarlierReadersAndWriters) {
   EXPECT_EQ(timeouts.load(), 0);
 }
 
+// With one CPU worker, functions its lane orders behind each other run without reporting each completion to
+// the dependency actor (lane groups). A function the lane cannot order behind them (one that completes
+// through a callback, one of another priority, one on another CPU device) must still wait for every earlier
+// conflicting function, and whatever follows it must wait for it.
+TEST_P(EngineSemantics, FunctionsTheLaneCannotOrderWaitForEveryEarlierConflictingFunction) {
+  Completer completer(1);
+  auto engine = MakeEngine(GetParam());
+  ASSERT_NE(engine, nullptr);
+  Gate gate;
+  if (naive()) gate.Open();  // the naive engine runs functions inside Push
+  OpenOnExit open{gate};
+  VarHandle v = engine->NewVariable();
+  VarHandle u = engine->NewVariable();
+  std::atomic<int> ran{0};  // functions on v that ran, in push order when they write v
+  std::atomic<int> wrong{0};
+  std::atomic<int> timeouts{0};
+  auto expect_ran = [&](int n) {
+    if (ran.load() != n) wrong++;
+  };
+  engine->PushSync(
+      [&](RunContext) {
+        if (!gate.WaitFor()) timeouts++;
+        ran++;
+      },
+      kCpu, {}, {v});
+  int pushed = 1;
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < 3; ++i) {  // writers and readers the lane orders (readers also write u: one at a time)
+      const int before = pushed++;
+      engine->PushSync([&, before](RunContext) { expect_ran(before), ran++; }, kCpu, {}, {v});
+      const int reader_before = pushed++;
+      engine->PushSync([&, reader_before](RunContext) { expect_ran(reader_before), ran++; }, kCpu, {v}, {u});
+    }
+    const int before = pushed++;
+    switch (round) {
+      case 0:  // completes through a callback on another thread
+        engine->PushAsync(
+            [&, before](RunContext, CallbackOnComplete cb) {
+              completer.Post([&, before, cb] {
+                expect_ran(before);
+                ran++;
+                cb();
+              });
+            },
+            kCpu, {}, {v});
+        break;
+      case 1:  // another priority
+        engine->PushSync([&, before](RunContext) { expect_ran(before), ran++; }, kCpu, {}, {v},
+                         FnProperty::kNormal, 7);
+        break;
+      case 2:  // the prioritized CPU lane
+        engine->PushSync([&, before](RunContext) { expect_ran(before), ran++; }, kCpu, {}, {v},
+                         FnProperty::kCPUPrioritized);
+        break;
+      default:  // another CPU device
+        engine->PushSync([&, before](RunContext) { expect_ran(before), ran++; }, Context::CPU(1), {}, {v});
+        break;
+    }
+  }
+  gate.Open();
+  engine->WaitForVar(v);
+  EXPECT_EQ(ran.load(), pushed);
+  engine->WaitForAll();
+  EXPECT_EQ(wrong.load(), 0) << "a function ran before an earlier function that conflicts with it had finished";
+  EXPECT_EQ(timeouts.load(), 0);
+  EXPECT_EQ(v->version(), static_cast<std::uint64_t>(pushed - 12));  // every function but the 12 readers wrote v
+}
+
 TEST_P(EngineSemantics, WaitForVarDoesNotWaitForUnrelatedFunctions) {
   if (naive()) GTEST_SKIP() << "the naive engine runs functions inside Push";
   auto engine = MakeEngine(GetParam());

@@ -30,7 +30,7 @@ struct Req {
   const void* lane = nullptr;               // in-order executor (the simulation of the engine's use)
   int pending = 0;                          // variables not yet granted
   bool granted_ordered = false;
-  bool in_order = false;  // counted by NoteInOrder
+  bool in_order = false;  // moved into its variables' lane groups (NoteInOrder)
   bool done = false;
 };
 
@@ -55,7 +55,7 @@ class VarQueueTest : public ::testing::Test {
     return false;
   }
   std::vector<int> Release(Req* r, bool write) {
-    q_.Release(r, write, false);
+    q_.Release(r, write);
     std::vector<int> granted;
     q_.GrantWaiting(&pool_, [&](Req* g) { granted.push_back(g->id); });
     return granted;
@@ -109,7 +109,7 @@ TEST_F(VarQueueTest, ChainHostIsAWriterTailOnly) {
   EXPECT_EQ(q_.ChainHost(true), w);
   EXPECT_EQ(q_.ChainHost(false), w);  // a reader conflicts with the writer tail: it may follow it
   Req* r = Make(2);
-  q_.GrantChained(r, false, /*via_chain=*/true, /*inherit=*/false, /*host_in_order=*/false);
+  q_.GrantChained(r, false, /*via_chain=*/true, /*inherit=*/false, /*host_in_lane=*/false);
   EXPECT_EQ(q_.chain_tail(), r);
   EXPECT_FALSE(q_.chain_tail_writes());
   EXPECT_EQ(q_.ChainHost(false), nullptr);  // a reader never chains behind a reader
@@ -120,9 +120,9 @@ TEST_F(VarQueueTest, ChainHostIsAWriterTailOnly) {
   EXPECT_EQ(q_.active_reads(), 0);
   EXPECT_EQ(q_.active_writes(), 2);  // w's and w3's
   EXPECT_EQ(q_.chain_tail(), w3);
-  q_.Release(w, true, false);
+  q_.Release(w, true);
   EXPECT_EQ(q_.chain_tail(), w3);
-  q_.Release(w3, true, false);
+  q_.Release(w3, true);
   EXPECT_EQ(q_.chain_tail(), nullptr);
   EXPECT_EQ(q_.active(), 0);
 }
@@ -132,29 +132,101 @@ TEST_F(VarQueueTest, OrderedGrantNeedsEveryHolderOnTheSameLaneAndPriority) {
   Req* w = Make(1);
   ASSERT_TRUE(Acquire(w, true));
   EXPECT_FALSE(q_.CanGrantOrdered(&lane_a, 0));  // w not yet queued on a lane
-  q_.NoteInOrder(&lane_a, 0);
+  EXPECT_EQ(q_.NoteInOrder(w, true, &lane_a, 0), nullptr);
+  EXPECT_EQ(q_.active(), 0);  // w left the counts for the lane group
+  EXPECT_TRUE(q_.lane_busy());
+  EXPECT_TRUE(q_.lane_writes());
+  EXPECT_EQ(q_.chain_tail(), w);  // still the tail: a writer may run as its continuation
+  EXPECT_TRUE(q_.Conflicts(false));
   EXPECT_TRUE(q_.CanGrantOrdered(&lane_a, 0));
   EXPECT_FALSE(q_.CanGrantOrdered(&lane_b, 0));
   EXPECT_FALSE(q_.CanGrantOrdered(&lane_a, 1));
   EXPECT_FALSE(q_.CanGrantOrdered(nullptr, 0));
+  Req* r = Make(2);
   q_.GrantOrdered(false);  // reader r, queued on lane_a behind w
-  EXPECT_EQ(q_.active(), 2);
+  EXPECT_EQ(q_.active(), 1);
   EXPECT_EQ(q_.chain_tail(), nullptr);
   EXPECT_FALSE(q_.CanGrantOrdered(&lane_a, 0));  // r is granted but not queued yet
-  q_.NoteInOrder(&lane_a, 0);
+  EXPECT_FALSE(q_.InOrderCompatible(&lane_b, 0));
+  EXPECT_EQ(q_.NoteInOrder(r, false, &lane_a, 0), w);  // r replaces w as the group's last member
+  EXPECT_EQ(q_.lane_last(), r);
   EXPECT_TRUE(q_.CanGrantOrdered(&lane_a, 0));
   Req* waiter = Make(3);
   q_.Enqueue(waiter, true, &pool_);
   EXPECT_FALSE(q_.CanGrantOrdered(&lane_a, 0));  // somebody waits: push order first
   // The front waiter follows by the same rule in GrantWaiting.
   std::vector<std::pair<int, bool>> granted;
+  auto grant_waiting = [&] {
+    q_.GrantWaiting(
+        &pool_, [&](Req* g, bool ordered) { granted.emplace_back(g->id, ordered); },
+        [&](const Req*) { return InOrderSlot{&lane_a, 0}; });
+  };
+  grant_waiting();
+  EXPECT_EQ(granted, (std::vector<std::pair<int, bool>>{{3, true}}));
+  EXPECT_EQ(q_.active(), 1);
+}
+
+TEST_F(VarQueueTest, LaneGroupEndsWhenItsLastMemberHasRun) {
+  int lane_a = 0, lane_b = 0;
+  Req* w = Make(1);
+  Req* r = Make(2);
+  ASSERT_TRUE(Acquire(w, true));
+  q_.NoteInOrder(w, true, &lane_a, 0);
+  q_.GrantOrdered(false);
+  q_.NoteInOrder(r, false, &lane_a, 0);
+  // A request of another lane waits for the whole group.
+  Req* other = Make(3);
+  EXPECT_FALSE(Acquire(other, false));
+  auto ran = [](Req* x) { return x->done; };
+  w->done = true;  // the first member has run, the last has not: the group stands
+  EXPECT_EQ(q_.Settle(ran), nullptr);
+  EXPECT_TRUE(q_.lane_busy());
+  r->done = true;
+  EXPECT_EQ(q_.Settle(ran), r);
+  EXPECT_TRUE(q_.idle());
+  EXPECT_FALSE(q_.lane_writes());
+  std::vector<std::pair<int, bool>> granted;
   q_.GrantWaiting(
       &pool_, [&](Req* g, bool ordered) { granted.emplace_back(g->id, ordered); },
-      [&](const Req*) { return InOrderSlot{&lane_a, 0}; });
-  EXPECT_EQ(granted, (std::vector<std::pair<int, bool>>{{3, true}}));
-  q_.Release(w, true, true);
-  EXPECT_EQ(q_.in_order(), 1);
-  EXPECT_EQ(q_.active(), 2);
+      [&](const Req*) { return InOrderSlot{&lane_b, 0}; });
+  EXPECT_EQ(granted, (std::vector<std::pair<int, bool>>{{3, false}}));
+  // A group of readers lets another lane's reader in at once, but not a writer.
+  q_.NoteInOrder(other, false, &lane_b, 0);
+  EXPECT_TRUE(q_.CanGrant(false));
+  EXPECT_FALSE(q_.CanGrant(true));
+  Req* reader = Make(4);
+  q_.Grant(reader, false);
+  EXPECT_EQ(q_.chain_tail(), nullptr);  // not idle before: the group is no chain behind reader
+  q_.Release(reader, false);
+  other->done = true;
+  EXPECT_EQ(q_.Settle(ran), other);
+  EXPECT_TRUE(q_.idle());
+}
+
+TEST_F(VarQueueTest, ATailInTheLaneGroupIsClearedWhenTheGroupEnds) {
+  int lane_a = 0;
+  Req* w = Make(1);
+  ASSERT_TRUE(Acquire(w, true));
+  q_.NoteInOrder(w, true, &lane_a, 0);
+  ASSERT_EQ(q_.ChainHost(true), w);
+  // An inheriting continuation of a host in the lane group takes nothing from the counts.
+  Req* w2 = Make(2);
+  q_.GrantChained(w2, true, /*via_chain=*/true, /*inherit=*/true, /*host_in_lane=*/true);
+  EXPECT_EQ(q_.active_writes(), 1);
+  EXPECT_EQ(q_.chain_tail(), w2);
+  w->done = true;
+  EXPECT_EQ(q_.Settle([](Req* x) { return x->done; }), w);
+  EXPECT_EQ(q_.chain_tail(), w2);  // w2 is no member: still the tail
+  q_.Release(w2, true);
+  EXPECT_TRUE(q_.idle());
+  EXPECT_EQ(q_.chain_tail(), nullptr);
+  // Without the continuation, the group's end clears the tail.
+  Req* w3 = Make(3);
+  ASSERT_TRUE(Acquire(w3, true));
+  q_.NoteInOrder(w3, true, &lane_a, 0);
+  w3->done = true;
+  EXPECT_EQ(q_.Settle([](Req* x) { return x->done; }), w3);
+  EXPECT_EQ(q_.chain_tail(), nullptr);
 }
 
 // -------------------------------------------------------------------------------------- random workloads
@@ -251,7 +323,7 @@ void RunAgainstModel(Pattern pattern, int num_vars, int n, std::uint64_t seed) {
       for (auto [v, write] : r->vars) {
         granted.erase({r->id, v});
         Queue& q = queues[static_cast<std::size_t>(v)];
-        q.Release(r, write, false);
+        q.Release(r, write);
         q.GrantWaiting(&pool, [&, v = v](Req* g) { on_grant(g, v); });
       }
     }
@@ -285,10 +357,13 @@ TEST(VarQueueRandom, ReaderWriterRoundsMatchTheSequentialModel) {
 }
 
 // The engine's use with in-order lanes, simulated: a fully granted request is dispatched to its lane (a
-// FIFO run one at a time) or, without a lane, to a pool run in any order; at dispatch it is counted in order
-// when all its variables allow (NoteInOrder); a conflicting request is granted by GrantOrdered when its lane
-// orders it behind every holder. Checked when each request runs: every earlier conflicting request on each
-// of its variables has completed (the rule), and everything eventually runs.
+// FIFO run one at a time) or, without a lane, to a pool run in any order; at dispatch it joins its
+// variables' lane groups when all of them allow (NoteInOrder), and is then never released: the groups are
+// settled whenever a variable is looked at, and a request that waits behind a group is granted once the
+// group's last member has run (the engine's kLaneDone event, simulated by a settle pass after each run). A
+// conflicting request is granted by GrantOrdered when its lane orders it behind every holder. Checked when
+// each request runs: every earlier conflicting request on each of its variables has completed (the rule),
+// and everything eventually runs.
 void RunWithLanes(Pattern pattern, int num_vars, int n, int num_lanes, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto reqs = MakeRequests(pattern, num_vars, n, &rng);
@@ -310,7 +385,7 @@ void RunWithLanes(Pattern pattern, int num_vars, int n, int num_lanes, std::uint
       for (auto [v, w] : r->vars) compatible = compatible && queues[static_cast<std::size_t>(v)].InOrderCompatible(r->lane, 0);
       if (compatible) {
         for (auto [v, w] : r->vars) {
-          queues[static_cast<std::size_t>(v)].NoteInOrder(r->lane, 0);
+          queues[static_cast<std::size_t>(v)].NoteInOrder(r, w, r->lane, 0);
           revisit.push_back(v);
         }
         r->in_order = true;
@@ -329,7 +404,9 @@ void RunWithLanes(Pattern pattern, int num_vars, int n, int num_lanes, std::uint
     if (--r->pending == 0) dispatch(r);
   };
   auto grant_waiting = [&](int v) {
-    queues[static_cast<std::size_t>(v)].GrantWaiting(&pool, grant, [](const Req* r) { return InOrderSlot{r->lane, 0}; });
+    Queue& q = queues[static_cast<std::size_t>(v)];
+    q.Settle([](Req* last) { return last->done; });
+    q.GrantWaiting(&pool, grant, [](const Req* r) { return InOrderSlot{r->lane, 0}; });
   };
   auto drain_revisit = [&] {
     while (!revisit.empty()) {
@@ -352,7 +429,7 @@ void RunWithLanes(Pattern pattern, int num_vars, int n, int num_lanes, std::uint
     r->done = true;
     ++completed;
     for (auto [v, write] : r->vars) {
-      queues[static_cast<std::size_t>(v)].Release(r, write, r->in_order);
+      if (!r->in_order) queues[static_cast<std::size_t>(v)].Release(r, write);
       grant_waiting(v);
     }
     drain_revisit();
@@ -370,6 +447,7 @@ void RunWithLanes(Pattern pattern, int num_vars, int n, int num_lanes, std::uint
       int now = 0;
       for (auto [v, write] : r->vars) {
         Queue& q = queues[static_cast<std::size_t>(v)];
+        if (rng() % 2 == 0) q.Settle([](Req* last) { return last->done; });  // the engine settles on every push
         if (q.CanGrant(write)) {
           q.Grant(r, write);
           ++now;
@@ -403,9 +481,9 @@ void RunWithLanes(Pattern pattern, int num_vars, int n, int num_lanes, std::uint
     }
     if (::testing::Test::HasFatalFailure()) return;
   }
-  for (const Queue& q : queues) {
-    EXPECT_EQ(q.active(), 0);
-    EXPECT_EQ(q.in_order(), 0);
+  for (Queue& q : queues) {
+    q.Settle([](Req* last) { return last->done; });
+    EXPECT_TRUE(q.idle());
     EXPECT_FALSE(q.has_waiters());
   }
 }
