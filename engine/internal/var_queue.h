@@ -244,6 +244,7 @@ class VarQueue {
         granted(r, false);
         continue;
       }
+      if (!lane_busy() || active() != 0) return;  // no lane can order r (and r's slot stays untouched)
       const InOrderSlot slot = slot_of(r);
       if (!LaneOrders(slot.lane, slot.priority)) return;
       PopFront(pool);
