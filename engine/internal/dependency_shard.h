@@ -118,7 +118,8 @@ class Shard {
   void HandleLaneDone(OprBlock* b);
   // Ends v's lane group if its last member has run (VarQueue::Settle).
   void Settle(ActorVar* v) {
-    if (v->queue.lane_busy()) Unpin(v->queue.Settle([](OprBlock* last) { return last->lane_done.load(std::memory_order_acquire); }));
+    if (!v->queue.lane_busy()) return;
+    Unpin(v->queue.Settle([](OprBlock* last) { return last->lane_done.load(std::memory_order_acquire); }));
   }
   void Unpin(OprBlock* b) {
     if (b != nullptr && --b->lane_pins == 0) recycle_.push_back(b);

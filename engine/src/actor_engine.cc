@@ -467,7 +467,9 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain
     }
   } else if ((raw & kInheritsHolds) == 0) {
     // Tell the shards, unless the continuation inherited every hold (then there is nothing to release).
-    for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b, here);
+    for (std::uint64_t m = o->shard_mask; m != 0; m &= m - 1) {
+      shards_[__builtin_ctzll(m)]->Post(EventKind::kComplete, b, here);
+    }
   }
   NoteFinished();
   ReleaseRef(b);  // Finish's reference; `b` may be recycled from here on
