@@ -5,6 +5,7 @@
 #include "base/address_space.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <string>
@@ -21,9 +22,16 @@ namespace {
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 // Lowers the soft address-space limit to what is mapped now plus `headroom`, for the life of the object.
+// It also stops glibc from making new malloc arenas, as the runtime does when it starts under a limit
+// (actors/src/runtime.cc, CapMallocArenas): here the runtime started before the limit, and a thread of it
+// that allocates for the first time only now (a CAF thread the scheduler starts late, on a loaded machine)
+// would otherwise reserve a 64 MiB arena, when the mapping happens to come aligned, and leave nothing of
+// the headroom for the next thread's first allocation (CI once aborted: "failed to register TLS destructor:
+// out of memory").
 class ScopedAddressLimit {
  public:
   explicit ScopedAddressLimit(std::size_t headroom) {
+    mallopt(M_ARENA_MAX, 1);  // threads without an arena share the existing ones (never undone: harmless here)
     EXPECT_EQ(getrlimit(RLIMIT_AS, &old_), 0);
     const std::size_t used = AddressSpaceUsed();
     EXPECT_GT(used, 0u);
