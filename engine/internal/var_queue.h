@@ -244,7 +244,7 @@ class VarQueue {
         granted(r, false);
         continue;
       }
-      if (!lane_busy() || active() != 0) return;  // no lane can order r (and r's slot stays untouched)
+      if (!OnlyLaneGroupHolds()) return;  // no lane can order r (and r's slot, on a cold block, stays untouched)
       const InOrderSlot slot = slot_of(r);
       if (!LaneOrders(slot.lane, slot.priority)) return;
       PopFront(pool);
@@ -256,9 +256,9 @@ class VarQueue {
  private:
   // Every holder is in the lane group, and the group belongs to `lane` at `priority`.
   bool LaneOrders(const void* lane, int priority) const {
-    return lane != nullptr && lane_busy() && active() == 0 && in_order_lane_ == lane &&
-           in_order_priority_ == priority;
+    return lane != nullptr && OnlyLaneGroupHolds() && in_order_lane_ == lane && in_order_priority_ == priority;
   }
+  bool OnlyLaneGroupHolds() const { return lane_busy() && active() == 0; }
   void SetTail(R* r, bool write) {
     chain_tail_ = r;
     chain_tail_writes_ = r != nullptr && write;

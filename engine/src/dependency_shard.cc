@@ -242,8 +242,8 @@ bool Shard::TryChainWaiter(OprBlock* f, OprBlock* tail) {
       ok = false;
     }
   });
-  // Every variable f still waits for must be one of the fronts counted above.
-  if (!ok || !any_chain || fronts != f->pending_grants.load(std::memory_order_relaxed)) return false;
+  // The one variable f still waits for must be the front counted above.
+  if (!ok || !any_chain || fronts != 1) return false;
   const bool inherit = CanInherit(tail, o);
   OprBlock* expected = nullptr;
   if (!tail->next.compare_exchange_strong(expected, inherit ? Tag(f, kInheritsHolds) : f,
@@ -306,7 +306,6 @@ void Shard::Dispatch(OprBlock* b) {
       compatible = compatible && v->queue.InOrderCompatible(b->in_order_lane, b->priority);
     });
     if (compatible) {
-      b->lane_pins = 0;
       ForEachVar(b->opr, [&](ActorVar* v, bool write) {
         OprBlock* previous = v->queue.NoteInOrder(b, write, b->in_order_lane, b->priority);
         ++b->lane_pins;

@@ -462,8 +462,10 @@ TEST_P(EngineSemantics, FunctionsTheLaneCannotOrderWaitForEveryEarlierConflictin
   std::atomic<int> ran{0};  // functions on v that ran, in push order when they write v
   std::atomic<int> wrong{0};
   std::atomic<int> timeouts{0};
-  auto expect_ran = [&](int n) {
-    if (ran.load() != n) wrong++;
+  // A function pushed after `before` others on v: all of them have run; then it counts itself.
+  auto count_run = [&](int before) {
+    if (ran.load() != before) wrong++;
+    ran++;
   };
   engine->PushSync(
       [&](RunContext) {
@@ -475,9 +477,9 @@ TEST_P(EngineSemantics, FunctionsTheLaneCannotOrderWaitForEveryEarlierConflictin
   for (int round = 0; round < 4; ++round) {
     for (int i = 0; i < 3; ++i) {  // writers and readers the lane orders (readers also write u: one at a time)
       const int before = pushed++;
-      engine->PushSync([&, before](RunContext) { expect_ran(before), ran++; }, kCpu, {}, {v});
+      engine->PushSync([&, before](RunContext) { count_run(before); }, kCpu, {}, {v});
       const int reader_before = pushed++;
-      engine->PushSync([&, reader_before](RunContext) { expect_ran(reader_before), ran++; }, kCpu, {v}, {u});
+      engine->PushSync([&, reader_before](RunContext) { count_run(reader_before); }, kCpu, {v}, {u});
     }
     const int before = pushed++;
     switch (round) {
@@ -485,23 +487,22 @@ TEST_P(EngineSemantics, FunctionsTheLaneCannotOrderWaitForEveryEarlierConflictin
         engine->PushAsync(
             [&, before](RunContext, CallbackOnComplete cb) {
               completer.Post([&, before, cb] {
-                expect_ran(before);
-                ran++;
+                count_run(before);
                 cb();
               });
             },
             kCpu, {}, {v});
         break;
       case 1:  // another priority
-        engine->PushSync([&, before](RunContext) { expect_ran(before), ran++; }, kCpu, {}, {v},
+        engine->PushSync([&, before](RunContext) { count_run(before); }, kCpu, {}, {v},
                          FnProperty::kNormal, 7);
         break;
       case 2:  // the prioritized CPU lane
-        engine->PushSync([&, before](RunContext) { expect_ran(before), ran++; }, kCpu, {}, {v},
+        engine->PushSync([&, before](RunContext) { count_run(before); }, kCpu, {}, {v},
                          FnProperty::kCPUPrioritized);
         break;
       default:  // another CPU device
-        engine->PushSync([&, before](RunContext) { expect_ran(before), ran++; }, Context::CPU(1), {}, {v});
+        engine->PushSync([&, before](RunContext) { count_run(before); }, Context::CPU(1), {}, {v});
         break;
     }
   }
