@@ -45,6 +45,10 @@ class Task {
 
   int priority = 0;
   std::uint64_t seq = 0;  // assigned by the device: FIFO order among equal priorities
+  // Set by the submitter: the task runs after every in-order task submitted to the same lane before it at
+  // the same priority has finished, one in-order task at a time (a lane with one worker runs every task so).
+  // Other tasks of a lane with several workers run beside them.
+  bool in_order = false;
 
  protected:
   ~Task() = default;
@@ -54,6 +58,7 @@ struct LaneStats {
   std::size_t queued = 0;   // ready, waiting for a worker
   std::size_t running = 0;  // being run by a worker now
   std::uint64_t executed = 0;
+  std::uint64_t executed_in_order = 0;  // of those, in-order tasks run one at a time (Task::in_order)
 };
 
 struct DeviceStats {

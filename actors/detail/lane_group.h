@@ -1,7 +1,11 @@
 // LaneGroup — the workers of one lane of a device and the ready queue they share.
 //
 // Ready tasks wait in one FIFO per priority (higher priority first, submission order within one). Each worker is a detached CAF
-// actor (its own thread). An idle worker polls the queue for RuntimeConfig::worker_spin_us, then records
+// actor (its own thread). In a lane with several workers, in-order tasks (Task::in_order) wait in a second
+// such queue that one worker at a time drains: the worker that pops one holds that queue until it pops
+// again, so they run one after the other in submission order (per priority), while the other workers run
+// the rest. Between the two queues a worker takes the higher priority, then the earlier submission.
+// A lane with one worker keeps one queue: it runs every task in order anyway. An idle worker polls the queue for RuntimeConfig::worker_spin_us, then records
 // itself as asleep and returns to its mailbox; Submit wakes sleepers with one message each, and only as
 // many as there are tasks not already covered by spinning workers.
 //
@@ -53,11 +57,16 @@ class LaneGroup {
   struct Worker {
     WakeableActor actor;
     WorkerInfo info;
+    bool holds_in_order = false;  // ran the last in-order task popped (guarded by mu_)
   };
 
   void StartWorkers();  // under start_mu_
   void Drain(Worker* w);
-  Task* Pop();
+  // The next task for `w` (null: none available), after w gives back the in-order queue if it held it.
+  // Sets *wake to a sleeper to wake, or -1.
+  Task* Pop(Worker* w, int* wake);
+  std::size_t Available() const;  // tasks a worker may pop now; under mu_
+  void Published();               // queued_ and top_priority_ from the queues; under mu_
   bool SpinForWork();
   bool Sleep(int index);
   // The ready tasks: one FIFO per priority, highest priority first. A lane mostly sees one or two
@@ -68,6 +77,7 @@ class LaneGroup {
     bool empty() const { return size_ == 0; }
     std::size_t size() const { return size_; }
     void Push(Task* t);
+    Task* Top() const;  // the task Pop returns; requires !empty()
     Task* Pop();  // requires !empty()
     int TopPriority() const;  // INT_MIN when empty
 
@@ -117,12 +127,15 @@ class LaneGroup {
 
   mutable SpinLock mu_;
   ReadyQueue ready_;                 // guarded by mu_
+  ReadyQueue in_order_;              // guarded by mu_: in-order tasks of a lane with several workers
+  bool in_order_held_ = false;       // guarded by mu_: a worker runs an in-order task (holds in_order_)
   std::vector<int> sleepers_;        // guarded by mu_
   std::uint64_t next_seq_ = 0;       // guarded by mu_
   std::atomic<std::size_t> queued_{0};
   std::atomic<int> spinning_{0};
   std::atomic<std::size_t> running_{0};
   std::atomic<std::uint64_t> executed_{0};
+  std::atomic<std::uint64_t> executed_in_order_{0};
   std::atomic<int> top_priority_{INT_MIN};
 };
 

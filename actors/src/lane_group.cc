@@ -38,12 +38,11 @@ void LaneGroup::Submit(Task* const* tasks, std::size_t n) {
     std::lock_guard<SpinLock> lock(mu_);
     for (std::size_t i = 0; i < n; ++i) {
       tasks[i]->seq = next_seq_++;
-      ready_.Push(tasks[i]);
+      (tasks[i]->in_order && options_.workers > 1 ? in_order_ : ready_).Push(tasks[i]);
     }
-    queued_.store(ready_.size(), std::memory_order_relaxed);
-    top_priority_.store(ready_.TopPriority(), std::memory_order_relaxed);
+    Published();
     // Wake as many sleepers as there are tasks that spinning workers will not pick up.
-    std::size_t uncovered = ready_.size();
+    std::size_t uncovered = Available();
     int spinning = spinning_.load(std::memory_order_relaxed);
     uncovered = uncovered > static_cast<std::size_t>(spinning) ? uncovered - spinning : 0;
     while (uncovered > 0 && !sleepers_.empty() && n_wake < 8) {
@@ -53,6 +52,13 @@ void LaneGroup::Submit(Task* const* tasks, std::size_t n) {
     }
   }
   for (int i = 0; i < n_wake; ++i) workers_[to_wake[i]]->actor.Wake();
+}
+
+std::size_t LaneGroup::Available() const { return ready_.size() + (in_order_held_ ? 0 : in_order_.size()); }
+
+void LaneGroup::Published() {
+  queued_.store(Available(), std::memory_order_relaxed);
+  top_priority_.store(std::max(ready_.TopPriority(), in_order_.TopPriority()), std::memory_order_relaxed);
 }
 
 void LaneGroup::ReadyQueue::Push(Task* t) {
@@ -93,13 +99,42 @@ int LaneGroup::ReadyQueue::TopPriority() const {
   return INT_MIN;
 }
 
-Task* LaneGroup::Pop() {
+Task* LaneGroup::ReadyQueue::Top() const {
+  for (const Level& level : levels_) {
+    if (!level.fifo.empty()) return level.fifo.front();
+  }
+  return nullptr;
+}
+
+Task* LaneGroup::Pop(Worker* w, int* wake) {
+  *wake = -1;
   std::lock_guard<SpinLock> lock(mu_);
-  if (ready_.empty()) return nullptr;
-  Task* t = ready_.Pop();
-  queued_.store(ready_.size(), std::memory_order_relaxed);
-  top_priority_.store(ready_.TopPriority(), std::memory_order_relaxed);
+  if (w->holds_in_order) {  // its in-order task has finished: the next one may start
+    w->holds_in_order = false;
+    in_order_held_ = false;
+  }
+  bool take_in_order = false;
+  if (!in_order_held_ && !in_order_.empty()) {
+    const Task* a = in_order_.Top();
+    const Task* b = ready_.empty() ? nullptr : ready_.Top();
+    take_in_order = b == nullptr || a->priority > b->priority || (a->priority == b->priority && a->seq < b->seq);
+  }
+  Task* t = nullptr;
+  if (take_in_order) {
+    t = in_order_.Pop();
+    in_order_held_ = true;
+    w->holds_in_order = true;
+  } else if (!ready_.empty()) {
+    t = ready_.Pop();
+  }
+  Published();
+  if (t == nullptr) return nullptr;
   running_.fetch_add(1, std::memory_order_relaxed);
+  // Tasks this worker could not take while it held the in-order queue may be left for a sleeper now.
+  if (Available() > static_cast<std::size_t>(spinning_.load(std::memory_order_relaxed)) && !sleepers_.empty()) {
+    *wake = sleepers_.back();
+    sleepers_.pop_back();
+  }
   return t;
 }
 
@@ -113,7 +148,7 @@ bool LaneGroup::SpinForWork() {
 
 bool LaneGroup::Sleep(int index) {
   std::lock_guard<SpinLock> lock(mu_);
-  if (!ready_.empty()) return false;
+  if (Available() != 0) return false;
   sleepers_.push_back(index);
   return true;
 }
@@ -122,10 +157,14 @@ void LaneGroup::Drain(Worker* w) {
   if (w->info.thread_id == 0) w->info.thread_id = CurrentThreadId();
   if (options_.on_worker_wake) options_.on_worker_wake();
   for (;;) {
-    if (Task* t = Pop()) {
+    int wake = -1;
+    if (Task* t = Pop(w, &wake)) {
+      if (wake >= 0) workers_[wake]->actor.Wake();
+      const bool in_order = t->in_order;  // read before Run: t may be recycled by then
       t->Run(options_.rctx, w->info);  // Task::Run never throws: the engine catches user errors
-      running_.fetch_sub(1, std::memory_order_relaxed);
       executed_.fetch_add(1, std::memory_order_relaxed);
+      if (in_order) executed_in_order_.fetch_add(1, std::memory_order_relaxed);
+      running_.fetch_sub(1, std::memory_order_release);  // after the counts: running 0 means they are final
       continue;
     }
     if (SpinForWork()) continue;
@@ -136,8 +175,9 @@ void LaneGroup::Drain(Worker* w) {
 LaneStats LaneGroup::Stats() const {
   LaneStats s;
   s.queued = queued_.load(std::memory_order_relaxed);
-  s.running = running_.load(std::memory_order_relaxed);
+  s.running = running_.load(std::memory_order_acquire);  // first: with 0, the counts below are final
   s.executed = executed_.load(std::memory_order_relaxed);
+  s.executed_in_order = executed_in_order_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -90,8 +90,18 @@ class ActorEngine final : public Engine {
   std::shared_ptr<Runtime> runtime_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::mutex multi_shard_push_mu_;  // invariant 2
-  bool in_order_normal_lane_ = false;    // CPU normal lanes have one worker (run in submission order)
-  bool in_order_priority_lane_ = false;  // CPU priority lanes have one worker
+  // Per CPU lane kind (Lane::kNormal, Lane::kPriority): whether such lanes have several workers, and whether
+  // their in-order queue is in use. A lane with one worker runs its tasks in submission order, so it orders
+  // every function it can (InOrderLane). A lane with several workers orders them on its in-order queue
+  // (Task::in_order: one worker at a time) only while the functions its workers ran lately are short, so
+  // that one worker running them back to back costs less than handing them out in parallel: each worker
+  // keeps a moving average of its synchronous functions' run time (NoteRunTime), and flips ordered_ when its
+  // average crosses the bounds below.
+  bool many_workers_[2] = {false, false};
+  alignas(64) std::atomic<bool> ordered_[2] = {false, false};
+  std::int64_t order_below_ticks_ = 0;    // start ordering once a worker's average falls below this
+  std::int64_t unorder_above_ticks_ = 0;  // stop once it rises above this (or one function runs longer)
+  void NoteRunTime(Lane lane, std::int64_t ticks);
 
   BlockPool blocks_{this};
 

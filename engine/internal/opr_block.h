@@ -109,9 +109,10 @@ struct OprBlock final : Task {
   Device* device = nullptr;
   bool profiling = false;
   std::int64_t begin_ns = 0;
-  // Set by the pusher: the identity of the in-order executor this block runs on (its device's lane when
-  // that lane has one worker), or null when the block may not be ordered by its lane (several workers, a
-  // GPU, a function that completes later through a callback, one spanning several shards).
+  // Set by the pusher: the identity of the in-order executor this block runs on (its device's CPU lane when
+  // that lane has one worker, or orders its short functions: Task::in_order is then set too), or null when
+  // the block may not be ordered by its lane (a lane of several workers running long functions, a GPU, a
+  // function that completes later through a callback, one spanning several shards).
   const void* in_order_lane = nullptr;
   // Set by the shard that dispatched the block to in_order_lane and moved it into its variables' lane groups
   // (VarQueue::NoteInOrder), before the block reaches the lane; read by the worker that finishes it. Such a

@@ -27,8 +27,27 @@ namespace {
 // 17 of 17 runs under ThreadSanitizer, and every suite passes with the dependency rule checked at run time
 // (TROUPE_ENGINE_CHECK_ORDER, on in the engine, kvstore_local and ndarray_random suites).
 constexpr bool kInOrderLanes = true;
+// Whether CPU lanes with several workers order their short functions (ActorEngine::ordered_); false keeps
+// them unordered, for A/B measurements.
+constexpr bool kOrderShortFunctions = true;
 
 thread_local OprBlock* tl_running_block = nullptr;
+
+// The bounds of ActorEngine::ordered_, in nanoseconds. A hand-off from the dependency shard to a second
+// worker and the completion back cost about 1-2 us on the 2-core machines troupe is measured on; functions
+// shorter than that gain nothing from running in parallel. A worker turns ordering on once its moving
+// average falls below kOrderBelowNs, and off as soon as one function runs longer than kUnorderAboveNs (the
+// average then restarts from that function's time).
+constexpr std::int64_t kOrderBelowNs = 1000;
+constexpr std::int64_t kUnorderAboveNs = 4000;
+// The newest function's weight in the moving average, 1/2^kRunTimeShift: the average covers the last 64 or
+// so functions, so a few short functions among long ones do not turn ordering on (after one function of
+// 100 us it takes about 300 short ones).
+constexpr int kRunTimeShift = 6;
+// A worker thread's moving average of its synchronous functions' run time, in ticks. It starts at the upper
+// bound: a lane orders nothing until its functions proved short.
+thread_local std::int64_t tl_run_ticks = 0;
+thread_local const void* tl_run_ticks_owner = nullptr;  // the engine whose worker this thread is
 
 }  // namespace
 
@@ -53,8 +72,14 @@ void OprBlock::StreamDone(std::exception_ptr error) {
 ActorEngine::ActorEngine(const EngineConfig& config)
     : runtime_(Runtime::Create(config.runtime, config.actor_system)) {
   const RuntimeConfig& rc = runtime_->config();
-  in_order_normal_lane_ = rc.cpu_workers == 1;
-  in_order_priority_lane_ = rc.cpu_priority_workers == 1;
+  many_workers_[static_cast<int>(Lane::kNormal)] = rc.cpu_workers > 1;
+  many_workers_[static_cast<int>(Lane::kPriority)] = rc.cpu_priority_workers > 1;
+  static const double ns_per_tick = [] {  // once per process (the converter may wait up to 1 ms)
+    const TickConverter ticks;
+    return std::max(1e-3, static_cast<double>(ticks.ToNs(1'000'000'000) - ticks.ToNs(0)) / 1e9);
+  }();
+  order_below_ticks_ = static_cast<std::int64_t>(kOrderBelowNs / ns_per_tick);
+  unorder_above_ticks_ = static_cast<std::int64_t>(kUnorderAboveNs / ns_per_tick);
   for (int i = 0; i < rc.dependency_shards; ++i) {
     shards_.push_back(std::make_unique<Shard>(this, i, rc.worker_spin_us));
     shards_.back()->Spawn(runtime_->system(), rc.detached_dependency_actors);
@@ -181,21 +206,39 @@ Lane ActorEngine::LaneFor(Context ctx, FnProperty prop) {
   return prop == FnProperty::kCPUPrioritized ? Lane::kPriority : Lane::kNormal;
 }
 
-// The in-order executor a block runs on, when its lane runs tasks one at a time in submission order (a CPU
-// lane with one worker: Device, "equal priorities run in submission order") and the block's function is
-// over when it returns (a synchronous function: an asynchronous one may complete later, after the lane
-// started the next task). Only single-shard blocks: their one shard dispatches them, so it knows the order in
-// which they reach the lane.
+// The in-order executor a block runs on, when its lane runs it one at a time in submission order with the
+// lane's other in-order tasks (a CPU lane with one worker: Device, "equal priorities run in submission
+// order"; a CPU lane with several workers while ordered_ says its functions are short: Task::in_order) and
+// the block's function is over when it returns (a synchronous function: an asynchronous one may complete
+// later, after the lane started the next task). Only single-shard blocks: their one shard dispatches them, so
+// it knows the order in which they reach the lane.
 const void* ActorEngine::InOrderLane(const OprBlock* b) const {
   const Opr* o = b->opr;
   if (!kInOrderLanes || b->ctx.dev_type != DeviceType::kCPU || !o->sync_fn || o->internal_barrier ||
       o->num_shards != 1 || o->prop == FnProperty::kDeleteVar || o->prop == FnProperty::kAsync) {
     return nullptr;
   }
-  const bool one_worker = b->lane == Lane::kNormal ? in_order_normal_lane_ : in_order_priority_lane_;
-  if (!one_worker) return nullptr;
+  const int kind = static_cast<int>(b->lane);
+  if (many_workers_[kind] && !(kOrderShortFunctions && ordered_[kind].load(std::memory_order_relaxed))) {
+    return nullptr;
+  }
   // One identity per (device, lane): an address inside the device object.
-  return reinterpret_cast<const char*>(b->device) + static_cast<int>(b->lane);
+  return reinterpret_cast<const char*>(b->device) + kind;
+}
+
+void ActorEngine::NoteRunTime(Lane lane, std::int64_t ticks) {
+  if (tl_run_ticks_owner != this) {  // a worker thread serves one engine; a new engine's starts afresh
+    tl_run_ticks_owner = this;
+    tl_run_ticks = unorder_above_ticks_;
+  }
+  tl_run_ticks = ticks > unorder_above_ticks_ ? ticks : tl_run_ticks + ((ticks - tl_run_ticks) >> kRunTimeShift);
+  std::atomic<bool>& ordered = ordered_[static_cast<int>(lane)];
+  const bool now = ordered.load(std::memory_order_relaxed);
+  if (!now && tl_run_ticks < order_below_ticks_) {
+    ordered.store(true, std::memory_order_relaxed);
+  } else if (now && tl_run_ticks > unorder_above_ticks_) {
+    ordered.store(false, std::memory_order_relaxed);
+  }
 }
 
 void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling) {
@@ -215,6 +258,7 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
   b->profiling = profiling || profiling_.load(std::memory_order_relaxed);
   b->completed_inline = false;
   b->in_order_lane = InOrderLane(b);
+  b->in_order = b->in_order_lane != nullptr;
   b->in_order_counted = false;
   b->lane_pins = 0;
   b->lane_done.store(false, std::memory_order_relaxed);
@@ -382,11 +426,15 @@ OprBlock* ActorEngine::Execute(OprBlock* b, const RunContext& rctx, const Worker
     next = Finish(b, poison, drain);
   } else if (o->sync_fn) {
     std::exception_ptr error;
+    // On a CPU lane with several workers the run time decides whether the lane orders functions.
+    const bool timed = worker != nullptr && !rctx.ctx.is_gpu() && many_workers_[static_cast<int>(b->lane)];
+    const std::int64_t start = timed ? ProfileTicks() : 0;
     try {
       o->sync_fn(rctx);
     } catch (...) {
       error = std::current_exception();
     }
+    if (timed) NoteRunTime(b->lane, ProfileTicks() - start);
     if (rctx.ctx.is_gpu() && worker != nullptr && !error) {
       // Complete when the stream has run what fn enqueued; StreamDone finishes the block.
       worker->device->CompleteAfterStream(*worker, b);

@@ -2,10 +2,16 @@
 // a user gets for bad settings or devices that do not exist.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "actors/config.h"
+#include "actors/device.h"
 #include "actors/runtime.h"
 #include "caf/all.hpp"
 #include "engine/engine.h"
@@ -90,6 +96,58 @@ TEST(Runtime, MissingGpuIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gpu(0)"), std::string::npos) << e.what();
   }
+}
+
+// A lane with several workers runs its in-order tasks (Task::in_order) one at a time in submission order,
+// and its other tasks beside them: the first in-order task waits until a task submitted after every in-order
+// one has run, which only another worker can do while the in-order queue is held.
+TEST(Runtime, InOrderTasksOfALaneWithSeveralWorkersRunOneAtATimeInSubmissionOrder) {
+  RuntimeConfig rc;
+  rc.cpu_workers = 2;
+  auto rt = Runtime::Create(rc);
+  Device* cpu = rt->GetDevice(Context::CPU(0));
+
+  struct FnTask final : Task {
+    std::function<void()> fn;
+    void Run(const RunContext&, const WorkerInfo&) override { fn(); }
+  };
+  constexpr int kInOrder = 200;
+  std::vector<FnTask> tasks(kInOrder + 1);
+  std::atomic<int> running_in_order{0}, overlaps{0}, next{0}, out_of_order{0}, done{0};
+  std::atomic<bool> other_ran{false}, first_saw_other{false};
+  for (int i = 0; i < kInOrder; ++i) {
+    tasks[i].in_order = true;
+    tasks[i].fn = [&, i] {
+      if (running_in_order.fetch_add(1) != 0) overlaps++;
+      if (i == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!other_ran.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        first_saw_other = other_ran.load();
+      }
+      if (next.fetch_add(1) != i) out_of_order++;
+      running_in_order.fetch_sub(1);
+      done++;
+    };
+  }
+  tasks[kInOrder].fn = [&] {
+    other_ran = true;
+    done++;
+  };
+  for (int i = 0; i < kInOrder; ++i) cpu->Submit(&tasks[i], Lane::kNormal);
+  cpu->Submit(&tasks[kInOrder], Lane::kNormal);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (done.load() != kInOrder + 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_EQ(done.load(), kInOrder + 1) << "the lane did not run every task";
+  EXPECT_TRUE(first_saw_other.load()) << "no other worker ran a task while an in-order task ran";
+  EXPECT_EQ(overlaps.load(), 0) << "two in-order tasks ran at the same time";
+  EXPECT_EQ(out_of_order.load(), 0) << "in-order tasks ran out of submission order";
+  // A worker counts a task once its Run has returned, just after the task's own count.
+  auto lane_stats = [&] { return rt->Stats()[0].lanes[static_cast<int>(Lane::kNormal)]; };
+  while (lane_stats().executed != kInOrder + 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(lane_stats().executed, static_cast<std::uint64_t>(kInOrder + 1));
+  EXPECT_EQ(lane_stats().executed_in_order, static_cast<std::uint64_t>(kInOrder));
 }
 
 TEST(RuntimeConfigTest, ResolvedFillsDefaultsAndRejectsNonsense) {

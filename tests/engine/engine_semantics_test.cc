@@ -409,6 +409,69 @@ TEST_P(EngineSemantics, ReadersQueuedBehindAWriterRunTogether) {
   CheckReadersRunTogether(engine.get(), /*writer_pending=*/true);
 }
 
+// A CPU lane with several workers orders functions shorter than a hand-off on its in-order queue (one
+// worker runs them back to back, and their lane groups spare them their completions), and stops once a
+// function runs long: readers run together again after that.
+TEST_P(EngineSemantics, ALaneWithSeveralWorkersOrdersShortFunctionsUntilOneRunsLong) {
+  if (naive() || GetParam().workers < 2) GTEST_SKIP() << "needs the actor engine with >= 2 CPU workers";
+  auto engine = MakeEngine(GetParam());
+  ASSERT_NE(engine, nullptr);
+  auto in_order_runs = [&] {
+    std::uint64_t n = 0;
+    for (const DeviceStats& d : engine->Stats().devices) n += d.lanes[static_cast<int>(Lane::kNormal)].executed_in_order;
+    return n;
+  };
+  // Ordering starts once a worker has run enough short functions in a row, and applies to what is pushed
+  // from then on: push batches of short functions until some ran in order.
+  VarHandle warm = engine->NewVariable();
+  const auto deadline = std::chrono::steady_clock::now() + kLongWait;
+  while (in_order_runs() == 0 && std::chrono::steady_clock::now() < deadline) {
+    for (int i = 0; i < 200; ++i) engine->PushSync([](RunContext) {}, kCpu, {}, {warm});
+    engine->WaitForAll();
+  }
+  ASSERT_GT(in_order_runs(), 0u) << "no short function ran on the lane's in-order queue";
+  // Readers and writers while the lane orders them (it may stop and start again meanwhile).
+  constexpr int kReaders = 8;
+  const int rounds = static_cast<int>(Scaled(2000, 200));
+  VarHandle x = engine->NewVariable();
+  std::vector<VarHandle> mine;
+  for (int j = 0; j < kReaders; ++j) mine.push_back(engine->NewVariable());
+  std::atomic<int> value{-1}, wrong{0};
+  std::vector<int> seen(kReaders, -1);  // each written only by functions that write mine[j]
+  for (int r = 0; r < rounds; ++r) {
+    engine->PushSync([&, r](RunContext) { value.store(r, std::memory_order_relaxed); }, kCpu, {}, {x});
+    for (int j = 0; j < kReaders; ++j) {
+      engine->PushSync(
+          [&, r, j](RunContext) {
+            if (value.load(std::memory_order_relaxed) != r || seen[j] != r - 1) wrong++;
+            seen[j] = r;
+          },
+          kCpu, {x}, {mine[j]});
+    }
+  }
+  engine->WaitForAll();
+  EXPECT_EQ(wrong.load(), 0) << "a reader saw another round's writer, or its own variable out of order";
+  // One function of a few milliseconds: the worker that ran it stops the ordering.
+  std::atomic<std::uint64_t> sink{0};
+  engine->PushSync(
+      [&](RunContext) {
+        const auto until = std::chrono::steady_clock::now() + 3ms;
+        while (std::chrono::steady_clock::now() < until) sink += Spin(100);
+      },
+      kCpu, {}, {x});
+  engine->WaitForAll();
+  // A worker counts a function once its Run has returned, which may be after WaitForAll returned.
+  auto running = [&] {
+    std::size_t n = 0;
+    for (const DeviceStats& d : engine->Stats().devices) n += d.lanes[static_cast<int>(Lane::kNormal)].running;
+    return n;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return running() == 0; }, kLongWait));
+  const std::uint64_t before = in_order_runs();
+  CheckReadersRunTogether(engine.get(), /*writer_pending=*/true);
+  EXPECT_EQ(in_order_runs(), before) << "functions pushed after a long one were still ordered";
+}
+
 // WaitForVar waits for readers as well as writers, and not for functions on other variables.
 TEST_P(EngineSemantics, WaitForVarWaitsForEarlierReadersAndWriters) {
   Completer completer(1);

@@ -1164,7 +1164,7 @@ void Interpreter::AddBuiltinCommands() {
                    const LaneStats& ls = d.lanes[l];
                    out += std::string("\n  ") + LaneName(static_cast<Lane>(l)) + ": queued " +
                           std::to_string(ls.queued) + ", running " + std::to_string(ls.running) + ", executed " +
-                          std::to_string(ls.executed);
+                          std::to_string(ls.executed) + " (in order " + std::to_string(ls.executed_in_order) + ")";
                  }
                }
                return out;
