@@ -37,12 +37,14 @@ thread_local OprBlock* tl_running_block = nullptr;
 // worker and the completion back cost about 1-2 us on the 2-core machines troupe is measured on; functions
 // shorter than that gain nothing from running in parallel. A worker turns ordering on once its moving
 // average falls below kOrderBelowNs, and off as soon as one function runs longer than kUnorderAboveNs (the
-// average then restarts from that function's time).
+// average then restarts from kUnorderAboveNs, not from that function's time: a worker preempted in the
+// middle of a short function, every few milliseconds on an oversubscribed machine, would otherwise keep the
+// lane unordered for hundreds of functions).
 constexpr std::int64_t kOrderBelowNs = 1000;
 constexpr std::int64_t kUnorderAboveNs = 4000;
 // The newest function's weight in the moving average, 1/2^kRunTimeShift: the average covers the last 64 or
-// so functions, so a few short functions among long ones do not turn ordering on (after one function of
-// 100 us it takes about 300 short ones).
+// so functions, so a few short functions among long ones do not turn ordering on (from the upper bound it
+// takes about 90 short functions in a row).
 constexpr int kRunTimeShift = 6;
 // A worker thread's moving average of its synchronous functions' run time, in ticks. It starts at the upper
 // bound: a lane orders nothing until its functions proved short.
@@ -231,7 +233,8 @@ void ActorEngine::NoteRunTime(Lane lane, std::int64_t ticks) {
     tl_run_ticks_owner = this;
     tl_run_ticks = unorder_above_ticks_;
   }
-  tl_run_ticks = ticks > unorder_above_ticks_ ? ticks : tl_run_ticks + ((ticks - tl_run_ticks) >> kRunTimeShift);
+  tl_run_ticks = ticks > unorder_above_ticks_ ? unorder_above_ticks_ + 1
+                                              : tl_run_ticks + ((ticks - tl_run_ticks) >> kRunTimeShift);
   std::atomic<bool>& ordered = ordered_[static_cast<int>(lane)];
   const bool now = ordered.load(std::memory_order_relaxed);
   if (!now && tl_run_ticks < order_below_ticks_) {
