@@ -1,13 +1,16 @@
 // LaneGroup — the workers of one lane of a device and the ready queue they share.
 //
-// Ready tasks wait in one FIFO per priority (higher priority first, submission order within one). Each worker is a detached CAF
-// actor (its own thread). In a lane with several workers, in-order tasks (Task::in_order) wait in a second
-// such queue that one worker at a time drains: the worker that pops one holds that queue until it pops
-// again, so they run one after the other in submission order (per priority), while the other workers run
-// the rest. Between the two queues a worker takes the higher priority, then the earlier submission.
-// A lane with one worker keeps one queue: it runs every task in order anyway. An idle worker polls the queue for RuntimeConfig::worker_spin_us, then records
-// itself as asleep and returns to its mailbox; Submit wakes sleepers with one message each, and only as
-// many as there are tasks not already covered by spinning workers.
+// Ready tasks wait in one FIFO per priority (higher priority first, submission order within one). Each
+// worker is a detached CAF actor (its own thread). An idle worker polls the queue for
+// RuntimeConfig::worker_spin_us, then records itself as asleep and returns to its mailbox; Submit wakes
+// sleepers with one message each, and only as many as there are tasks not already covered by spinning
+// workers.
+//
+// In a lane with several workers, in-order tasks (Task::in_order) wait in a second such queue that one
+// worker at a time drains: the worker that pops one holds that queue until it pops again, so they run one
+// after the other in submission order (per priority), while the other workers run the rest. Between the two
+// queues a worker takes the higher priority, then the earlier submission. A lane with one worker keeps one
+// queue: it runs every task in order anyway.
 //
 // Thread-safety: Submit, TopPriority and Stats are thread-safe. Workers are started lazily on first Submit
 // when `lazy` is set (the CPU priority lane), so idle lanes cost no threads.

@@ -430,7 +430,9 @@ TEST_P(EngineSemantics, ALaneWithSeveralWorkersOrdersShortFunctionsUntilOneRunsL
     engine->WaitForAll();
   }
   ASSERT_GT(in_order_runs(), 0u) << "no short function ran on the lane's in-order queue";
-  // Readers and writers while the lane orders them (it may stop and start again meanwhile).
+  // Readers and writers while the lane orders them. Every 64th writer runs for 6 us, longer than the bound
+  // that ends ordering, so the lane stops and starts again while functions wait in lane groups and behind
+  // them.
   constexpr int kReaders = 8;
   const int rounds = static_cast<int>(Scaled(2000, 200));
   VarHandle x = engine->NewVariable();
@@ -439,7 +441,16 @@ TEST_P(EngineSemantics, ALaneWithSeveralWorkersOrdersShortFunctionsUntilOneRunsL
   std::atomic<int> value{-1}, wrong{0};
   std::vector<int> seen(kReaders, -1);  // each written only by functions that write mine[j]
   for (int r = 0; r < rounds; ++r) {
-    engine->PushSync([&, r](RunContext) { value.store(r, std::memory_order_relaxed); }, kCpu, {}, {x});
+    engine->PushSync(
+        [&, r](RunContext) {
+          if (r % 64 == 0) {
+            const auto until = std::chrono::steady_clock::now() + 6us;
+            while (std::chrono::steady_clock::now() < until) {
+            }
+          }
+          value.store(r, std::memory_order_relaxed);
+        },
+        kCpu, {}, {x});
     for (int j = 0; j < kReaders; ++j) {
       engine->PushSync(
           [&, r, j](RunContext) {
