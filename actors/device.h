@@ -44,11 +44,12 @@ class Task {
   virtual void StreamDone(std::exception_ptr error) { (void)error; }
 
   int priority = 0;
-  std::uint64_t seq = 0;  // assigned by the device: FIFO order among equal priorities
   // Set by the submitter: the task runs after every in-order task submitted to the same lane before it at
   // the same priority has finished, one in-order task at a time (a lane with one worker runs every task so).
-  // Other tasks of a lane with several workers run beside them.
+  // Other tasks of a lane with several workers run beside them. (Beside `priority`, in what was padding: the
+  // engine's blocks keep their layout.)
   bool in_order = false;
+  std::uint64_t seq = 0;  // assigned by the device: FIFO order among equal priorities
 
  protected:
   ~Task() = default;

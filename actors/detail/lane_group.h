@@ -61,6 +61,8 @@ class LaneGroup {
     WakeableActor actor;
     WorkerInfo info;
     bool holds_in_order = false;  // ran the last in-order task popped (guarded by mu_)
+    std::atomic<std::uint64_t> executed{0};           // written by this worker only
+    std::atomic<std::uint64_t> executed_in_order{0};  // written by this worker only
   };
 
   void StartWorkers();  // under start_mu_
@@ -137,8 +139,6 @@ class LaneGroup {
   std::atomic<std::size_t> queued_{0};
   std::atomic<int> spinning_{0};
   std::atomic<std::size_t> running_{0};
-  std::atomic<std::uint64_t> executed_{0};
-  std::atomic<std::uint64_t> executed_in_order_{0};
   std::atomic<int> top_priority_{INT_MIN};
 };
 

@@ -58,7 +58,9 @@ std::size_t LaneGroup::Available() const { return ready_.size() + (in_order_held
 
 void LaneGroup::Published() {
   queued_.store(Available(), std::memory_order_relaxed);
-  top_priority_.store(std::max(ready_.TopPriority(), in_order_.TopPriority()), std::memory_order_relaxed);
+  int top = ready_.TopPriority();
+  if (!in_order_.empty()) top = std::max(top, in_order_.TopPriority());
+  top_priority_.store(top, std::memory_order_relaxed);
 }
 
 void LaneGroup::ReadyQueue::Push(Task* t) {
@@ -131,7 +133,7 @@ Task* LaneGroup::Pop(Worker* w, int* wake) {
   if (t == nullptr) return nullptr;
   running_.fetch_add(1, std::memory_order_relaxed);
   // Tasks this worker could not take while it held the in-order queue may be left for a sleeper now.
-  if (Available() > static_cast<std::size_t>(spinning_.load(std::memory_order_relaxed)) && !sleepers_.empty()) {
+  if (!sleepers_.empty() && Available() > static_cast<std::size_t>(spinning_.load(std::memory_order_relaxed))) {
     *wake = sleepers_.back();
     sleepers_.pop_back();
   }
@@ -162,8 +164,12 @@ void LaneGroup::Drain(Worker* w) {
       if (wake >= 0) workers_[wake]->actor.Wake();
       const bool in_order = t->in_order;  // read before Run: t may be recycled by then
       t->Run(options_.rctx, w->info);  // Task::Run never throws: the engine catches user errors
-      executed_.fetch_add(1, std::memory_order_relaxed);
-      if (in_order) executed_in_order_.fetch_add(1, std::memory_order_relaxed);
+      // Only this thread writes its counts: a load and a store, no read-modify-write.
+      w->executed.store(w->executed.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      if (in_order) {
+        w->executed_in_order.store(w->executed_in_order.load(std::memory_order_relaxed) + 1,
+                                   std::memory_order_relaxed);
+      }
       running_.fetch_sub(1, std::memory_order_release);  // after the counts: running 0 means they are final
       continue;
     }
@@ -176,8 +182,10 @@ LaneStats LaneGroup::Stats() const {
   LaneStats s;
   s.queued = queued_.load(std::memory_order_relaxed);
   s.running = running_.load(std::memory_order_acquire);  // first: with 0, the counts below are final
-  s.executed = executed_.load(std::memory_order_relaxed);
-  s.executed_in_order = executed_in_order_.load(std::memory_order_relaxed);
+  for (const auto& w : workers_) {
+    s.executed += w->executed.load(std::memory_order_relaxed);
+    s.executed_in_order += w->executed_in_order.load(std::memory_order_relaxed);
+  }
   return s;
 }
 
