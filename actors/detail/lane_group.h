@@ -71,7 +71,7 @@ class LaneGroup {
   // Sets *wake to a sleeper to wake, or -1.
   Task* Pop(Worker* w, int* wake);
   std::size_t Available() const;  // tasks a worker may pop now; under mu_
-  void Published();               // queued_ and top_priority_ from the queues; under mu_
+  void Published();               // queued_, available_ and top_priority_ from the queues; under mu_
   bool SpinForWork();
   bool Sleep(int index);
   // The ready tasks: one FIFO per priority, highest priority first. A lane mostly sees one or two
@@ -136,7 +136,8 @@ class LaneGroup {
   bool in_order_held_ = false;       // guarded by mu_: a worker runs an in-order task (holds in_order_)
   std::vector<int> sleepers_;        // guarded by mu_
   std::uint64_t next_seq_ = 0;       // guarded by mu_
-  std::atomic<std::size_t> queued_{0};
+  std::atomic<std::size_t> queued_{0};     // tasks in both queues (Stats)
+  std::atomic<std::size_t> available_{0};  // Available(): what spinning workers poll
   std::atomic<int> spinning_{0};
   std::atomic<std::size_t> running_{0};
   std::atomic<int> top_priority_{INT_MIN};

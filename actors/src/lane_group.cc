@@ -57,7 +57,8 @@ void LaneGroup::Submit(Task* const* tasks, std::size_t n) {
 std::size_t LaneGroup::Available() const { return ready_.size() + (in_order_held_ ? 0 : in_order_.size()); }
 
 void LaneGroup::Published() {
-  queued_.store(Available(), std::memory_order_relaxed);
+  queued_.store(ready_.size() + in_order_.size(), std::memory_order_relaxed);
+  available_.store(Available(), std::memory_order_relaxed);
   int top = ready_.TopPriority();
   if (!in_order_.empty()) top = std::max(top, in_order_.TopPriority());
   top_priority_.store(top, std::memory_order_relaxed);
@@ -143,7 +144,7 @@ Task* LaneGroup::Pop(Worker* w, int* wake) {
 bool LaneGroup::SpinForWork() {
   if (options_.spin_us <= 0) return false;
   spinning_.fetch_add(1, std::memory_order_seq_cst);
-  const bool found = SpinUntil(options_.spin_us, [this] { return queued_.load(std::memory_order_relaxed) > 0; });
+  const bool found = SpinUntil(options_.spin_us, [this] { return available_.load(std::memory_order_relaxed) > 0; });
   spinning_.fetch_sub(1, std::memory_order_seq_cst);
   return found;
 }

@@ -28,6 +28,7 @@ class TickConverter {
  public:
   TickConverter();
   std::int64_t ToNs(std::int64_t ticks) const;
+  double ns_per_tick() const { return ns_per_tick_; }
 
  private:
   std::int64_t ticks0_, ns0_;

@@ -76,10 +76,7 @@ ActorEngine::ActorEngine(const EngineConfig& config)
   const RuntimeConfig& rc = runtime_->config();
   many_workers_[static_cast<int>(Lane::kNormal)] = rc.cpu_workers > 1;
   many_workers_[static_cast<int>(Lane::kPriority)] = rc.cpu_priority_workers > 1;
-  static const double ns_per_tick = [] {  // once per process (the converter may wait up to 1 ms)
-    const TickConverter ticks;
-    return std::max(1e-3, static_cast<double>(ticks.ToNs(1'000'000'000) - ticks.ToNs(0)) / 1e9);
-  }();
+  static const double ns_per_tick = TickConverter().ns_per_tick();  // once per process (may wait up to 1 ms)
   order_below_ticks_ = static_cast<std::int64_t>(kOrderBelowNs / ns_per_tick);
   unorder_above_ticks_ = static_cast<std::int64_t>(kUnorderAboveNs / ns_per_tick);
   for (int i = 0; i < rc.dependency_shards; ++i) {

@@ -3,11 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "actors/config.h"
@@ -16,6 +14,7 @@
 #include "caf/all.hpp"
 #include "engine/engine.h"
 #include "tests/common/scoped_env.h"
+#include "tests/engine/test_util.h"
 
 namespace troupe {
 namespace {
@@ -102,6 +101,7 @@ TEST(Runtime, MissingGpuIsAClearError) {
 // and its other tasks beside them: the first in-order task waits until a task submitted after every in-order
 // one has run, which only another worker can do while the in-order queue is held.
 TEST(Runtime, InOrderTasksOfALaneWithSeveralWorkersRunOneAtATimeInSubmissionOrder) {
+  using engine_test::WaitUntil;
   RuntimeConfig rc;
   rc.cpu_workers = 2;
   auto rt = Runtime::Create(rc);
@@ -119,11 +119,7 @@ TEST(Runtime, InOrderTasksOfALaneWithSeveralWorkersRunOneAtATimeInSubmissionOrde
     tasks[i].in_order = true;
     tasks[i].fn = [&, i] {
       if (running_in_order.fetch_add(1) != 0) overlaps++;
-      if (i == 0) {
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (!other_ran.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-        first_saw_other = other_ran.load();
-      }
+      if (i == 0) first_saw_other = WaitUntil([&] { return other_ran.load(); });
       if (next.fetch_add(1) != i) out_of_order++;
       running_in_order.fetch_sub(1);
       done++;
@@ -135,17 +131,13 @@ TEST(Runtime, InOrderTasksOfALaneWithSeveralWorkersRunOneAtATimeInSubmissionOrde
   };
   for (int i = 0; i < kInOrder; ++i) cpu->Submit(&tasks[i], Lane::kNormal);
   cpu->Submit(&tasks[kInOrder], Lane::kNormal);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (done.load() != kInOrder + 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  ASSERT_EQ(done.load(), kInOrder + 1) << "the lane did not run every task";
+  ASSERT_TRUE(WaitUntil([&] { return done.load() == kInOrder + 1; })) << "the lane did not run every task";
   EXPECT_TRUE(first_saw_other.load()) << "no other worker ran a task while an in-order task ran";
   EXPECT_EQ(overlaps.load(), 0) << "two in-order tasks ran at the same time";
   EXPECT_EQ(out_of_order.load(), 0) << "in-order tasks ran out of submission order";
   // A worker counts a task once its Run has returned, just after the task's own count.
   auto lane_stats = [&] { return rt->Stats()[0].lanes[static_cast<int>(Lane::kNormal)]; };
-  while (lane_stats().executed != kInOrder + 1 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
+  EXPECT_TRUE(WaitUntil([&] { return lane_stats().executed == kInOrder + 1; }));
   EXPECT_EQ(lane_stats().executed, static_cast<std::uint64_t>(kInOrder + 1));
   EXPECT_EQ(lane_stats().executed_in_order, static_cast<std::uint64_t>(kInOrder));
 }
