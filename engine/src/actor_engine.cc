@@ -36,10 +36,13 @@ thread_local OprBlock* tl_running_block = nullptr;
 // The bounds of ActorEngine::ordered_, in nanoseconds. A hand-off from the dependency shard to a second
 // worker and the completion back cost about 1-2 us on the 2-core machines troupe is measured on; functions
 // shorter than that gain nothing from running in parallel. A worker turns ordering on once its moving
-// average falls below kOrderBelowNs, and off as soon as one function runs longer than kUnorderAboveNs (the
-// average then restarts from kUnorderAboveNs, not from that function's time: a worker preempted in the
-// middle of a short function, every few milliseconds on an oversubscribed machine, would otherwise keep the
-// lane unordered for hundreds of functions).
+// average falls below kOrderBelowNs, and off as soon as two functions in a row on the lane ran longer than
+// kUnorderAboveNs (the average then restarts from kUnorderAboveNs, not from that function's time). One long
+// function alone changes nothing: on a machine with more threads than cores a worker is preempted in the
+// middle of a short function every few milliseconds, and each needless stop costs far more than the
+// preemption (the pusher, far ahead, pushes hundreds of functions unordered, and the ordered ones behind
+// them wait in the variables' queues until it stops; random_mixed with two workers: median 346 against 284
+// ns per function, faster in 12 of 14 alternating runs, bench/engine/results/README.md).
 constexpr std::int64_t kOrderBelowNs = 1000;
 constexpr std::int64_t kUnorderAboveNs = 4000;
 // The newest function's weight in the moving average, 1/2^kRunTimeShift: the average covers the last 64 or
@@ -230,8 +233,14 @@ void ActorEngine::NoteRunTime(Lane lane, std::int64_t ticks) {
     tl_run_ticks_owner = this;
     tl_run_ticks = unorder_above_ticks_;
   }
-  tl_run_ticks = ticks > unorder_above_ticks_ ? unorder_above_ticks_ + 1
-                                              : tl_run_ticks + ((ticks - tl_run_ticks) >> kRunTimeShift);
+  std::atomic<bool>& ran_long = ran_long_[static_cast<int>(lane)];
+  if (ticks > unorder_above_ticks_) {
+    if (!ran_long.exchange(true, std::memory_order_relaxed)) return;  // maybe a preemption: wait for the next
+    tl_run_ticks = unorder_above_ticks_ + 1;
+  } else {
+    if (ran_long.load(std::memory_order_relaxed)) ran_long.store(false, std::memory_order_relaxed);
+    tl_run_ticks += (ticks - tl_run_ticks) >> kRunTimeShift;
+  }
   std::atomic<bool>& ordered = ordered_[static_cast<int>(lane)];
   const bool now = ordered.load(std::memory_order_relaxed);
   if (!now && tl_run_ticks < order_below_ticks_) {
