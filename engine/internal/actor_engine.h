@@ -100,7 +100,8 @@ class ActorEngine final : public Engine {
   bool many_workers_[2] = {false, false};
   alignas(64) std::atomic<bool> ordered_[2] = {false, false};
   // The lane kind's last timed function ran longer than unorder_above_ticks_: one more in a row stops the
-  // ordering. Written only around long functions, so the short ones' check reads a line nobody writes.
+  // ordering. Written only around long functions, so a short one's check reads a line that changes only when
+  // a function runs long or ordered_ flips.
   std::atomic<bool> ran_long_[2] = {false, false};
   std::int64_t order_below_ticks_ = 0;    // start ordering once a worker's average falls below this
   std::int64_t unorder_above_ticks_ = 0;  // stop once it rises above this (or two functions in a row run longer)

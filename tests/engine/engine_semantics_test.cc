@@ -422,15 +422,30 @@ TEST_P(EngineSemantics, ALaneWithSeveralWorkersOrdersShortFunctionsUntilTwoInARo
     for (const DeviceStats& d : engine->Stats().devices) n += d.lanes[static_cast<int>(Lane::kNormal)].executed_in_order;
     return n;
   };
-  // Ordering starts once a worker has run enough short functions in a row, and applies to what is pushed
-  // from then on: push batches of short functions until some ran in order.
-  VarHandle warm = engine->NewVariable();
-  const auto deadline = std::chrono::steady_clock::now() + kLongWait;
-  while (in_order_runs() == 0 && std::chrono::steady_clock::now() < deadline) {
-    for (int i = 0; i < 200; ++i) engine->PushSync([](RunContext) {}, kCpu, {}, {warm});
+  // A worker counts a function once its Run has returned, which may be after WaitForAll returned.
+  auto running = [&] {
+    std::size_t n = 0;
+    for (const DeviceStats& d : engine->Stats().devices) n += d.lanes[static_cast<int>(Lane::kNormal)].running;
+    return n;
+  };
+  auto settle = [&] {
     engine->WaitForAll();
-  }
-  ASSERT_GT(in_order_runs(), 0u) << "no short function ran on the lane's in-order queue";
+    return WaitUntil([&] { return running() == 0; }, kLongWait);
+  };
+  // Ordering starts once a worker has run enough short functions in a row, and applies to what is pushed
+  // from then on: push batches of short functions until a whole batch ran in order (bounded).
+  VarHandle warm = engine->NewVariable();
+  auto order_a_batch = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + kLongWait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::uint64_t was = in_order_runs();
+      for (int i = 0; i < 200; ++i) engine->PushSync([](RunContext) {}, kCpu, {}, {warm});
+      if (!settle()) return false;
+      if (in_order_runs() == was + 200) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(order_a_batch()) << "short functions did not run on the lane's in-order queue";
   // Readers and writers while the lane orders them. Every 64th round's writer and its first reader run for
   // 6 us each, longer than the bound: two such functions in a row end ordering, so the lane stops and starts
   // again while functions wait in lane groups and behind them.
@@ -477,38 +492,20 @@ TEST_P(EngineSemantics, ALaneWithSeveralWorkersOrdersShortFunctionsUntilTwoInARo
         },
         kCpu, {}, {x});
   };
-  // A worker counts a function once its Run has returned, which may be after WaitForAll returned.
-  auto running = [&] {
-    std::size_t n = 0;
-    for (const DeviceStats& d : engine->Stats().devices) n += d.lanes[static_cast<int>(Lane::kNormal)].running;
-    return n;
-  };
-  auto settle = [&] {
-    engine->WaitForAll();
-    ASSERT_TRUE(WaitUntil([&] { return running() == 0; }, kLongWait));
-  };
-  // The 6 us pairs above may have stopped the ordering last: short functions until a whole batch ran in order.
-  const auto reorder_deadline = std::chrono::steady_clock::now() + kLongWait;
-  bool batch_in_order = false;
-  while (!batch_in_order && std::chrono::steady_clock::now() < reorder_deadline) {
-    const std::uint64_t was = in_order_runs();
-    for (int i = 0; i < 200; ++i) engine->PushSync([](RunContext) {}, kCpu, {}, {warm});
-    settle();
-    batch_in_order = in_order_runs() == was + 200;
-  }
-  ASSERT_TRUE(batch_in_order) << "the lane did not order short functions again";
+  // The 6 us pairs above may have stopped the ordering last.
+  ASSERT_TRUE(order_a_batch()) << "the lane did not order short functions again";
   // One function of a few milliseconds alone keeps the ordering: every short function after it runs in order.
   push_long();
-  settle();
+  ASSERT_TRUE(settle());
   const std::uint64_t after_one = in_order_runs();
   constexpr int kShort = 50;
   for (int i = 0; i < kShort; ++i) engine->PushSync([](RunContext) {}, kCpu, {}, {warm});
-  settle();
+  ASSERT_TRUE(settle());
   EXPECT_EQ(in_order_runs(), after_one + kShort) << "one long function alone stopped the ordering";
   // Two of them in a row: the worker that ran the second stops it.
   push_long();
   push_long();
-  settle();
+  ASSERT_TRUE(settle());
   const std::uint64_t before = in_order_runs();
   CheckReadersRunTogether(engine.get(), /*writer_pending=*/true);
   EXPECT_EQ(in_order_runs(), before) << "functions pushed after two long ones were still ordered";
