@@ -3,7 +3,12 @@
 // One actor; the connections (to the scheduler, from each worker) are brokers of it (kvstore/net). The
 // values are NDArrays on cpu(0) of the process's engine; the actor waits for each update to finish before
 // it answers, so a reply always carries the updated value.
+// A worker's small frame is handled in its connection's broker, on the thread that read it, when the actor
+// is idle and nothing mailed to it waits (Server::TakeInBroker): a small-key round then costs one thread
+// hand-off on the server instead of two. Frames with big tensors go to the actor, so that the thread that
+// reads the sockets goes on reading while the actor sums.
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -33,6 +39,20 @@ namespace {
 
 using init_atom = caf::atom_constant<caf::atom("srv_init")>;
 using gone_atom = caf::atom_constant<caf::atom("srv_gone")>;
+using finish_atom = caf::atom_constant<caf::atom("srv_finish")>;
+
+// A worker's frame with at most this many tensor bytes is handled in its broker when the server is idle.
+// Bigger ones (a big key's sum, a batch of big keys) go to the actor, off the thread that reads the sockets.
+constexpr std::size_t kFrameInBrokerBytes = std::size_t{64} << 10;
+
+std::size_t TensorBytes(const net::Message& m) {
+  if (const auto* t = std::get_if<net::TensorMsg>(&m)) return t->value.data.size();
+  std::size_t bytes = 0;
+  if (const auto* b = std::get_if<net::TensorBatch>(&m)) {
+    for (const net::TensorMsg& t : b->entries) bytes += t.value.data.size();
+  }
+  return bytes;
+}
 
 struct Waiter {
   caf::actor conn;
@@ -142,10 +162,11 @@ Checkpoint LoadCheckpoint(const DistConfig& config) {
   return ck;
 }
 
+// Thread-safety: everything runs under mu_, on the actor's thread or (TakeInBroker) on a broker's.
 class Server {
  public:
-  Server(caf::event_based_actor* self, DistConfig config, std::shared_ptr<Outcome> outcome, Checkpoint ck)
-      : self_(self), config_(std::move(config)), outcome_(std::move(outcome)) {
+  Server(DistConfig config, std::shared_ptr<Outcome> outcome, Checkpoint ck)
+      : config_(std::move(config)), outcome_(std::move(outcome)) {
     entries_ = std::move(ck.entries);
     updates_ = ck.updates;
     optimizer_args_ = std::move(ck.optimizer_args);
@@ -154,39 +175,99 @@ class Server {
     last_seen_ = Clock::now();
   }
 
-  caf::behavior Make() {
+  // The counter of what this server's connections mailed it (net::ConnOptions::owner_backlog).
+  const std::shared_ptr<std::atomic<std::int64_t>>& backlog() const { return backlog_; }
+
+  // The actor's behaviour; every handler holds mu_.
+  caf::behavior Make(caf::event_based_actor* self) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      self_ = self;
+    }
     return {
         [this](init_atom, const caf::actor& scheduler, std::uint16_t port) {
+          std::lock_guard<std::mutex> lock(mu_);
           scheduler_ = scheduler;
           port_ = port;
           Send(scheduler_, net::Hello{net::Role::kServer, config_.rank, net::kProtocolVersion, config_.host, port_});
           self_->send(self_, net::tick_atom::value);
         },
         [this](net::recv_atom, const caf::actor& conn, const net::Message& m) {
-          // What handling the frame says to each connection leaves together, at the end (Flush).
-          ++gathering_;
-          try {
-            OnFrame(conn, m);
-          } catch (...) {
-            --gathering_;
-            Flush();
-            throw;
-          }
-          --gathering_;
-          Flush();
+          std::lock_guard<std::mutex> lock(mu_);
+          const Mailed taken(*backlog_);
+          HandleFrame(conn, m);
         },
-        [this](net::closed_atom, const caf::actor& conn, const std::string& why) { OnClosed(conn, why); },
-        [this](net::tick_atom) { OnTick(); },
+        [this](net::closed_atom, const caf::actor& conn, const std::string& why) {
+          std::lock_guard<std::mutex> lock(mu_);
+          const Mailed taken(*backlog_);
+          OnClosed(conn, why);
+        },
+        [this](net::tick_atom) {
+          std::lock_guard<std::mutex> lock(mu_);
+          OnTick();
+        },
         [this](gone_atom, int rank, const std::string& what) {
+          std::lock_guard<std::mutex> lock(mu_);
           for (const auto& [conn, w] : workers_) {
             if (w.rank == rank && !w.observer) return;  // it is back (a new connection with its rank)
           }
           WorkerDied(rank, what);
         },
+        [this](finish_atom, int status, const std::string& message) {
+          std::lock_guard<std::mutex> lock(mu_);
+          Finish(status, message);
+        },
     };
   }
 
+  // The actor ended (however it ended): no broker handles a frame for it afterwards.
+  void Stopped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+
+  // The FrameHook of the workers' connections (on the broker's thread): handles a frame of at most
+  // kFrameInBrokerBytes tensor bytes right there when the actor is idle and nothing the brokers mailed it
+  // waits (then this frame cannot overtake an earlier one of its connection, nor a close); else leaves it
+  // to the actor.
+  bool TakeInBroker(const caf::actor& conn, const net::Message& m) {
+    if (backlog_->load(std::memory_order_acquire) != 0 || TensorBytes(m) > kFrameInBrokerBytes) return false;
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || self_ == nullptr || stopped_ || finished_) return false;
+    in_broker_ = true;
+    try {
+      HandleFrame(conn, m);
+    } catch (const std::exception& e) {
+      // As an exception in the actor's handler would: the server ends.
+      std::fprintf(stderr, "troupe %s: %s\n", Me().c_str(), e.what());
+      caf::anon_send(caf::actor_cast<caf::actor>(self_), finish_atom::value, 1, std::string(e.what()));
+    }
+    in_broker_ = false;
+    return true;
+  }
+
  private:
+  // Takes one off the backlog when a mailed message has been handled (however the handler ends).
+  struct Mailed {
+    explicit Mailed(std::atomic<std::int64_t>& backlog) : backlog(backlog) {}
+    ~Mailed() { backlog.fetch_sub(1, std::memory_order_acq_rel); }
+    std::atomic<std::int64_t>& backlog;
+  };
+
+  void HandleFrame(const caf::actor& conn, const net::Message& m) {
+    // What handling the frame says to each connection leaves together, at the end (Flush).
+    ++gathering_;
+    try {
+      OnFrame(conn, m);
+    } catch (...) {
+      --gathering_;
+      Flush();
+      throw;
+    }
+    --gathering_;
+    Flush();
+  }
+
   // Written on this thread when nothing waits on the connection, else by its broker (a value reply views
   // `stored`: see Entry::stored_hold). While a frame is handled, messages are gathered and Flush sends
   // them: the answers a connection gets from one frame (a batch's keys, or a sync round that the frame
@@ -322,7 +403,7 @@ class Server {
         std::fprintf(stderr, "troupe %s: refused a connection: %s\n", Me().c_str(), why.c_str());
         Fail(conn, 0, "refused by " + Me() + ": " + why);
         Flush();
-        self_->send(conn, net::close_atom::value);
+        caf::anon_send(conn, net::close_atom::value);
         return;
       }
       workers_[conn] = WorkerConn{observer ? -1 : hello->rank, hello->host, observer};
@@ -955,6 +1036,10 @@ class Server {
   }
 
   void Finish(int status, const std::string& message) {
+    if (in_broker_) {  // only the actor quits itself
+      caf::anon_send(caf::actor_cast<caf::actor>(self_), finish_atom::value, status, message);
+      return;
+    }
     if (finished_) return;
     finished_ = true;
     if (!message.empty()) std::fprintf(stderr, "troupe %s: %s\n", Me().c_str(), message.c_str());
@@ -965,7 +1050,11 @@ class Server {
     self_->quit();
   }
 
-  caf::event_based_actor* self_;
+  std::mutex mu_;
+  caf::event_based_actor* self_ = nullptr;  // set before the actor handles anything
+  bool stopped_ = false;                    // the actor ended
+  bool in_broker_ = false;                  // a frame is handled in a broker (TakeInBroker)
+  const std::shared_ptr<std::atomic<std::int64_t>> backlog_ = std::make_shared<std::atomic<std::int64_t>>(0);
   DistConfig config_;
   std::shared_ptr<Outcome> outcome_;
   caf::actor scheduler_;
@@ -1018,15 +1107,22 @@ class Server {
 
 NodeHandle SpawnServer(net::NetSystem& net, const DistConfig& config, std::shared_ptr<Outcome> outcome) {
   auto ck = std::make_shared<Checkpoint>(LoadCheckpoint(config));
-  caf::actor actor = net.system().spawn([config, outcome, ck](caf::event_based_actor* self) {
-    auto state = std::make_shared<Server>(self, config, outcome, std::move(*ck));
-    self->attach_functor([state, outcome](const caf::error&) { outcome->Set(1, "the server stopped"); });
-    return state->Make();
+  auto state = std::make_shared<Server>(config, outcome, std::move(*ck));
+  caf::actor actor = net.system().spawn([state, outcome](caf::event_based_actor* self) {
+    self->attach_functor([state, outcome](const caf::error&) {
+      state->Stopped();
+      outcome->Set(1, "the server stopped");
+    });
+    return state->Make(self);
   });
   try {
-    const net::Listener l = net::Listen(net.system(), config.host, 0, actor, ListenOptionsOf(config, "server"));
+    // Every connection counts what it mails the server; the workers' connections offer it their frames first.
+    net::ConnOptions listen = ListenOptionsOf(config, "server"), connect = ConnOptionsOf(config);
+    listen.owner_backlog = connect.owner_backlog = state->backlog();
+    const net::Listener l = net::Listen(net.system(), config.host, 0, actor, listen,
+                                        [state](const caf::actor& conn, net::Message& m) { return state->TakeInBroker(conn, m); });
     caf::actor scheduler = net::Connect(net.system(), config.root_uri, static_cast<std::uint16_t>(config.root_port),
-                                        actor, ConnOptionsOf(config), config.connect_timeout_ms);
+                                        actor, connect, config.connect_timeout_ms);
     caf::anon_send(actor, init_atom::value, scheduler, l.port);
     return NodeHandle{actor, l.port};
   } catch (...) {

@@ -518,7 +518,7 @@ class WorkerActor {
         try {
           const auto [host, port] = net::SplitHostPort(address);
           conn = net::Connect(helper->system(), host, port, owner, options, 0,
-                              [requests](net::Message& m) { return requests->AnswerInBroker(m); });
+                              [requests](const caf::actor&, net::Message& m) { return requests->AnswerInBroker(m); });
           error.clear();
           break;
         } catch (const std::exception& e) {

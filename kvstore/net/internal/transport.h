@@ -133,6 +133,10 @@ struct ConnOptions {
   std::shared_ptr<Admission> admission;                 // a listening node's; null for outgoing connections
   // Outgoing connections (set by Connect): "" once the peer authenticated, else why the connection ended.
   std::shared_ptr<std::promise<std::string>> authenticated;
+  // When set, counts the messages (recv_atom, closed_atom) the broker mailed its owner: the broker adds one
+  // before each, the owner takes one after handling it. A FrameHook that acts for the owner on the broker's
+  // thread may take a frame only while it is zero, so that frames and closes reach the owner in order.
+  std::shared_ptr<std::atomic<std::int64_t>> owner_backlog;
 };
 
 using close_atom = caf::atom_constant<caf::atom("tr_close")>;
@@ -191,8 +195,15 @@ class NetSystem {
   std::unique_ptr<caf::actor_system> system_;
 };
 
+// Sees every decoded frame of connection `conn` in its broker, before the owner; returns true when it
+// consumed the frame (then the owner never gets it). Saves a hop through the owner's actor: a worker answers
+// its requests here, a server handles small frames here when its actor is idle. It runs on the thread that
+// reads the sockets: whatever it does keeps every connection of the process waiting.
+using FrameHook = std::function<bool(const caf::actor& conn, Message&)>;
+
 // Starts a listening broker on host:port (port 0 = ephemeral; SO_REUSEADDR set) whose accepted
-// connections become connection brokers of `owner` (with options.admission, or a new one of default caps).
+// connections become connection brokers of `owner` (with options.admission, or a new one of default caps),
+// each with `hook` when one is given.
 // Returns the listener (stop it with an exit message or let it follow its owner) and the bound port.
 // Throws troupe::Error naming host and port on failure.
 struct Listener {
@@ -200,12 +211,7 @@ struct Listener {
   std::uint16_t port = 0;
 };
 Listener Listen(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
-                const ConnOptions& options);
-
-// Sees every decoded frame in the broker, before the owner; returns true when it consumed the frame (then
-// the owner never gets it). A worker answers its requests here, on the broker's thread, saving a hop
-// through its actor. Must not block.
-using FrameHook = std::function<bool(Message&)>;
+                const ConnOptions& options, FrameHook hook = nullptr);
 
 // Connects to host:port (blocking) and returns the connection broker, owned by `owner`. A refused
 // connection is retried every 100 ms for up to `retry_ms` (nodes of a cluster start in any order). Throws

@@ -491,6 +491,7 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
       std::fprintf(stderr, "%s\n", line.c_str());
     }
     if (st->options.admission) st->options.admission->Closed(self->id(), end);
+    if (st->options.owner_backlog) st->options.owner_backlog->fetch_add(1, std::memory_order_acq_rel);
     self->send(owner, closed_atom::value, caf::actor_cast<caf::actor>(self), why);
     if (linger) {
       st->lingering = true;
@@ -578,8 +579,10 @@ caf::behavior ConnectionBroker(caf::io::broker* self, caf::io::connection_handle
               if (!on_auth_frame(*m)) return false;
               continue;
             }
-            if (hook && hook(*m)) continue;
-            self->send(owner, recv_atom::value, caf::actor_cast<caf::actor>(self), std::move(*m));
+            const caf::actor conn = caf::actor_cast<caf::actor>(self);
+            if (hook && hook(conn, *m)) continue;
+            if (st->options.owner_backlog) st->options.owner_backlog->fetch_add(1, std::memory_order_acq_rel);
+            self->send(owner, recv_atom::value, conn, std::move(*m));
           }
           return !st->done;
         };
@@ -754,6 +757,7 @@ struct ListenArgs {
   std::string host;
   std::uint16_t port = 0;
   ConnOptions options;
+  FrameHook hook;  // of every accepted connection
   std::promise<std::pair<std::uint16_t, std::string>> bound;  // port, or 0 and the error
 };
 
@@ -769,10 +773,10 @@ caf::behavior ListenerBroker(caf::io::broker* self, caf::actor owner, std::share
   self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
   const ConnOptions options = args->options;
   return {
-      [self, owner, options](const caf::io::new_connection_msg& msg) {
+      [self, owner, options, hook = args->hook](const caf::io::new_connection_msg& msg) {
         auto writer = std::make_shared<Writer>(/*accepted=*/true);
         // Registered before anyone can know the connection (the owner learns of it from its first frame).
-        caf::actor conn = self->fork(ConnectionBroker, msg.handle, owner, options, false, FrameHook{}, writer);
+        caf::actor conn = self->fork(ConnectionBroker, msg.handle, owner, options, false, hook, writer);
         RegisterWriter(conn, writer);
         if (caf::actor oldest = options.admission->Accepted(conn)) self->send(oldest, evict_atom::value);
       },
@@ -981,8 +985,9 @@ std::shared_ptr<NetSystem> NetSystem::Acquire() {
 }
 
 Listener Listen(caf::actor_system& system, const std::string& host, std::uint16_t port, const caf::actor& owner,
-                const ConnOptions& options) {
+                const ConnOptions& options, FrameHook hook) {
   auto args = std::make_shared<ListenArgs>();
+  args->hook = std::move(hook);
   args->host = host;
   args->port = port;
   args->options = options;
