@@ -339,6 +339,84 @@ TEST(TransportReadTest, FramesOfEverySizeArriveWholeAndInOrder) {
   }
 }
 
+// A hook that takes a connection's small frames on the broker's thread only while the owner's backlog is
+// empty (as a server does): every frame is handled once, and in the order it was sent, whether the hook or
+// the owner handled it, although the owner handles the big frames later, on another thread. The backlog
+// counts each mailed frame until the owner is done with it.
+TEST(TransportReadTest, AHookTakingFramesOnlyWhileTheOwnerHasNoBacklogKeepsTheirOrder) {
+  constexpr std::size_t kSmall = 64, kBig = std::size_t{256} << 10, kTakeUpTo = std::size_t{64} << 10;
+  std::vector<Message> want;
+  std::uint64_t id = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 3; ++i) want.push_back(OwnedTensor(++id, kSmall));
+    want.push_back(OwnedTensor(++id, kBig));
+  }
+  for (int i = 0; i < 3; ++i) want.push_back(OwnedTensor(++id, kSmall));
+  std::vector<std::byte> stream;
+  for (const Message& m : want) {
+    const auto f = EncodeFrame(m);
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  RawPeer peer(kToken, stream, {4096, 100000, 7});
+  auto net = NetSystem::Acquire();
+  caf::scoped_actor owner(net->system());
+  ConnOptions options;
+  options.max_frame_bytes = kMaxFrame;
+  options.token = kToken;
+  options.owner_backlog = std::make_shared<std::atomic<std::int64_t>>(0);
+  std::mutex mu;
+  std::vector<std::uint64_t> handled;  // ids, in the order they were handled; guarded by mu
+  std::size_t in_hook = 0;             // guarded by mu
+  const caf::actor wake = caf::actor_cast<caf::actor>(owner);
+  FrameHook hook = [&, backlog = options.owner_backlog](const caf::actor&, Message& m) {
+    const auto* t = std::get_if<TensorMsg>(&m);
+    if (backlog->load(std::memory_order_acquire) != 0 || t == nullptr || t->value.data.size() > kTakeUpTo) return false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      handled.push_back(t->request_id);
+      ++in_hook;
+    }
+    caf::anon_send(wake, tick_atom::value);  // the test's thread waits in the owner's mailbox
+    return true;
+  };
+  caf::actor conn =
+      Connect(net->system(), "127.0.0.1", peer.port(), caf::actor_cast<caf::actor>(owner), options, 0, hook);
+  std::size_t in_owner = 0;
+  bool timed_out = false;
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return handled.size();
+  };
+  while (count() < want.size() && !timed_out) {
+    owner->receive(
+        [&](recv_atom, const caf::actor&, const Message& m) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            handled.push_back(IdOf(m));
+          }
+          ++in_owner;
+          options.owner_backlog->fetch_sub(1, std::memory_order_acq_rel);
+        },
+        [&](tick_atom) {},
+        [&](closed_atom, const caf::actor&, const std::string& why) {
+          ADD_FAILURE() << "closed: " << why;
+          timed_out = true;
+        },
+        caf::after(std::chrono::seconds(60)) >> [&] { timed_out = true; });
+  }
+  EXPECT_FALSE(timed_out) << count() << " of " << want.size() << " frames handled";
+  caf::anon_send(conn, close_atom::value);
+  std::string error;
+  peer.Finish(&error);
+  EXPECT_EQ(error, "");
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(handled.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(handled[i], IdOf(want[i])) << "frame " << i << " out of order";
+  EXPECT_EQ(options.owner_backlog->load(), 0);
+  EXPECT_GE(in_hook, 3u) << "the first small frames, with nothing mailed before them, are the hook's";
+  EXPECT_GE(in_owner, 20u) << "every big frame is the owner's";
+}
+
 // A peer with another token: Connect fails naming it, and nothing of the owner's reaches the peer (it
 // reads the refusal only, then the close).
 TEST(TransportAuthTest, ConnectToAPeerWithAnotherTokenFails) {
