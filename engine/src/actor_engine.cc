@@ -537,7 +537,11 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain
 // same lane and nothing of higher priority waits there; otherwise hands it to its device.
 void ActorEngine::RunOrSubmitContinuation(OprBlock* next, const WorkerInfo* worker, const RunContext* rctx) {
   while (next != nullptr) {
-    if (next->opr->internal_barrier) {
+    // As the shard runs such a block when it grants it (Shard::Dispatch): WaitForVar's function, or a CPU
+    // kAsync function that only starts work completing through its callback, runs here. A thread finishing
+    // a network answer thus starts the request chained behind it (the next PushPull after a Wait) itself,
+    // instead of waking a worker to do it.
+    if (next->opr->internal_barrier || (next->opr->prop == FnProperty::kAsync && !next->ctx.is_gpu())) {
       next = Execute(next, RunContext{next->ctx, nullptr}, nullptr);
       continue;
     }

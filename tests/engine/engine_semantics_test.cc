@@ -17,6 +17,8 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <condition_variable>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -546,6 +548,50 @@ TEST_P(EngineSemantics, WaitForVarWaitsForEarlierReadersAndWriters) {
   waiter.join();
   EXPECT_TRUE(ok.load()) << "WaitForVar returned before every earlier function on the variable finished";
   EXPECT_EQ(timeouts.load(), 0);
+}
+
+// A CPU function that completes through its callback (FnProperty::kAsync) only starts work, so the engine starts it on
+// the thread that made it ready, never waking a worker for it: the dependency actor when it grants it, and
+// the thread completing the function it waited on. That is how a network answer's thread sends the request
+// pushed behind it (a PushPull after a Wait) at once.
+TEST_P(EngineSemantics, AnAsyncFunctionWaitingOnAnotherStartsOnTheThreadThatCompletedIt) {
+  if (naive()) GTEST_SKIP() << "the naive engine runs every function inside Push";
+  auto engine = MakeEngine(GetParam());
+  ASSERT_NE(engine, nullptr);
+  VarHandle v = engine->NewVariable();
+  for (int round = 0; round < 20; ++round) {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<CallbackOnComplete> first;  // guarded by mu
+    engine->PushAsync(
+        [&](RunContext, CallbackOnComplete cb) {
+          std::lock_guard<std::mutex> lock(mu);
+          first = cb;
+          cv.notify_all();
+        },
+        kCpu, {}, {v}, FnProperty::kAsync);
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, kLongWait, [&] { return first.has_value(); })) << "the first function never ran";
+    }
+    // Pushed while the first one runs: it waits on it (written by both).
+    std::thread::id second_ran_on;
+    engine->PushAsync(
+        [&](RunContext, CallbackOnComplete cb) {
+          second_ran_on = std::this_thread::get_id();
+          cb();
+        },
+        kCpu, {}, {v}, FnProperty::kAsync);
+    std::thread::id completed_on;
+    std::thread completer([&] {
+      completed_on = std::this_thread::get_id();
+      (*first)();
+    });
+    completer.join();
+    engine->WaitForVar(v);
+    EXPECT_EQ(second_ran_on, completed_on) << "round " << round << ": the second function ran on another thread";
+  }
+  engine->WaitForAll();
 }
 
 // With one CPU worker, functions its lane orders behind each other run without reporting each completion to
