@@ -3,10 +3,10 @@
 // One actor; the connections (to the scheduler, from each worker) are brokers of it (kvstore/net). The
 // values are NDArrays on cpu(0) of the process's engine; the actor waits for each update to finish before
 // it answers, so a reply always carries the updated value.
-// A worker's small frame is handled in its connection's broker, on the thread that read it, when the actor
-// is idle and nothing mailed to it waits (Server::TakeInBroker): a small-key round then costs one thread
-// hand-off on the server instead of two. Frames with big tensors go to the actor, so that the thread that
-// reads the sockets goes on reading while the actor sums.
+// A worker's small tensor frame is handled in its connection's broker, on the thread that read it, when the
+// actor is idle and nothing mailed to it waits (Server::TakeInBroker): a small-key round then costs one thread
+// hand-off on the server instead of two. Frames with big tensors, and commands, go to the actor, so that
+// the thread that reads the sockets goes on reading while the actor sums.
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -41,17 +41,18 @@ using init_atom = caf::atom_constant<caf::atom("srv_init")>;
 using gone_atom = caf::atom_constant<caf::atom("srv_gone")>;
 using finish_atom = caf::atom_constant<caf::atom("srv_finish")>;
 
-// A worker's frame with at most this many tensor bytes is handled in its broker when the server is idle.
-// Bigger ones (a big key's sum, a batch of big keys) go to the actor, off the thread that reads the sockets.
+// A worker's tensor frame with at most this many tensor bytes is handled in its broker when the server is
+// idle. Bigger ones (a big key's sum, a batch of big keys) go to the actor, off the thread that reads the
+// sockets, and so do commands (a checkpoint, a leave that completes every round): rare, and some are long.
 constexpr std::size_t kFrameInBrokerBytes = std::size_t{64} << 10;
 
-std::size_t TensorBytes(const net::Message& m) {
-  if (const auto* t = std::get_if<net::TensorMsg>(&m)) return t->value.data.size();
+bool SmallTensorFrame(const net::Message& m) {
+  if (const auto* t = std::get_if<net::TensorMsg>(&m)) return t->value.data.size() <= kFrameInBrokerBytes;
+  const auto* b = std::get_if<net::TensorBatch>(&m);
+  if (b == nullptr) return false;
   std::size_t bytes = 0;
-  if (const auto* b = std::get_if<net::TensorBatch>(&m)) {
-    for (const net::TensorMsg& t : b->entries) bytes += t.value.data.size();
-  }
-  return bytes;
+  for (const net::TensorMsg& t : b->entries) bytes += t.value.data.size();
+  return bytes <= kFrameInBrokerBytes;
 }
 
 struct Waiter {
@@ -226,12 +227,12 @@ class Server {
     stopped_ = true;
   }
 
-  // The FrameHook of the workers' connections (on the broker's thread): handles a frame of at most
+  // The FrameHook of the workers' connections (on the broker's thread): handles a tensor frame of at most
   // kFrameInBrokerBytes tensor bytes right there when the actor is idle and nothing the brokers mailed it
   // waits (then this frame cannot overtake an earlier one of its connection, nor a close); else leaves it
   // to the actor.
   bool TakeInBroker(const caf::actor& conn, const net::Message& m) {
-    if (backlog_->load(std::memory_order_acquire) != 0 || TensorBytes(m) > kFrameInBrokerBytes) return false;
+    if (backlog_->load(std::memory_order_acquire) != 0 || !SmallTensorFrame(m)) return false;
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     if (!lock.owns_lock() || self_ == nullptr || stopped_ || finished_) return false;
     in_broker_ = true;
