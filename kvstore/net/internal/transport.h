@@ -3,7 +3,8 @@
 // (kvstore/net/internal/frame_codec.h) and back. Internal to kvstore/ (it includes CAF).
 //
 // A connection broker belongs to an owner actor (a scheduler, server or worker node). It sends the owner
-//   (recv_atom, caf::actor conn, net::Message)   for every decoded frame, in stream order, and
+//   (recv_atom, caf::actor conn, net::Message)   for every decoded frame its FrameHook (if any) did not
+//                                                 take, in stream order, and
 //   (closed_atom, caf::actor conn, std::string)   once, when the peer closed the connection, the stream
 //                                                 ended inside a frame, a frame was refused or the peer
 //                                                 failed to authenticate (the broker logs the reason to
