@@ -100,6 +100,14 @@ inline OprBlock* Tag(OprBlock* b, std::uintptr_t bits) {
   return reinterpret_cast<OprBlock*>(reinterpret_cast<std::uintptr_t>(b) | bits);
 }
 
+// Whether a function runs on the thread that makes it ready (the pusher draining a sleeping shard, the shard
+// granting it, the thread completing the function it was chained behind) rather than on a worker of its
+// lane: WaitForVar's function only hands over an error and wakes one thread, and a CPU kAsync function only
+// starts work that completes through its callback (FnProperty). A hop to a worker would buy nothing.
+inline bool RunsWhereReady(const Opr& o, const Context& ctx) {
+  return o.internal_barrier || (o.prop == FnProperty::kAsync && !ctx.is_gpu());
+}
+
 struct OprBlock final : Task {
   ActorEngine* engine = nullptr;
   Opr* opr = nullptr;  // &own_opr for PushAsync/PushSync, a user's operator for Push

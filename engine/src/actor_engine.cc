@@ -284,11 +284,9 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
     return;
   }
   if (o->num_shards == 1) {
-    // A function the shard runs itself (a CPU kAsync function, WaitForVar's) is granted and started on the
-    // pushing thread when the shard sleeps, as MXNet starts a ready kAsync function on its pusher: no wake-up
-    // of the shard's actor in between.
-    const bool runs_in_shard = o->internal_barrier || (o->prop == FnProperty::kAsync && !ctx.is_gpu());
-    shards_[__builtin_ctzll(o->shard_mask)]->Post(EventKind::kPush, b, runs_in_shard);
+    // A function that runs where it becomes ready is granted and started on the pushing thread when the
+    // shard sleeps, as MXNet starts a ready kAsync function on its pusher: no wake-up of the shard's actor.
+    shards_[__builtin_ctzll(o->shard_mask)]->Post(EventKind::kPush, b, RunsWhereReady(*o, ctx));
     return;
   }
   // A function spanning several shards must reach them in one global order, or two such functions could
@@ -537,11 +535,9 @@ OprBlock* ActorEngine::Finish(OprBlock* b, std::exception_ptr error, FinishDrain
 // same lane and nothing of higher priority waits there; otherwise hands it to its device.
 void ActorEngine::RunOrSubmitContinuation(OprBlock* next, const WorkerInfo* worker, const RunContext* rctx) {
   while (next != nullptr) {
-    // As the shard runs such a block when it grants it (Shard::Dispatch): WaitForVar's function, or a CPU
-    // kAsync function that only starts work completing through its callback, runs here. A thread finishing
-    // a network answer thus starts the request chained behind it (the next PushPull after a Wait) itself,
-    // instead of waking a worker to do it.
-    if (next->opr->internal_barrier || (next->opr->prop == FnProperty::kAsync && !next->ctx.is_gpu())) {
+    // A function that runs where it becomes ready runs here: a thread finishing a network answer starts the
+    // request chained behind it (the next PushPull after a Wait) itself, instead of waking a worker for it.
+    if (RunsWhereReady(*next->opr, next->ctx)) {
       next = Execute(next, RunContext{next->ctx, nullptr}, nullptr);
       continue;
     }

@@ -286,9 +286,7 @@ void Shard::HandleLaneDone(OprBlock* b) {
 }
 
 void Shard::Dispatch(OprBlock* b) {
-  if (b->opr->internal_barrier || (b->opr->prop == FnProperty::kAsync && !b->ctx.is_gpu())) {
-    // WaitForVar's function only hands over an error and wakes one thread, and a CPU kAsync function only
-    // starts work that completes through its callback (FnProperty): run it here, no hop to a worker.
+  if (RunsWhereReady(*b->opr, b->ctx)) {
     RunContext rctx{b->ctx, nullptr};
     OprBlock* next = engine_->Execute(b, rctx, nullptr);
     if (next != nullptr) engine_->RunOrSubmitContinuation(next, nullptr, nullptr);
