@@ -18,20 +18,15 @@ MXNet is an anchor only: nothing builds or tests against it.
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+import mxnet_cluster  # noqa: E402
+
 WARMUP = 10
 ELEMS = 16
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node(calls):
@@ -69,23 +64,8 @@ def main():
     if a.role == "node":
         return node(a.calls)
     servers, workers = 1, 2
-    base = dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(free_port()),
-                DMLC_NUM_SERVER=str(servers), DMLC_NUM_WORKER=str(workers), MXNET_CPU_WORKER_NTHREADS="1",
-                OMP_NUM_THREADS=str(max(1, os.cpu_count() // (servers + workers))))
     me = [sys.executable, os.path.abspath(__file__), "--role", "node", "--calls", str(a.calls)]
-    procs = [subprocess.Popen(me, env=dict(base, DMLC_ROLE="scheduler"))]
-    procs += [subprocess.Popen(me, env=dict(base, DMLC_ROLE="server")) for _ in range(servers)]
-    ws = [subprocess.Popen(me, env=dict(base, DMLC_ROLE="worker"), stdout=subprocess.PIPE, text=True)
-          for _ in range(workers)]
-    results = []
-    for w in ws:
-        out, _ = w.communicate(timeout=600)
-        line = [l for l in out.splitlines() if l.startswith("RESULT ")]
-        if w.returncode != 0 or not line:
-            raise SystemExit("an MXNet worker failed (exit %d)" % w.returncode)
-        results.append(json.loads(line[-1][7:]))
-    for p in procs:
-        p.wait(timeout=120)
+    results = mxnet_cluster.run(me, servers, workers, max(1, os.cpu_count() // (servers + workers)), timeout=600)
     if any(r["wrong_sums"] for r in results):
         raise SystemExit("a pulled value was not the sum of the pushes: %s" % results)
     print(json.dumps({"anchor": "mxnet " + __import__("mxnet").__version__, "calls": a.calls, "servers": servers,

@@ -21,11 +21,13 @@ import argparse
 import gzip
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+import mxnet_cluster  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 WARMUP = 5
@@ -83,39 +85,16 @@ def train(a, kv):
     return runs
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def node_command(a, role):
     return [sys.executable, os.path.abspath(__file__), "--role", role, "--repeat", str(a.repeat), "--steps",
             str(a.steps), "--batch-size", str(a.batch_size)]
 
 
 def cluster(a, workers):
-    cores = os.cpu_count()
-    threads = str(max(1, cores // (a.servers + workers)))
-    base = dict(os.environ, DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(free_port()),
-                DMLC_NUM_SERVER=str(a.servers), DMLC_NUM_WORKER=str(workers), MXNET_CPU_WORKER_NTHREADS="1",
-                OMP_NUM_THREADS=threads)
-    me = node_command(a, "node")
-    procs = [subprocess.Popen(me, env=dict(base, DMLC_ROLE="scheduler"))]
-    procs += [subprocess.Popen(me, env=dict(base, DMLC_ROLE="server")) for _ in range(a.servers)]
-    ws = [subprocess.Popen(me, env=dict(base, DMLC_ROLE="worker"), stdout=subprocess.PIPE, text=True)
-          for _ in range(workers)]
-    results = []
-    for w in ws:
-        out, _ = w.communicate(timeout=1800)
-        line = [l for l in out.splitlines() if l.startswith("RESULT ")]
-        if w.returncode != 0 or not line:
-            raise SystemExit("an MXNet worker failed (exit %d)" % w.returncode)
-        results.append(json.loads(line[-1][7:]))
-    for p in procs:
-        p.wait(timeout=120)
+    threads = max(1, os.cpu_count() // (a.servers + workers))
+    results = mxnet_cluster.run(node_command(a, "node"), a.servers, workers, threads)
     step = max(statistics.median(r["step_seconds"]) for r in results)
-    return {"workers": workers, "servers": a.servers, "omp_threads": int(threads), "step_seconds_median": step,
+    return {"workers": workers, "servers": a.servers, "omp_threads": threads, "step_seconds_median": step,
             "images_per_s": a.batch_size / step, "worker_results": results}
 
 
