@@ -2,6 +2,12 @@
 
 add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-Wall> $<$<COMPILE_LANGUAGE:CXX>:-Wextra>)
 
+# Math functions set no errno. With errno (GCC's default) a loop calling std::sqrt keeps a library call per
+# element and does not vectorise: Adam's CPU update of 100 k floats took 265 us, 65 without. The results are
+# the same (sqrt is correctly rounded either way). troupe reads errno only after system calls and
+# strtod/strtol, which this flag does not touch.
+add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fno-math-errno>)
+
 if(TROUPE_SANITIZE)
   if(TROUPE_SANITIZE STREQUAL "address")
     set(_troupe_san_flags -fsanitize=address -fno-omit-frame-pointer)
