@@ -561,6 +561,7 @@ TEST(OptimizerTest, SaveLoadThenContinueEqualsUninterrupted) {
     }
     const std::string path = TempPath(config.type + std::to_string(&config - configs.data()));
     first->SaveStates(path, Optimizer::StatesFormat::kTroupe);
+    const std::vector<float> half0 = b0.ToVector<float>(), half1 = b1.ToVector<float>();
     // The file is a plain .params list with the documented names.
     std::vector<NDArray> arrays;
     std::vector<std::string> names;
@@ -579,6 +580,22 @@ TEST(OptimizerTest, SaveLoadThenContinueEqualsUninterrupted) {
     }
     EXPECT_EQ(b0.ToVector<float>(), a0.ToVector<float>());
     EXPECT_EQ(b1.ToVector<float>(), a1.ToVector<float>());
+    // The loaded states continue onto weights of another engine too (a kvstore server keeps its small keys
+    // on a synchronous engine of its own): they move to the weight's engine on its first update.
+    EngineConfig naive_config;
+    naive_config.type = EngineType::kNaive;
+    const auto naive = Engine::Create(naive_config);  // outlives the arrays below
+    auto third = Optimizer::Create(config);
+    third->LoadStates(path);
+    const auto floats = [](const Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+    NDArray c0 = NDArray::FromVector(half0, kShape, Context::CPU(), naive.get());
+    NDArray c1 = NDArray::FromVector(half1, TShape{5, 7}, Context::CPU(), naive.get());
+    for (int s = kSteps / 2; s < kSteps; ++s) {
+      third->Update(0, c0, NDArray::FromVector(floats(grads[s]), kShape, Context::CPU(), naive.get()));
+      third->Update(3, c1, NDArray::FromVector(floats(grads[s]), TShape{5, 7}, Context::CPU(), naive.get()));
+    }
+    EXPECT_EQ(c0.ToVector<float>(), a0.ToVector<float>());
+    EXPECT_EQ(c1.ToVector<float>(), a1.ToVector<float>());
     std::remove(path.c_str());
   }
 }
