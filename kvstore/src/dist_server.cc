@@ -1,8 +1,9 @@
 // A server of the distributed KVStore (kvstore/dist.h): owns the keys (or parts of big keys) the workers
 // send it, sums a sync round's pushes, runs the optimizer, answers pulls, writes and loads checkpoints.
 // One actor; the connections (to the scheduler, from each worker) are brokers of it (kvstore/net). The
-// values are NDArrays on cpu(0) of the process's engine; the actor waits for each update to finish before
-// it answers, so a reply always carries the updated value.
+// values are NDArrays on cpu(0): a small key's on a synchronous engine of the servers' own, so that its
+// optimizer update runs on the thread handling the frame, a big key's on the process's engine (EngineForKey).
+// The server waits for each update to finish before it answers, so a reply always carries the updated value.
 // A worker's small tensor frame is handled in its connection's broker, on the thread that read it, when the
 // actor is idle and nothing mailed to it waits (Server::TakeInBroker): a small-key round then costs one thread
 // hand-off on the server instead of two. Frames with big tensors, and commands, go to the actor, so that
@@ -53,6 +54,31 @@ bool SmallTensorFrame(const net::Message& m) {
   std::size_t bytes = 0;
   for (const net::TensorMsg& t : b->entries) bytes += t.value.data.size();
   return bytes <= kFrameInBrokerBytes;
+}
+
+// A key of at most this many bytes is updated on the thread that handles its frame: its arrays belong to a
+// synchronous engine of the servers' own (the naive engine, which runs a function inside Push), so the
+// optimizer's update runs inside Optimizer::Update. Through the process's engine, the update went to a worker
+// thread and the handler slept until it was done: two thread wake-ups per frame, 70 us of the MLP's 0.9 ms
+// dist_sync step here, more than the update itself (SGD with momentum: 0.2 ns a float). Bigger keys stay on
+// the process's engine, whose workers update several of a frame's keys at once (Server::SettleUpdates).
+constexpr std::size_t kInlineUpdateBytes = std::size_t{1} << 20;
+
+Engine* EngineForKey(std::size_t bytes) {
+  if (bytes > kInlineUpdateBytes) return Engine::Get();
+  // Never destroyed: a reply may still hold a key's array while the process exits.
+  static Engine* const inline_engine = [] {
+    EngineConfig config;
+    config.type = EngineType::kNaive;
+    return Engine::Create(config).release();
+  }();
+  return inline_engine;
+}
+
+// An array for a key's value on this server, on the engine of its size (EngineForKey).
+NDArray KeyArray(const TShape& shape, DType dtype) {
+  const std::size_t bytes = static_cast<std::size_t>(shape.Size()) * DTypeSize(dtype);
+  return NDArray(shape, Context::CPU(0), dtype, EngineForKey(bytes));
 }
 
 struct Waiter {
@@ -122,8 +148,11 @@ Checkpoint LoadCheckpoint(const DistConfig& config) {
                   "', not key:<key>:<part>:<parts>; is it a server checkpoint?");
     }
     Entry& e = ck.entries[key];
-    e.stored = arrays[i];
-    e.merged = NDArray(arrays[i].shape(), cpu, arrays[i].dtype());
+    e.stored = KeyArray(arrays[i].shape(), arrays[i].dtype());
+    arrays[i].WaitToRead();
+    e.stored.WaitToWrite();
+    if (arrays[i].Bytes() > 0) std::memcpy(e.stored.data().dptr, arrays[i].data().dptr, arrays[i].Bytes());
+    e.merged = KeyArray(arrays[i].shape(), arrays[i].dtype());
     e.part_index = part;
     e.part_count = parts;
   }
@@ -596,8 +625,8 @@ class Server {
       }
       Entry& e = entries_[t.key];
       const TShape shape(t.value.shape);
-      e.stored = NDArray(shape, Context::CPU(0), t.value.dtype);
-      e.merged = NDArray(shape, Context::CPU(0), t.value.dtype);
+      e.stored = KeyArray(shape, t.value.dtype);
+      e.merged = KeyArray(shape, t.value.dtype);
       e.stored.WaitToWrite();
       std::memcpy(e.stored.data().dptr, t.value.data.bytes.data(), t.value.data.size());
       e.part_index = t.part_index;
@@ -804,7 +833,7 @@ class Server {
   // `keep`); the hold is dropped either way (the next reply makes a new one).
   static void Unshare(NDArray* a, std::shared_ptr<const NDArray>* hold, bool keep) {
     if (*hold != nullptr && hold->use_count() > 1) {
-      NDArray fresh(a->shape(), Context::CPU(0), a->dtype());
+      NDArray fresh(a->shape(), Context::CPU(0), a->dtype(), a->engine());
       if (keep) std::memcpy(fresh.data().dptr, a->data().dptr, a->Bytes());
       *a = fresh;
     }
