@@ -94,6 +94,10 @@ class NDArray {
 
   // A new array on `ctx` holding a copy of this one (pushed; GPU copies use the copy lanes).
   NDArray CopyTo(Context ctx) const;
+  // The same on `engine`'s arrays. On another engine than this array's, nothing orders the two engines'
+  // functions (CopyFromTo refuses them), so the copy blocks: it waits for this array (rethrowing its error)
+  // and copies through host memory.
+  NDArray CopyTo(Context ctx, Engine* engine) const;
   // A new array of the same shape with the values converted to `dtype` (pushed).
   NDArray AsType(DType dtype) const;
 

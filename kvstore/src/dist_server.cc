@@ -148,10 +148,7 @@ Checkpoint LoadCheckpoint(const DistConfig& config) {
                   "', not key:<key>:<part>:<parts>; is it a server checkpoint?");
     }
     Entry& e = ck.entries[key];
-    e.stored = KeyArray(arrays[i].shape(), arrays[i].dtype());
-    arrays[i].WaitToRead();
-    e.stored.WaitToWrite();
-    if (arrays[i].Bytes() > 0) std::memcpy(e.stored.data().dptr, arrays[i].data().dptr, arrays[i].Bytes());
+    e.stored = arrays[i].CopyTo(cpu, EngineForKey(arrays[i].Bytes()));
     e.merged = KeyArray(arrays[i].shape(), arrays[i].dtype());
     e.part_index = part;
     e.part_count = parts;

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <numbers>
@@ -54,24 +53,6 @@ void StepOnDevice(OptimizerKind kind, const OptimizerScalars& scalars, const TBl
       for (std::int64_t i = 0; i < n; ++i) internal::OptimizerStepAt<K, T>(a, i, pw, pg, s0, s1, s2);
     });
   });
-}
-
-// A state as a new array on the weight's device and engine (states loaded onto another one). Across engines
-// nothing orders the two arrays (CopyFromTo refuses), so the state is waited for and copied through the host.
-NDArray MovedTo(const NDArray& state, const NDArray& weight) {
-  NDArray moved(weight.shape(), weight.ctx(), weight.dtype(), weight.engine());
-  if (state.engine() == weight.engine()) {
-    CopyFromTo(state, moved);
-    return moved;
-  }
-  const NDArray host = state.ctx().is_gpu() ? state.CopyTo(Context::CPU(0)) : state;
-  host.WaitToRead();
-  const NDArray staged =
-      weight.ctx().is_gpu() ? NDArray(weight.shape(), Context::CPU(0), weight.dtype(), weight.engine()) : moved;
-  staged.WaitToWrite();
-  if (staged.Bytes() > 0) std::memcpy(staged.data().dptr, host.data().dptr, staged.Bytes());
-  if (weight.ctx().is_gpu()) CopyFromTo(staged, moved);
-  return moved;
 }
 
 // Everything that can be checked at the call, before anything is pushed.
@@ -777,7 +758,7 @@ std::vector<NDArray>& Optimizer::StateOf(int index, const NDArray& weight, const
                   "; were the states loaded for another model?" +
                   (states_file_.empty() ? "" : " (loaded from '" + states_file_ + "')"));
     }
-    if (s.ctx() != weight.ctx() || s.engine() != weight.engine()) s = MovedTo(s, weight);
+    if (s.ctx() != weight.ctx() || s.engine() != weight.engine()) s = s.CopyTo(weight.ctx(), weight.engine());
   }
   return it->second;
 }

@@ -309,10 +309,20 @@ void CopyFromTo(const NDArray& from, const NDArray& to, int priority) {
   }
 }
 
-NDArray NDArray::CopyTo(Context ctx) const {
+NDArray NDArray::CopyTo(Context ctx) const { return CopyTo(ctx, engine()); }
+
+NDArray NDArray::CopyTo(Context ctx, Engine* engine) const {
   CheckNotNone(*this, "CopyTo");
-  NDArray out(shape_, ctx, dtype_, engine());
-  CopyFromTo(*this, out);
+  NDArray out(shape_, ctx, dtype_, engine);
+  if (out.engine() == this->engine()) {
+    CopyFromTo(*this, out);
+  } else if (OnHost(ctx)) {
+    SyncCopyToCPU(out.data().dptr, Bytes());  // `out` is new: no function of its engine touches it yet
+  } else {
+    std::vector<char> host(Bytes());
+    SyncCopyToCPU(host.data(), host.size());
+    out.SyncCopyFromCPU(host.data(), host.size());
+  }
   return out;
 }
 

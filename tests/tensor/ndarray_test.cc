@@ -206,6 +206,19 @@ TEST_P(NDArrayTest, MistakesAreReportedAtTheCall) {
   e.WaitToRead();
 }
 
+// CopyTo onto another engine (which CopyFromTo refuses) waits for the array's pending writer and copies its
+// values; the copy belongs to the other engine.
+TEST_P(NDArrayTest, CopyToAnotherEngineWaitsForTheValue) {
+  auto other_engine = Engine::Create(test::MakeConfig(GetParam()));  // outlives the copy
+  NDArray a = Make<float>({1, 2, 3, 4}, TShape({4}));
+  a += 1;
+  NDArray b = a.CopyTo(kCpu, other_engine.get());
+  EXPECT_EQ(b.engine(), other_engine.get());
+  EXPECT_EQ(b.ToVector<float>(), (std::vector<float>{2, 3, 4, 5}));
+  NDArray c = a.CopyTo(Context::CPU(1), engine());  // the same engine: an ordinary pushed copy
+  EXPECT_EQ(c.ToVector<float>(), (std::vector<float>{2, 3, 4, 5}));
+}
+
 TEST_P(NDArrayTest, DotMatchesHandComputedProducts) {
   NDArray a = Make<float>({1, 2, 3, 4, 5, 6}, TShape({2, 3}));
   NDArray b = Make<float>({7, 8, 9, 10, 11, 12}, TShape({3, 2}));
