@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "io/io.h"
 #include "kvstore/kvstore.h"
+#include "graph/amp.h"
 #include "graph/models.h"
 #include "tools/symbol_net.h"
 #include "train/train.h"
@@ -717,6 +718,11 @@ TrainCommand::TrainCommand(CLI::App* root) {
                    "CIFAR stem, models::ResNet; slow on a CPU: use --train-images)")
       ->check(CLI::IsMember({"mlp", "lenet", "resnet18", "resnet34"}))
       ->capture_default_str();
+  app_->add_option("--amp", o.amp,
+                   "Mixed precision: bf16 converts the network as MXNet's AMP does (mx.contrib.amp.convert_symbol "
+                   "with target_dtype bfloat16): convolutions and fully connected layers compute in bfloat16, "
+                   "parameters and the optimizer stay float32. fp16 is not offered: it needs loss scaling")
+      ->check(CLI::IsMember({"bf16"}));
   app_->add_option("--act", o.act, "LeNet's activation: tanh (MXNet's example) or relu")
       ->check(CLI::IsMember({"tanh", "relu"}))
       ->capture_default_str();
@@ -968,6 +974,19 @@ int RunTrain(const TrainOptions& o) {
           : o.model == "lenet"    ? models::LeNet(10, o.act, o.dropout)
           : o.model == "resnet18" ? models::ResNet(18, 10, true)
                                   : models::ResNet(34, 10, true);
+  }
+  if (!o.amp.empty()) {
+    // MXNet's AMP: the symbol gains amp_cast nodes; parameters, optimizer states, metrics and checkpoints'
+    // arrays stay float32 (the saved symbol is the converted one, which MXNet 1.9 loads too).
+    amp::ConvertOptions convert;
+    convert.target_dtype = DType::kBfloat16;
+    convert.data_names = std::vector<std::string>{data_name};
+    if (!label_name.empty()) convert.data_names->push_back(label_name);
+    const std::size_t before = net.GetInternals().NumOutputs();
+    net = amp::ConvertSymbol(net, convert);
+    std::printf("troupe train: mixed precision bfloat16 (--amp bf16): %zu casts added; convolutions and fully "
+                "connected layers compute in bfloat16, parameters, optimizer and loss stay float32\n",
+                net.GetInternals().NumOutputs() - before);
   }
   std::vector<std::string> label_names;
   if (!label_name.empty()) label_names.push_back(label_name);

@@ -58,6 +58,7 @@ struct TrainOptions {
   int top_k = 0;                         // k of top_k_acc (0: 5); > 0 without top_k_acc in metrics adds it
   double val_fraction = 0;               // held out of the training images for per-epoch validation
   int save_period = 1;                   // checkpoint every N epochs, and after the last
+  std::string amp;                       // "" (float32) | bf16: the network converted by amp::ConvertSymbol
   int log_interval = 100;                // batches between two Speedometer lines (--progress lines)
   std::string checkpoint;                // PREFIX: PREFIX-symbol.json, PREFIX-%04d.params (see save_period)
   int resume = 0;                        // > 0: continue from PREFIX-<resume>

@@ -25,6 +25,7 @@
 #include "bench/common/training.h"
 #include "engine/engine.h"
 #include "io/io.h"
+#include "graph/amp.h"
 #include "graph/models.h"
 #include "graph/symbol.h"
 #include "op/initializer.h"
@@ -171,12 +172,19 @@ Symbol Network(const std::string& model) {
 void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOptions& o,
                  const std::vector<DataBatch>& batches) {
   const int batch = o.batch_size;
-  const Symbol net = Network(model);
+  const Symbol fp32_net = Network(model);
   const TShape data_shape({batch, 1, 28, 28});
-  const GemmPlan plan = PlanGemms(net, data_shape, true);
+  const GemmPlan plan = PlanGemms(fp32_net, data_shape, true);  // the float32 products (the anchor)
+  Symbol net = fp32_net;
+  if (!o.amp.empty()) {
+    amp::ConvertOptions convert;
+    convert.target_dtype = o.amp == "bf16" ? DType::kBfloat16 : DType::kFloat16;
+    net = amp::ConvertSymbol(fp32_net, convert);
+  }
   r->items = batch;
   r->details = {{"model", model},
                 {"batch_size", batch},
+                {"amp", o.amp.empty() ? "off (float32)" : o.amp},
                 {"data", "Fashion-MNIST t10k, " + std::to_string(batches.size()) + " preloaded batches"},
                 {"optimizer", "sgd, learning_rate 0.05, momentum 0.9, rescale_grad 1/batch"},
                 {"gemm_gflop_per_step", plan.flops / 1e9},
@@ -337,7 +345,8 @@ Json TrainBench::BuildJson() const {
   root["finished"] = UtcNow();
   root["machine"] = {{"cores", AvailableCores()}, {"cpu", CpuModel()}};
   root["config"] = {{"quick", opt_.quick},         {"repeat", opt_.repeat},         {"min_time_s", kMinTime},
-                    {"workloads", opt_.workloads}, {"batch_size", opt_.batch_size}, {"mnist_dir", opt_.mnist_dir}};
+                    {"workloads", opt_.workloads}, {"batch_size", opt_.batch_size}, {"mnist_dir", opt_.mnist_dir},
+                    {"amp", opt_.amp}};
   Json targets = Json::array();
   for (const std::string& w : opt_.workloads) {
     const auto found = reports_.find(w);
@@ -532,6 +541,12 @@ void DeclareTrainBenchmarkOptions(TrainBenchOptions* o, BenchOptionList* options
       .TypeName("LIST")
       .ShowDefault();
   options->Add("--batch-size", &o->batch_size, "Images per training step").Range(1, 4096).TypeName("B").ShowDefault();
+  options
+      ->Add("--amp", &o->amp,
+            "Mixed precision for the training workloads: bf16 or fp16 (MXNet's AMP conversion: convolutions and "
+            "fully connected layers in that type, float32 parameters and optimizer); default float32")
+      .Choices({"bf16", "fp16"})
+      .TypeName("TYPE");
   options->Add("--mnist-dir", &o->mnist_dir, "Folder of the Fashion-MNIST t10k-* .gz files")
       .TypeName("DIR")
       .ShowDefault();

@@ -39,6 +39,9 @@ struct TrainBenchOptions {
   int repeat = 0;         // timed runs per figure; 0: kTrainDefaultRepeat (1 with quick)
   std::vector<std::string> workloads = {"mlp", "lenet"};  // also resnet18, resnet18-infer
   int batch_size = 128;
+  // Mixed precision for the training workloads: "" (float32), "bf16" or "fp16" (the network converted by
+  // amp::ConvertSymbol; parameters and the optimizer stay float32).
+  std::string amp;
   std::string mnist_dir = "/usr/share/datasets/fashion-mnist";
 };
 

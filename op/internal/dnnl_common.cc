@@ -39,9 +39,22 @@ dnnl::memory::dims Dims(const TShape& shape) {
   return d;
 }
 
-dnnl::memory::desc PlainDesc(const TShape& shape, int groups) {
+dnnl::memory::data_type DnnlType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return dnnl::memory::data_type::f32;
+    case DType::kBfloat16: return dnnl::memory::data_type::bf16;
+    default: throw Error(std::string("oneDNN: element type ") + DTypeName(dtype) + " is not used with oneDNN here");
+  }
+}
+
+bool DnnlBf16() {
+  static const bool yes = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+  return yes;
+}
+
+dnnl::memory::desc PlainDesc(const TShape& shape, int groups, dnnl::memory::data_type type) {
   using tag = dnnl::memory::format_tag;
-  const auto f32 = dnnl::memory::data_type::f32;
+  const auto f32 = type;
   if (groups > 1 && shape.ndim() == 4) {
     return dnnl::memory::desc({groups, shape[0] / groups, shape[1], shape[2], shape[3]}, f32, tag::goihw);
   }

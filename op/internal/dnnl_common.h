@@ -4,7 +4,7 @@
 // temp-space resource (an operator keeps memory between calls only on purpose: Convolution's reordered
 // weights).
 //
-// Operators use oneDNN for float32 only, where it is enabled (TROUPE_DNNL, default 1) and where it wins for the
+// Operators use oneDNN for float32 (and Convolution for bfloat16 too), where it is enabled (TROUPE_DNNL, default 1) and where it wins for the
 // shape (each operator says which); their own kernels stay the reference and the fallback. oneDNN's types stay
 // in op/'s .cc files: this header is internal and never included by a public one.
 //
@@ -47,9 +47,16 @@ inline std::int64_t DnnlRightPad(std::int64_t out, std::int64_t stride, std::int
   return (out - 1) * stride + extent - size - pad;
 }
 
-// A plain (row-major) float32 descriptor of `shape`: nchw for 4 dimensions, nc for 2, x for 1. With `groups`
-// > 1 a 4-D weight shape (F, C/g, kh, kw) becomes the grouped goihw (g, F/g, C/g, kh, kw).
-dnnl::memory::desc PlainDesc(const TShape& shape, int groups = 1);
+// A plain (row-major) descriptor of `shape` (float32 unless `type` says otherwise): nchw for 4 dimensions, nc for
+// 2, x for 1. With `groups` > 1 a 4-D weight shape (F, C/g, kh, kw) becomes the grouped goihw (g, F/g, C/g,
+// kh, kw).
+dnnl::memory::desc PlainDesc(const TShape& shape, int groups = 1,
+                             dnnl::memory::data_type type = dnnl::memory::data_type::f32);
+// oneDNN's type for a troupe type it computes in here: f32, or bf16 (bfloat16); any other throws troupe::Error.
+dnnl::memory::data_type DnnlType(DType dtype);
+// Whether oneDNN runs bfloat16 primitives on this CPU: natively with AVX512-BF16 or AMX, emulated on plain
+// AVX-512 (still faster than converting to float32); false before AVX-512, where troupe converts instead.
+bool DnnlBf16();
 // The channel-blocked layout oneDNN's convolutions run natively on this CPU (nChw16c with AVX-512, else nChw8c)
 // for a 4-D float32 array, and whether `shape` can take it (4-D, at least one image, channels a multiple of the
 // block). The executor's inference fusion keeps arrays between fused convolutions in it (op/detail/fusion.h).

@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "base/error.h"
 #include "op/operator.h"
+#include "tensor/detail/vector_math.h"  // VecFloatToBf16
 #include "tensor/tensor.h"
 
 namespace troupe::internal {
@@ -29,6 +31,42 @@ decltype(auto) FloatSwitch(DType dtype, std::string_view op, Fn&& fn) {
   if (dtype == DType::kFloat32) return fn(float{});
   if (dtype == DType::kFloat64) return fn(double{});
   ThrowNotFloat(op, dtype);
+}
+
+// Whether T is one of the two 16-bit float types, which store and multiply in 16 bits but add up in float.
+template <typename T>
+inline constexpr bool kIsHalf = std::is_same_v<T, half_t> || std::is_same_v<T, bf16_t>;
+// The type sums and other arithmetic on T are done in: float for the half types, T otherwise.
+template <typename T>
+using AccType = std::conditional_t<kIsHalf<T>, float, T>;
+
+// Like FloatSwitch, with float16 and bfloat16 too (fn(half_t{}), fn(bf16_t{})): for the operators that run on
+// half-precision arrays, computing in AccType. Any other type is a troupe::Error naming `op` and the type.
+template <typename Fn>
+decltype(auto) FloatHalfSwitch(DType dtype, std::string_view op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn(float{});
+    case DType::kFloat64: return fn(double{});
+    case DType::kFloat16: return fn(half_t{});
+    case DType::kBfloat16: return fn(bf16_t{});
+    default: break;
+  }
+  throw Error(std::string(op) + ": element type " + DTypeName(dtype) +
+              " is not supported; use float32, float64, float16 or bfloat16");
+}
+
+// Assign (op/operator.h) for every float type: a half type's kAddTo adds in float and rounds once.
+template <typename T, typename V>
+inline void AssignAcc(T* out, OpReqType req, V v) {
+  if constexpr (kIsHalf<T>) {
+    if (req == kAddTo) {
+      *out = T(static_cast<float>(*out) + static_cast<float>(v));
+    } else if (req != kNullOp) {
+      *out = T(static_cast<float>(v));
+    }
+  } else {
+    Assign(out, req, static_cast<T>(v));
+  }
 }
 
 // Runs fn with a value of the element type for the types MXNet's element-wise and data-movement operators
@@ -95,7 +133,25 @@ T SumContiguous(const T* p, std::int64_t n) {
 template <typename T, typename F>
 void AssignEach(T* out, std::int64_t n, OpReqType req, F&& f) {
   if (req == kNullOp) return;
-  if (req == kAddTo) {
+  if constexpr (kIsHalf<T>) {
+    // f returns the value in float: a chunk of values in float first (that loop vectorises like float32's),
+    // then one rounding pass to the half type (for bfloat16 the vector conversion, at memory speed). The
+    // chunk is computed before any of it is written, so out may be f's input.
+    constexpr std::int64_t kChunk = 512;
+    float buf[kChunk];
+    for (std::int64_t b = 0; b < n; b += kChunk) {
+      const std::int64_t m = n - b < kChunk ? n - b : kChunk;
+      for (std::int64_t j = 0; j < m; ++j) buf[j] = static_cast<float>(f(b + j));
+      if (req == kAddTo) {
+        for (std::int64_t j = 0; j < m; ++j) buf[j] += static_cast<float>(out[b + j]);
+      }
+      if constexpr (std::is_same_v<T, bf16_t>) {
+        VecFloatToBf16(buf, reinterpret_cast<std::uint16_t*>(out + b), m);
+      } else {
+        for (std::int64_t j = 0; j < m; ++j) out[b + j] = T(buf[j]);
+      }
+    }
+  } else if (req == kAddTo) {
     for (std::int64_t i = 0; i < n; ++i) out[i] += f(i);
   } else {
     for (std::int64_t i = 0; i < n; ++i) out[i] = f(i);

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace troupe::internal {
@@ -145,6 +146,24 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void VecGelu(const 
   for (std::int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     y[i] = 0.5f * v * (1.0f + ErfOne(v * 0.70710678118654752440f));
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void VecFloatToBf16(const float* x, std::uint16_t* y,
+                                                                                   std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t b;
+    std::memcpy(&b, x + i, 4);
+    const std::uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16, quiet_nan = (b >> 16) | 0x40u;
+    y[i] = static_cast<std::uint16_t>((b & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void VecBf16ToFloat(const std::uint16_t* x, float* y,
+                                                                                   std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t b = static_cast<std::uint32_t>(x[i]) << 16;
+    std::memcpy(y + i, &b, 4);
   }
 }
 

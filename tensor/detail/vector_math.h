@@ -1,4 +1,5 @@
-// Vector math on float32 arrays for the CPU kernels: exp, tanh, the logistic sigmoid, log, erf and GELU, evaluated with
+// Vector math on float32 arrays for the CPU kernels: exp, tanh, the logistic sigmoid, log, erf and GELU (and the
+// bfloat16 conversions), evaluated with
 // polynomials that the compiler vectorises (no libm call in the loop), and dispatched at run time to the
 // widest instruction set the processor has (AVX-512, AVX2 or the x86-64 baseline; GCC's target_clones): the
 // shipped build needs no -march flag. The C library's expf/tanhf are scalar calls; these run 8-16 elements
@@ -28,5 +29,10 @@ void VecSigmoid(const float* x, float* y, std::int64_t n);
 void VecLog(const float* x, float* y, std::int64_t n);
 void VecErf(const float* x, float* y, std::int64_t n);
 void VecGelu(const float* x, float* y, std::int64_t n);
+
+// float32 to bfloat16 (as its 16 bits; round to nearest even, NaN stays a quiet NaN: bf16_t's conversion) and
+// back (exact), at memory speed: the half-precision operators convert through these.
+void VecFloatToBf16(const float* x, std::uint16_t* y, std::int64_t n);
+void VecBf16ToFloat(const std::uint16_t* x, float* y, std::int64_t n);
 
 }  // namespace troupe::internal

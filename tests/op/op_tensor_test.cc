@@ -359,12 +359,15 @@ TEST(OpElemwise, ShapesAndErrors) {
   EXPECT_EQ(in[0], (TShape{4, 1}));
   ExpectError([] { InferOutShapes({"elemwise_add", {}, {TShape{2, 3}, TShape{3, 2}}}); }, {"elemwise_add", "rhs"});
   ExpectError([] { MakeProp({"elemwise_sub", {{"scalar", "1"}}, {}}); }, {"elemwise_sub", "scalar"});
-  // Integers add as MXNet adds them; a type the operator has no loop for (float16) is refused with a message
-  // naming the operator and the type.
+  // Integers add as MXNet adds them, float16 in float rounded once; a type the operator has no loop for
+  // (bool) is refused with a message naming the operator and the type.
   NDArray i = NDArray::FromVector<std::int32_t>({7, -2}, TShape{2}, Context::CPU());
   EXPECT_EQ(Invoke("elemwise_add", {i, i})[0].ToVector<std::int32_t>(), (std::vector<std::int32_t>{14, -4}));
-  NDArray x = NDArray::Zeros(TShape{2}, Context::CPU(), DType::kFloat16);
-  ExpectError([&] { Invoke("elemwise_add", {x, x})[0].WaitToRead(); }, {"elemwise_add", "float16"});
+  NDArray h = NDArray::FromVector<float>({1.5f, 2049.0f}, TShape{2}, Context::CPU()).AsType(DType::kFloat16);
+  EXPECT_EQ(Invoke("elemwise_add", {h, h})[0].AsType(DType::kFloat32).ToVector<float>(),
+            (std::vector<float>{3.0f, 4096.0f}));  // 2049 is 2048 in float16
+  NDArray x = NDArray::Zeros(TShape{2}, Context::CPU(), DType::kBool);
+  ExpectError([&] { Invoke("elemwise_add", {x, x})[0].WaitToRead(); }, {"elemwise_add", "bool"});
 }
 
 // ======================================== *_scalar ========================================

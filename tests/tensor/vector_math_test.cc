@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tensor/detail/vector_math.h"
+#include "tensor/tensor.h"
 
 namespace troupe::internal {
 namespace {
@@ -104,6 +105,39 @@ TEST(VectorMathTest, GeluIsTheErfFormula) {
     const double tol = 5.0 * std::numeric_limits<float>::epsilon() * (std::abs(want) + 0.5 * std::abs(x)) +
                        2.0 * std::numeric_limits<float>::denorm_min();  // denormal results keep fewer bits
     ASSERT_LE(std::abs(ys[i] - want), tol) << "gelu(" << xs[i] << ") = " << ys[i] << ", want " << want;
+  }
+}
+
+// Every float32 whose bit pattern is a multiple of 97 (44 million values: every exponent, both signs, NaNs and
+// infinities, the round-to-even halfway cases among them), converted to bfloat16 as bf16_t converts (round to
+// nearest even, a NaN stays a quiet NaN), and every bfloat16 back to float32 exactly.
+TEST(VectorMathTest, Bfloat16ConversionsAreBf16tsBothWays) {
+  constexpr std::uint64_t kStep = 97;
+  std::vector<float> x;
+  x.reserve(std::size_t{1} << 20);
+  std::vector<std::uint16_t> y;
+  std::uint64_t checked = 0;
+  for (std::uint64_t b = 0; b <= 0xffffffffull; b += kStep) {
+    x.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(b)));
+    if (x.size() == x.capacity() || b + kStep > 0xffffffffull) {
+      y.assign(x.size(), 0);
+      troupe::internal::VecFloatToBf16(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(y[i], troupe::bf16_t(x[i]).bits) << "bits 0x" << std::hex << std::bit_cast<std::uint32_t>(x[i]);
+      }
+      checked += x.size();
+      x.clear();
+    }
+  }
+  EXPECT_GT(checked, 44000000u);
+  std::vector<std::uint16_t> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  std::vector<float> back(all.size());
+  troupe::internal::VecBf16ToFloat(all.data(), back.data(), static_cast<std::int64_t>(all.size()));
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    troupe::bf16_t h;
+    h.bits = all[i];
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(back[i]), std::bit_cast<std::uint32_t>(static_cast<float>(h))) << i;
   }
 }
 

@@ -15,7 +15,8 @@ namespace troupe {
 namespace {
 
 using internal::AssignEach;
-using internal::FloatSwitch;
+using internal::AccType;
+using internal::FloatHalfSwitch;
 
 // Checks the data argument's shape is known; the output has the same shape.
 bool SameShape(const std::vector<TShape>& in_shape, std::vector<TShape>* out_shape, int num_out) {
@@ -31,8 +32,9 @@ class ActivationCpuOp : public Operator {
   void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
-    FloatSwitch(in_data[0].dtype, "Activation", [&](auto tag) {
+    FloatHalfSwitch(in_data[0].dtype, "Activation", [&](auto tag) {
       using T = decltype(tag);
+      using C = AccType<T>;  // half types compute in float
       // Element ranges on the kernel threads (kGrain keeps small arrays on the calling thread).
       internal::CpuParallelFor(in_data[0].Size(), kGrain, [&](std::int64_t b, std::int64_t e) {
         const T* x = in_data[0].dptr_as<T>() + b;
@@ -44,7 +46,7 @@ class ActivationCpuOp : public Operator {
           if (write && type_ == act_norm::ActType::kSigmoid) return internal::VecSigmoid(x, y, e - b);
         }
         act_norm::ActSwitch(type_, [&](auto t) {
-          AssignEach(y, e - b, req[0], [&](std::int64_t i) { return act_norm::ActForward(t(), x[i]); });
+          AssignEach(y, e - b, req[0], [&](std::int64_t i) { return act_norm::ActForward(t(), C(x[i])); });
         });
       });
     });
@@ -55,14 +57,15 @@ class ActivationCpuOp : public Operator {
                 const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
     if (req[0] == kNullOp) return;
     const TBlob& v = act_norm::ActGradFromInput(type_) ? in_data[0] : out_data[0];
-    FloatSwitch(out_grad[0].dtype, "Activation", [&](auto tag) {
+    FloatHalfSwitch(out_grad[0].dtype, "Activation", [&](auto tag) {
       using T = decltype(tag);
+      using C = AccType<T>;
       internal::CpuParallelFor(out_grad[0].Size(), kGrain, [&](std::int64_t b, std::int64_t e) {
         const T* og = out_grad[0].dptr_as<T>() + b;
         const T* pv = v.dptr_as<T>() + b;
         T* g = in_grad[0].dptr_as<T>() + b;
         act_norm::ActSwitch(type_, [&](auto t) {
-          AssignEach(g, e - b, req[0], [&](std::int64_t i) { return og[i] * act_norm::ActGrad(t(), pv[i]); });
+          AssignEach(g, e - b, req[0], [&](std::int64_t i) { return C(og[i]) * act_norm::ActGrad(t(), C(pv[i])); });
         });
       });
     });

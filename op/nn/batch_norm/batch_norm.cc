@@ -16,19 +16,23 @@
 // Backward always runs in training mode in OperatorRunner (as in MXNet), so the operator remembers whether
 // its last Forward used batch statistics and differentiates accordingly: the full batch-norm gradient
 // after a training forward, the affine map's gradient after an inference (or use_global_stats) forward.
+#include "op/nn/batch_norm/batch_norm.h"
+
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
-#include "op/nn/batch_norm/batch_norm.h"
+#include "tensor/detail/kernels.h"  // CpuParallelFor
 
 namespace troupe {
 
 namespace {
 
-using internal::FloatSwitch;
+using internal::AccType;
+using internal::FloatHalfSwitch;
 
 class BatchNormCpuOp : public Operator {
  public:
@@ -41,51 +45,57 @@ class BatchNormCpuOp : public Operator {
     const act_norm::AxisView v = act_norm::ViewAround(x.shape, axis);
     const bool batch = ctx.is_train && !p_.use_global_stats;
     batch_stats_ = batch;
-    FloatSwitch(x.dtype, "BatchNorm", [&](auto tag) {
+    FloatHalfSwitch(x.dtype, "BatchNorm", [&](auto tag) {
       using T = decltype(tag);
+      using P = AccType<T>;  // the parameters', statistics' and arithmetic's type (float for half data)
+      CheckParamType<P>(in_data[1], aux_states[0]);
       const T* px = x.dptr_as<T>();
-      const T* gamma = in_data[1].dptr_as<T>();
-      const T* beta = in_data[2].dptr_as<T>();
-      T* moving_mean = aux_states[0].dptr_as<T>();
-      T* moving_var = aux_states[1].dptr_as<T>();
+      const P* gamma = in_data[1].dptr_as<P>();
+      const P* beta = in_data[2].dptr_as<P>();
+      P* moving_mean = aux_states[0].dptr_as<P>();
+      P* moving_var = aux_states[1].dptr_as<P>();
       T* y = req[0] == kNullOp ? nullptr : out_data[0].dptr_as<T>();
-      T* out_mean = req[1] == kNullOp ? nullptr : out_data[1].dptr_as<T>();
-      T* out_invstd = req[2] == kNullOp ? nullptr : out_data[2].dptr_as<T>();
+      P* out_mean = req[1] == kNullOp ? nullptr : out_data[1].dptr_as<P>();
+      P* out_invstd = req[2] == kNullOp ? nullptr : out_data[2].dptr_as<P>();
       const double m = static_cast<double>(v.outer * v.inner);
       const double mom = p_.momentum;
-      // Per channel: each row of `inner` values is summed in T (in vector lanes), the rows in double.
+      // Per channel: each row of `inner` values is summed in P (in vector lanes), the rows in double.
       const auto rows_sum = [&](std::int64_t c, auto&& f) {
         double s = 0;
         for (std::int64_t o = 0; o < v.outer; ++o) {
           const T* row = px + (o * v.n + c) * v.inner;
-          s += internal::SumEach<T>(v.inner, [&](std::int64_t i) { return f(row[i]); });
+          s += internal::SumEach<P>(v.inner, [&](std::int64_t i) { return f(static_cast<P>(row[i])); });
         }
         return s;
       };
-      for (std::int64_t c = 0; c < v.n; ++c) {
-        double mean, invstd;
-        if (batch) {
-          mean = m > 0 ? rows_sum(c, [](T x) { return x; }) / m : 0.0;
-          const T mean_t = static_cast<T>(mean);
-          const double var = m > 0 ? rows_sum(c, [mean_t](T x) { return (x - mean_t) * (x - mean_t); }) / m : 0.0;
-          // MXNet: a constant channel with eps 0 gets invstd 0 rather than infinity.
-          invstd = (var == 0 && p_.eps == 0) ? 0.0 : 1.0 / std::sqrt(var + p_.eps);
-          moving_mean[c] = static_cast<T>(moving_mean[c] * mom + mean * (1 - mom));
-          moving_var[c] = static_cast<T>(moving_var[c] * mom + var * (1 - mom));
-        } else {
-          mean = moving_mean[c];
-          invstd = 1.0 / std::sqrt(static_cast<double>(moving_var[c]) + p_.eps);
+      // Channels are independent: a range of them per kernel thread (the same results on any number).
+      internal::CpuParallelFor(v.n, ChannelGrain(v), [&](std::int64_t c0, std::int64_t c1) {
+        for (std::int64_t c = c0; c < c1; ++c) {
+          double mean, invstd;
+          if (batch) {
+            mean = m > 0 ? rows_sum(c, [](P x) { return x; }) / m : 0.0;
+            const P mean_t = static_cast<P>(mean);
+            const double var = m > 0 ? rows_sum(c, [mean_t](P x) { return (x - mean_t) * (x - mean_t); }) / m : 0.0;
+            // MXNet: a constant channel with eps 0 gets invstd 0 rather than infinity.
+            invstd = (var == 0 && p_.eps == 0) ? 0.0 : 1.0 / std::sqrt(var + p_.eps);
+            moving_mean[c] = static_cast<P>(moving_mean[c] * mom + mean * (1 - mom));
+            moving_var[c] = static_cast<P>(moving_var[c] * mom + var * (1 - mom));
+          } else {
+            mean = moving_mean[c];
+            invstd = 1.0 / std::sqrt(static_cast<double>(moving_var[c]) + p_.eps);
+          }
+          if (out_mean != nullptr) Assign(out_mean + c, req[1], static_cast<P>(mean));
+          if (out_invstd != nullptr) Assign(out_invstd + c, req[2], static_cast<P>(invstd));
+          if (y == nullptr) continue;
+          const double w = p_.fix_gamma ? 1.0 : static_cast<double>(gamma[c]);
+          const P scale = static_cast<P>(invstd * w), shift = static_cast<P>(beta[c] - mean * invstd * w);
+          for (std::int64_t o = 0; o < v.outer; ++o) {
+            const std::int64_t off = (o * v.n + c) * v.inner;
+            internal::AssignEach(y + off, v.inner, req[0],
+                                 [&](std::int64_t i) { return static_cast<P>(px[off + i]) * scale + shift; });
+          }
         }
-        if (out_mean != nullptr) Assign(out_mean + c, req[1], static_cast<T>(mean));
-        if (out_invstd != nullptr) Assign(out_invstd + c, req[2], static_cast<T>(invstd));
-        if (y == nullptr) continue;
-        const double w = p_.fix_gamma ? 1.0 : static_cast<double>(gamma[c]);
-        const T scale = static_cast<T>(invstd * w), shift = static_cast<T>(beta[c] - mean * invstd * w);
-        for (std::int64_t o = 0; o < v.outer; ++o) {
-          const std::int64_t off = (o * v.n + c) * v.inner;
-          internal::AssignEach(y + off, v.inner, req[0], [&](std::int64_t i) { return px[off + i] * scale + shift; });
-        }
-      }
+      });
     });
   }
 
@@ -95,47 +105,70 @@ class BatchNormCpuOp : public Operator {
     const TBlob& x = in_data[0];
     const int axis = internal::NormalizeAxis(p_.axis, x.shape.ndim(), "BatchNorm", "axis");
     const act_norm::AxisView v = act_norm::ViewAround(x.shape, axis);
-    FloatSwitch(x.dtype, "BatchNorm", [&](auto tag) {
+    FloatHalfSwitch(x.dtype, "BatchNorm", [&](auto tag) {
       using T = decltype(tag);
+      using P = AccType<T>;
+      CheckParamType<P>(in_data[1], out_data[1]);
       const T* px = x.dptr_as<T>();
       const T* og = out_grad[0].dptr_as<T>();
-      const T* gamma = in_data[1].dptr_as<T>();
-      const T* saved_mean = out_data[1].dptr_as<T>();
-      const T* saved_invstd = out_data[2].dptr_as<T>();
+      const P* gamma = in_data[1].dptr_as<P>();
+      const P* saved_mean = out_data[1].dptr_as<P>();
+      const P* saved_invstd = out_data[2].dptr_as<P>();
       T* gx = req[0] == kNullOp ? nullptr : in_grad[0].dptr_as<T>();
-      T* ggamma = req[1] == kNullOp ? nullptr : in_grad[1].dptr_as<T>();
-      T* gbeta = req[2] == kNullOp ? nullptr : in_grad[2].dptr_as<T>();
+      P* ggamma = req[1] == kNullOp ? nullptr : in_grad[1].dptr_as<P>();
+      P* gbeta = req[2] == kNullOp ? nullptr : in_grad[2].dptr_as<P>();
       const double m = static_cast<double>(v.outer * v.inner);
-      for (std::int64_t c = 0; c < v.n; ++c) {
-        const double mean = saved_mean[c], invstd = saved_invstd[c];
-        const double w = p_.fix_gamma ? 1.0 : static_cast<double>(gamma[c]);
-        const T mean_t = static_cast<T>(mean);
-        // Rows summed in T (vector lanes), rows together in double, as in Forward.
-        double sum_og = 0, dotp = 0;
-        for (std::int64_t o = 0; o < v.outer; ++o) {
-          const std::int64_t off = (o * v.n + c) * v.inner;
-          sum_og += internal::SumContiguous(og + off, v.inner);
-          dotp += internal::SumEach<T>(v.inner, [&](std::int64_t i) { return (px[off + i] - mean_t) * og[off + i]; });
-        }
-        if (gx != nullptr) {
-          // Training: dx = (dy - mean(dy) - xhat * mean(dy * xhat)) * invstd * w, xhat = (x - mean) * invstd.
-          const T k = static_cast<T>(batch_stats_ && m > 0 ? dotp * invstd * invstd / m : 0.0);
-          const T grad_mean = static_cast<T>(batch_stats_ && m > 0 ? sum_og / m : 0.0);
-          const T iw = static_cast<T>(invstd * w);
+      internal::CpuParallelFor(v.n, ChannelGrain(v), [&](std::int64_t c0, std::int64_t c1) {
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const double mean = saved_mean[c], invstd = saved_invstd[c];
+          const double w = p_.fix_gamma ? 1.0 : static_cast<double>(gamma[c]);
+          const P mean_t = static_cast<P>(mean);
+          // Rows summed in P (vector lanes), rows together in double, as in Forward.
+          double sum_og = 0, dotp = 0;
           for (std::int64_t o = 0; o < v.outer; ++o) {
             const std::int64_t off = (o * v.n + c) * v.inner;
-            internal::AssignEach(gx + off, v.inner, req[0], [&](std::int64_t i) {
-              return (og[off + i] - grad_mean - (px[off + i] - mean_t) * k) * iw;
+            sum_og += internal::SumEach<P>(v.inner, [&](std::int64_t i) { return static_cast<P>(og[off + i]); });
+            dotp += internal::SumEach<P>(v.inner, [&](std::int64_t i) {
+              return (static_cast<P>(px[off + i]) - mean_t) * static_cast<P>(og[off + i]);
             });
           }
+          if (gx != nullptr) {
+            // Training: dx = (dy - mean(dy) - xhat * mean(dy * xhat)) * invstd * w, xhat = (x - mean) * invstd.
+            const P k = static_cast<P>(batch_stats_ && m > 0 ? dotp * invstd * invstd / m : 0.0);
+            const P grad_mean = static_cast<P>(batch_stats_ && m > 0 ? sum_og / m : 0.0);
+            const P iw = static_cast<P>(invstd * w);
+            for (std::int64_t o = 0; o < v.outer; ++o) {
+              const std::int64_t off = (o * v.n + c) * v.inner;
+              internal::AssignEach(gx + off, v.inner, req[0], [&](std::int64_t i) {
+                return (static_cast<P>(og[off + i]) - grad_mean - (static_cast<P>(px[off + i]) - mean_t) * k) * iw;
+              });
+            }
+          }
+          if (ggamma != nullptr) Assign(ggamma + c, req[1], static_cast<P>(p_.fix_gamma ? 0.0 : dotp * invstd));
+          if (gbeta != nullptr) Assign(gbeta + c, req[2], static_cast<P>(sum_og));
         }
-        if (ggamma != nullptr) Assign(ggamma + c, req[1], static_cast<T>(p_.fix_gamma ? 0.0 : dotp * invstd));
-        if (gbeta != nullptr) Assign(gbeta + c, req[2], static_cast<T>(sum_og));
-      }
+      });
     });
   }
 
  private:
+  // Channels per kernel thread at least: enough that a range holds some 32 K elements.
+  static std::int64_t ChannelGrain(const act_norm::AxisView& v) {
+    const std::int64_t per_channel = std::max<std::int64_t>(v.outer * v.inner, 1);
+    return std::max<std::int64_t>(1, (32768 + per_channel - 1) / per_channel);
+  }
+
+  // The parameters and statistics must be P (InferType gives them that type; an array bound by hand might not).
+  template <typename P>
+  static void CheckParamType(const TBlob& gamma, const TBlob& stat) {
+    for (const TBlob* b : {&gamma, &stat}) {
+      if (b->dtype != DTypeOf<P>()) {
+        throw Error(std::string("BatchNorm: gamma, beta and the statistics are ") + DTypeName(b->dtype) + " but " +
+                    DTypeName(DTypeOf<P>()) + " is required for this data type (float32 for float16/bfloat16 data)");
+      }
+    }
+  }
+
   BatchNormParam p_;
   bool batch_stats_ = true;  // whether the last Forward normalised with batch statistics
 };
@@ -156,6 +189,21 @@ bool BatchNormProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape
   AssignShape(aux_shape, 0, cs, "BatchNorm", "moving_mean");
   AssignShape(aux_shape, 1, cs, "BatchNorm", "moving_var");
   *out_shape = {dshape, cs, cs};
+  return true;
+}
+
+bool BatchNormProp::InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux_type) const {
+  in_type->resize(3, kTypeUnknown);
+  int t = (*in_type)[0];
+  if (t == kTypeUnknown) t = (*in_type)[1] != kTypeUnknown ? (*in_type)[1] : (*in_type)[2];
+  if (t == kTypeUnknown) return false;
+  const bool half = t == static_cast<int>(DType::kFloat16) || t == static_cast<int>(DType::kBfloat16);
+  const int p = half ? static_cast<int>(DType::kFloat32) : t;
+  AssignType(in_type, 0, t, "BatchNorm", "data");
+  AssignType(in_type, 1, p, "BatchNorm", "gamma");
+  AssignType(in_type, 2, p, "BatchNorm", "beta");
+  *out_type = {t, p, p};
+  *aux_type = {p, p};
   return true;
 }
 

@@ -68,6 +68,9 @@ class BatchNormProp : public OperatorProperty {
   int NumVisibleOutputs() const override { return param_.output_mean_var ? 3 : 1; }
   bool InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                   std::vector<TShape>* aux_shape) const override;
+  // gamma, beta, the moving statistics and the hidden mean/var outputs are float32 when data is float16 or
+  // bfloat16 (as MXNet's AMP expects), else data's type.
+  bool InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux_type) const override;
   std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<BatchNormProp>(*this); }
   std::string TypeString() const override { return "BatchNorm"; }
   std::vector<ResourceRequest> ForwardResource(const std::vector<TShape>& in_shape) const override;

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "op/internal/float_staging.h"
 #include "op/nn/convolution/convolution.h"
 #include "tensor/detail/kernels.h"
 #if TROUPE_HAVE_DNNL
@@ -126,9 +127,11 @@ class DnnlConv {
   // and 0.33 for its weight gradient): troupe's kernel computes it there (the layer, forward + backward, 17.6
   // GFLOP/s all oneDNN, 43-49 mixed), while oneDNN's forward pass and weight gradient win (LeNet training
   // 3810 -> 4180 images/s, where the first layer's data gradient is not wanted).
+  // bfloat16 runs here wherever oneDNN has bfloat16 kernels (troupe's kernel would convert to float32).
   static bool Wanted(const ConvolutionParam& p, DType dtype, const TShape& in, bool data_gradient) {
-    return internal::DnnlEnabled() && dtype == DType::kFloat32 && in[0] > 0 &&
-           (in[1] / p.num_group > 1 || !data_gradient);
+    if (!internal::DnnlEnabled() || in[0] <= 0) return false;
+    if (dtype == DType::kBfloat16) return internal::DnnlBf16();
+    return dtype == DType::kFloat32 && (in[1] / p.num_group > 1 || !data_gradient);
   }
 
   // With post-ops (the fused operator): `sum` is the addend of the sum post-op (null without it); req is
@@ -136,7 +139,8 @@ class DnnlConv {
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const TBlob& out, OpReqType req,
                const void* sum = nullptr) {
     try {
-      Prepare(in_data[0].shape, in_data[1].shape, out.shape, ctx.is_train);
+      Prepare(in_data[0].shape, in_data[1].shape, out.shape, ctx.is_train, in_data[0].dtype,
+              param_.no_bias ? DType::kFloat32 : in_data[2].dtype);
       dnnl::stream& st = internal::DnnlStream();
       fwd_space_.Bind(ctx.requested.at(0).get_space(std::max<std::size_t>(fwd_space_.bytes(), 1)));
       std::unordered_map<int, dnnl::memory> args{
@@ -176,13 +180,17 @@ class DnnlConv {
   void Backward(const TBlob& dy, const TBlob& x, const TBlob& w, const std::vector<TBlob>& in_grad,
                 const std::vector<OpReqType>& req, const Resource& temp) {
     try {
-      Prepare(x.shape, w.shape, dy.shape, true);
+      // The bias's type as the forward pass saw it (its gradient may be unrequested, an empty blob).
+      Prepare(x.shape, w.shape, dy.shape, true, x.dtype, bias_dtype_);
       PrepareBackward();
       dnnl::stream& st = internal::DnnlStream();
       bwd_space_.Bind(temp.get_space(std::max<std::size_t>(bwd_space_.bytes(), 1)));
+      // The output gradient in the backward primitives' layout: reordered once when both want the same one.
+      dnnl::memory dy_data;
       if (req[0] != kNullOp) {
         const dnnl::memory dx = bd_dx_.Out(in_grad[0].dptr, bwd_space_, req[0]);
-        bwd_data_.execute(st, {{DNNL_ARG_DIFF_DST, bd_dy_.In(dy.dptr, bwd_space_, st)},
+        dy_data = bd_dy_.In(dy.dptr, bwd_space_, st);
+        bwd_data_.execute(st, {{DNNL_ARG_DIFF_DST, dy_data},
                                {DNNL_ARG_WEIGHTS, bd_w_.In(w.dptr, bwd_space_, st)},
                                {DNNL_ARG_DIFF_SRC, dx},
                                {DNNL_ARG_SCRATCHPAD, Scratch(bd_pd_.scratchpad_desc(), bwd_space_, bd_scratch_)}});
@@ -193,7 +201,8 @@ class DnnlConv {
       if (req_w != kNullOp || req_b != kNullOp) {
         const dnnl::memory dw = bw_dw_.Out(in_grad[1].dptr, bwd_space_, req_w == kNullOp ? kAddTo : req_w);
         std::unordered_map<int, dnnl::memory> args{
-            {DNNL_ARG_DIFF_DST, bw_dy_.In(dy.dptr, bwd_space_, st)},
+            {DNNL_ARG_DIFF_DST, !dy_shared_ ? bw_dy_.In(dy.dptr, bwd_space_, st)
+                                : dy_data ? dy_data : bd_dy_.In(dy.dptr, bwd_space_, st)},
             {DNNL_ARG_SRC, bw_x_.In(x.dptr, bwd_space_, st)},
             {DNNL_ARG_DIFF_WEIGHTS, dw},
             {DNNL_ARG_SCRATCHPAD, Scratch(bw_pd_.scratchpad_desc(), bwd_space_, bw_scratch_)}};
@@ -216,7 +225,13 @@ class DnnlConv {
   static dnnl::memory Scratch(const dnnl::memory::desc& d, const internal::DnnlSpace& space, std::size_t offset) {
     return dnnl::memory(d, internal::DnnlEngine(), space.At(offset));
   }
-  static dnnl::memory::desc Any(const dnnl::memory::dims& d) {
+  dnnl::memory::desc Any(const dnnl::memory::dims& d) const {
+    return dnnl::memory::desc(d, type_, dnnl::memory::format_tag::any);
+  }
+  // The weight (and bias) gradient's type inside oneDNN: float32 for bfloat16 data too, so that the sum over
+  // the batch is not rounded to 8 bits of mantissa as it accumulates; the reorder to the user's array rounds
+  // once.
+  static dnnl::memory::desc AnyF32(const dnnl::memory::dims& d) {
     return dnnl::memory::desc(d, dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
   }
 
@@ -253,9 +268,11 @@ class DnnlConv {
 
   // The forward primitive for (x, w, y) shapes, for training or inference (oneDNN's inference Winograd takes
   // its weights transformed, which the weight cache then keeps), rebuilt when either changes.
-  void Prepare(const TShape& x, const TShape& w, const TShape& y, bool training) {
-    if (x == shape_ && training == training_) return;
+  void Prepare(const TShape& x, const TShape& w, const TShape& y, bool training, DType dtype, DType bias_dtype) {
+    if (x == shape_ && training == training_ && dtype == dtype_ && bias_dtype == bias_dtype_) return;
     shape_ = TShape();
+    type_ = internal::DnnlType(dtype);
+    bias_type_ = internal::DnnlType(bias_dtype);
     bwd_ready_ = false;
     w_cache_ = {};
     w_state_.reset();
@@ -264,7 +281,8 @@ class DnnlConv {
     x_md_ = post_.blocked_in ? internal::BlockedDesc(x) : Any(internal::Dims(x));
     y_md_ = post_.blocked_out ? internal::BlockedDesc(y) : Any(internal::Dims(y));
     w_md_ = g == 1 ? Any(internal::Dims(w)) : Any({g, w[0] / g, w[1], w[2], w[3]});
-    b_md_ = param_.no_bias ? dnnl::memory::desc() : internal::PlainDesc(TShape{w[0]});
+    b_md_ = param_.no_bias ? dnnl::memory::desc() : internal::PlainDesc(TShape{w[0]}, 1, bias_type_);
+    b_f32_md_ = param_.no_bias ? dnnl::memory::desc() : internal::PlainDesc(TShape{w[0]});
     strides_ = {geo_.sh, geo_.sw};
     dilates_ = {geo_.dh - 1, geo_.dw - 1};
     pad_l_ = {geo_.ph, geo_.pw};
@@ -304,9 +322,9 @@ class DnnlConv {
                            return pd;
                          });
     fwd_ = dnnl::convolution_forward(fwd_pd_);
-    x_plain_ = post_.blocked_in ? internal::BlockedDesc(x) : internal::PlainDesc(x);
-    y_plain_ = post_.blocked_out ? internal::BlockedDesc(y) : internal::PlainDesc(y);
-    w_plain_ = internal::PlainDesc(w, g);
+    x_plain_ = post_.blocked_in ? internal::BlockedDesc(x) : internal::PlainDesc(x, 1, type_);
+    y_plain_ = post_.blocked_out ? internal::BlockedDesc(y) : internal::PlainDesc(y, 1, type_);
+    w_plain_ = internal::PlainDesc(w, g, type_);
     fwd_space_ = {};
     src_.Plan(x_plain_, fwd_pd_.src_desc(), false, &fwd_space_);
     wei_.Plan(w_plain_, fwd_pd_.weights_desc(), false, nullptr);  // kept in w_cache_ (Weights)
@@ -322,6 +340,8 @@ class DnnlConv {
     fwd_scratch_ = fwd_space_.Reserve(fwd_pd_.scratchpad_desc().get_size());
     shape_ = x;
     training_ = training;
+    dtype_ = dtype;
+    bias_dtype_ = bias_dtype;
   }
 
   void PrepareBackward() {
@@ -332,9 +352,13 @@ class DnnlConv {
       return dnnl::convolution_backward_data::primitive_desc(
           {a, x_md_, w_md_, y_md_, strides_, dilates_, pad_l_, pad_r_}, UserScratchpad(), eng, fwd_pd_);
     });
+    // bfloat16: the weight and bias gradients in float32 (AnyF32).
+    const bool bf16 = type_ == dnnl::memory::data_type::bf16;
+    const dnnl::memory::desc dw_md = bf16 ? AnyF32(w_md_.dims()) : w_md_;
+    const dnnl::memory::desc db_md = bf16 ? b_f32_md_ : b_md_;
     bw_pd_ = Preferring(algo_, [&](dnnl::algorithm a) {
       return dnnl::convolution_backward_weights::primitive_desc(
-          {a, x_md_, w_md_, b_md_, y_md_, strides_, dilates_, pad_l_, pad_r_}, UserScratchpad(), eng, fwd_pd_);
+          {a, x_md_, dw_md, db_md, y_md_, strides_, dilates_, pad_l_, pad_r_}, UserScratchpad(), eng, fwd_pd_);
     });
     bwd_data_ = dnnl::convolution_backward_data(bd_pd_);
     bwd_weights_ = dnnl::convolution_backward_weights(bw_pd_);
@@ -343,7 +367,8 @@ class DnnlConv {
     bd_w_.Plan(w_plain_, bd_pd_.weights_desc(), false, &bwd_space_);
     bd_dx_.Plan(x_plain_, bd_pd_.diff_src_desc(), true, &bwd_space_);
     bd_scratch_ = bwd_space_.Reserve(bd_pd_.scratchpad_desc().get_size());
-    bw_dy_.Plan(y_plain_, bw_pd_.diff_dst_desc(), false, &bwd_space_);
+    dy_shared_ = bw_pd_.diff_dst_desc() == bd_pd_.diff_dst_desc();
+    bw_dy_.Plan(y_plain_, bw_pd_.diff_dst_desc(), false, dy_shared_ ? nullptr : &bwd_space_);
     bw_x_.Plan(x_plain_, bw_pd_.src_desc(), false, &bwd_space_);
     bw_dw_.Plan(w_plain_, bw_pd_.diff_weights_desc(), true, &bwd_space_);
     if (!param_.no_bias) bw_db_.Plan(b_md_, bw_pd_.diff_bias_desc(), true, &bwd_space_);
@@ -367,7 +392,9 @@ class DnnlConv {
   dnnl::memory::desc sum_user_;  // the addend's layout
   TShape shape_;  // the input shape the primitives are for; empty: none yet
   bool training_ = true;  // whether the forward primitive is forward_training
-  dnnl::memory::desc x_md_, w_md_, b_md_, y_md_, x_plain_, w_plain_, y_plain_;
+  DType dtype_ = DType::kFloat32, bias_dtype_ = DType::kFloat32;  // the types the primitives are for
+  dnnl::memory::data_type type_ = dnnl::memory::data_type::f32, bias_type_ = dnnl::memory::data_type::f32;
+  dnnl::memory::desc x_md_, w_md_, b_md_, b_f32_md_, y_md_, x_plain_, w_plain_, y_plain_;
   dnnl::memory::dims strides_, dilates_, pad_l_, pad_r_;
   dnnl::algorithm algo_ = dnnl::algorithm::convolution_direct;
   dnnl::convolution_forward::primitive_desc fwd_pd_;
@@ -385,6 +412,7 @@ class DnnlConv {
   dnnl::convolution_backward_weights bwd_weights_;
   internal::DnnlSpace bwd_space_;
   internal::DnnlArg bd_dy_, bd_w_, bd_dx_, bw_dy_, bw_x_, bw_dw_, bw_db_;
+  bool dy_shared_ = false;  // both backward primitives take the output gradient in one layout
   std::size_t bd_scratch_ = 0, bw_scratch_ = 0;
 };
 #endif  // TROUPE_HAVE_DNNL
@@ -394,10 +422,13 @@ class ConvolutionCpuOp : public Operator {
   ConvolutionCpuOp(const ConvolutionParam& p, ConvPostOps post) : param_(p), geo_(MakeConvGeometry(p)), post_(post) {}
 
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
-               const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
+               const std::vector<TBlob>& out_data, const std::vector<TBlob>& aux) override {
     if (req[0] == kNullOp) return;
     if (post_.sum || post_.act != FusedActivation::kNone || post_.blocked_in || post_.blocked_out) {
       return FusedForward(ctx, in_data, req[0], out_data[0]);
+    }
+    if (internal::AnyHalf({&in_data, &out_data}) && !HalfNative(in_data[0], in_data[0].shape, false)) {
+      return staging_.Forward(*this, ctx, in_data, req, out_data, aux);
     }
 #if TROUPE_HAVE_DNNL
     if (DnnlConv::Wanted(param_, in_data[0].dtype, in_data[0].shape, false)) {
@@ -475,11 +506,14 @@ class ConvolutionCpuOp : public Operator {
   }
 
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
-                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
-                const std::vector<TBlob>&) override {
+                const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
+                const std::vector<TBlob>& in_grad, const std::vector<TBlob>& aux) override {
     const ConvDims d = Dims(in_data[0].shape, out_grad[0].shape);
     const bool need_dx = req[0] != kNullOp, need_dw = req[1] != kNullOp;
     const bool need_db = !param_.no_bias && req[2] != kNullOp;
+    if (internal::AnyHalf({&out_grad, &in_data, &in_grad}) && !HalfNative(out_grad[0], in_data[0].shape, need_dx)) {
+      return staging_.Backward(*this, ctx, out_grad, in_data, out_data, req, in_grad, aux);
+    }
 #if TROUPE_HAVE_DNNL
     if ((need_dx || need_dw || need_db) && DnnlConv::Wanted(param_, out_grad[0].dtype, in_data[0].shape, need_dx)) {
       dnnl_.Backward(out_grad[0], in_data[0], in_data[1], in_grad, req, ctx.requested.at(0));
@@ -539,6 +573,17 @@ class ConvolutionCpuOp : public Operator {
   }
 
  private:
+  // Whether a call on half-precision arrays runs as they are (oneDNN's bfloat16 convolution); otherwise it runs
+  // on float32 copies (FloatStaging).
+  bool HalfNative(const TBlob& x, const TShape& in, bool data_gradient) const {
+#if TROUPE_HAVE_DNNL
+    return x.dtype == DType::kBfloat16 && DnnlConv::Wanted(param_, x.dtype, in, data_gradient);
+#else
+    (void)x, (void)in, (void)data_gradient;
+    return false;
+#endif
+  }
+
   // A 1x1 kernel with unit stride and no padding reads the image as its own column matrix.
   bool Direct() const { return geo_.kh == 1 && geo_.kw == 1 && geo_.sh == 1 && geo_.sw == 1 && geo_.ph == 0 && geo_.pw == 0; }
 
@@ -570,6 +615,7 @@ class ConvolutionCpuOp : public Operator {
   ConvolutionParam param_;
   ConvGeometry geo_;
   ConvPostOps post_;
+  internal::FloatStaging staging_;
 #if TROUPE_HAVE_DNNL
   DnnlConv dnnl_{param_, geo_, post_};
 #endif

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "op/nn/common/broadcast.h"
+#include "op/internal/float_staging.h"  // IsHalfType
 #include "op/nn/elemwise/elemwise.h"
 #include "op/simple_op.h"
 
@@ -47,6 +48,18 @@ BinaryFunction ElemwiseForward(BinaryOp op, std::string name) {
     if (req == kNullOp) return;
     CheckSameSize(name, lhs, rhs, "lhs", "rhs");
     CheckSameSize(name, lhs, *ret, "lhs", "output");
+    if (internal::IsHalfType(ret->dtype)) {  // computed in float, rounded once
+      return internal::FloatHalfSwitch(ret->dtype, name, [&](auto tag) {
+        using T = decltype(tag);
+        const T* a = static_cast<const T*>(lhs.dptr);
+        const T* b = static_cast<const T*>(rhs.dptr);
+        DispatchBinary(op, [&](auto k) {
+          internal::AssignEach(static_cast<T*>(ret->dptr), ret->Size(), req, [&](std::int64_t i) {
+            return internal::ApplyBinary(k.value, static_cast<float>(a[i]), static_cast<float>(b[i]));
+          });
+        });
+      });
+    }
     internal::NumberSwitch(ret->dtype, name, [&](auto tag) {
       using T = decltype(tag);
       const T* a = static_cast<const T*>(lhs.dptr);
@@ -62,15 +75,36 @@ BinaryFunction ElemwiseForward(BinaryOp op, std::string name) {
 
 // One loop for both gradients: element i of og is read before either gradient's element i is written, so
 // lhs_grad may share og's memory (kInplaceOutLhs).
+// Half types compute in float and round each gradient once.
 template <typename T>
 void ElemwiseBackwardLoop(BinaryOp op, const T* og, const T* a, const T* b, T* lg, T* rg, OpReqType req_l,
                           OpReqType req_r, std::int64_t n) {
+  using C = internal::AccType<T>;
+  if constexpr (internal::kIsHalf<T>) {
+    // One pass per gradient (AssignEach rounds a chunk at a time): the right one first, since the left one
+    // may be written over og (kInplaceOutLhs).
+    DispatchBinary(op, [&](auto k) {
+      const auto x = [&](std::int64_t i) { return a != nullptr ? static_cast<C>(a[i]) : C(0); };
+      const auto y = [&](std::int64_t i) { return b != nullptr ? static_cast<C>(b[i]) : C(0); };
+      if (req_r != kNullOp) {
+        internal::AssignEach(rg, n, req_r, [&](std::int64_t i) {
+          return tensor_ops::BinaryGradRhs(k.value, static_cast<C>(og[i]), x(i), y(i));
+        });
+      }
+      if (req_l != kNullOp) {
+        internal::AssignEach(lg, n, req_l, [&](std::int64_t i) {
+          return tensor_ops::BinaryGradLhs(k.value, static_cast<C>(og[i]), x(i), y(i));
+        });
+      }
+    });
+    return;
+  }
   DispatchBinary(op, [&](auto k) {
     for (std::int64_t i = 0; i < n; ++i) {
-      const T g = og[i];
-      const T x = a != nullptr ? a[i] : T(0), y = b != nullptr ? b[i] : T(0);
-      if (req_r != kNullOp) Assign(rg + i, req_r, tensor_ops::BinaryGradRhs(k.value, g, x, y));
-      if (req_l != kNullOp) Assign(lg + i, req_l, tensor_ops::BinaryGradLhs(k.value, g, x, y));
+      const C g = static_cast<C>(og[i]);
+      const C x = a != nullptr ? static_cast<C>(a[i]) : C(0), y = b != nullptr ? static_cast<C>(b[i]) : C(0);
+      if (req_r != kNullOp) internal::AssignAcc(rg + i, req_r, tensor_ops::BinaryGradRhs(k.value, g, x, y));
+      if (req_l != kNullOp) internal::AssignAcc(lg + i, req_l, tensor_ops::BinaryGradLhs(k.value, g, x, y));
     }
   });
 }
@@ -79,7 +113,7 @@ BinaryGradT0 ElemwiseBackwardOutOnly(BinaryOp op, std::string name) {
   return [op, name](const OutputGrad& out_grad, const EnvArguments&, TBlob* lhs_grad, TBlob* rhs_grad,
                     OpReqType req_l, OpReqType req_r, RunContext) {
     const TBlob& og = out_grad.data;
-    FloatSwitch(og.dtype, name, [&](auto tag) {
+    internal::FloatHalfSwitch(og.dtype, name, [&](auto tag) {
       using T = decltype(tag);
       ElemwiseBackwardLoop<T>(op, static_cast<const T*>(og.dptr), nullptr, nullptr,
                               req_l != kNullOp ? static_cast<T*>(lhs_grad->dptr) : nullptr,
@@ -92,7 +126,7 @@ BinaryGradT1 ElemwiseBackwardWithInputs(BinaryOp op, std::string name) {
   return [op, name](const OutputGrad& out_grad, const Input0& lhs, const Input1& rhs, const EnvArguments&,
                     TBlob* lhs_grad, TBlob* rhs_grad, OpReqType req_l, OpReqType req_r, RunContext) {
     const TBlob& og = out_grad.data;
-    FloatSwitch(og.dtype, name, [&](auto tag) {
+    internal::FloatHalfSwitch(og.dtype, name, [&](auto tag) {
       using T = decltype(tag);
       ElemwiseBackwardLoop<T>(op, static_cast<const T*>(og.dptr), static_cast<const T*>(lhs.data.dptr),
                               static_cast<const T*>(rhs.data.dptr),

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tensor/detail/kernels.h"
+#include "op/internal/float_staging.h"
 #include "op/nn/fully_connected/fully_connected.h"
 
 namespace troupe {
@@ -47,9 +48,11 @@ class FullyConnectedCpuOp : public Operator {
  public:
   explicit FullyConnectedCpuOp(const FullyConnectedParam& p) : param_(p) {}
 
-  void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
-               const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out_data, const std::vector<TBlob>& aux) override {
     if (req[0] == kNullOp) return;
+    // Half-precision arrays: the float32 products on converted copies.
+    if (internal::AnyHalf({&in_data, &out_data})) return staging_.Forward(*this, ctx, in_data, req, out_data, aux);
     const FcDims d = FullyConnectedDims(in_data[0].shape, param_.flatten);
     const int m = GemmDim(d.rows, "batch"), k = GemmDim(d.cols, "input size"), n = param_.num_hidden;
     internal::FloatSwitch(in_data[0].dtype, kOp, [&](auto tag) {
@@ -66,9 +69,12 @@ class FullyConnectedCpuOp : public Operator {
     });
   }
 
-  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
-                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
-                const std::vector<TBlob>&) override {
+  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
+                const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
+                const std::vector<TBlob>& in_grad, const std::vector<TBlob>& aux) override {
+    if (internal::AnyHalf({&out_grad, &in_data, &in_grad})) {
+      return staging_.Backward(*this, ctx, out_grad, in_data, out_data, req, in_grad, aux);
+    }
     const FcDims d = FullyConnectedDims(in_data[0].shape, param_.flatten);
     const int m = GemmDim(d.rows, "batch"), k = GemmDim(d.cols, "input size"), n = param_.num_hidden;
     internal::FloatSwitch(out_grad[0].dtype, kOp, [&](auto tag) {
@@ -99,6 +105,7 @@ class FullyConnectedCpuOp : public Operator {
 
  private:
   FullyConnectedParam param_;
+  internal::FloatStaging staging_;
 };
 
 }  // namespace

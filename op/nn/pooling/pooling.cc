@@ -14,6 +14,7 @@
 #include "op/internal/dnnl_common.h"
 #endif
 
+#include "op/internal/float_staging.h"
 #include "op/nn/common/lift_1d.h"
 #include "op/nn/pooling/pooling.h"
 #include "tensor/detail/kernels.h"  // CpuParallelFor
@@ -178,9 +179,11 @@ class PoolingCpuOp : public Operator {
  public:
   explicit PoolingCpuOp(const PoolingParam& p) : param_(p) {}
 
-  void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
-               const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out_data, const std::vector<TBlob>& aux) override {
     if (req[0] == kNullOp) return;
+    // Half-precision arrays: the float32 loops on converted copies (window sums and gradient sums in float).
+    if (internal::AnyHalf({&in_data, &out_data})) return staging_.Forward(*this, ctx, in_data, req, out_data, aux);
 #if TROUPE_HAVE_DNNL
     if (dnnl_.Forward(in_data[0], out_data[0], req[0])) return;
 #endif
@@ -217,10 +220,13 @@ class PoolingCpuOp : public Operator {
     });
   }
 
-  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
-                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
-                const std::vector<TBlob>&) override {
+  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
+                const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
+                const std::vector<TBlob>& in_grad, const std::vector<TBlob>& aux) override {
     if (req[0] == kNullOp) return;
+    if (internal::AnyHalf({&out_grad, &in_grad})) {
+      return staging_.Backward(*this, ctx, out_grad, in_data, out_data, req, in_grad, aux);
+    }
     const TShape& shape = in_grad[0].shape;
     const PoolGeometry g = MakePoolGeometry(param_, shape);
     const std::int64_t planes = shape[0] * shape[1];
@@ -330,6 +336,7 @@ class PoolingCpuOp : public Operator {
   }
 
   PoolingParam param_;
+  internal::FloatStaging staging_;
 #if TROUPE_HAVE_DNNL
   DnnlPool dnnl_{param_};
 #endif

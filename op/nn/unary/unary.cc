@@ -153,21 +153,32 @@ class ClipProp final : public OperatorProperty {
 
 // ---- Cast ----
 
+// Output i is input i converted to output i's type; gradient i, output gradient i converted back (Cast,
+// amp_cast and amp_multicast).
 class CastOp final : public Operator {
  public:
   void Forward(const OpContext&, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
-    Convert(in[0], out[0], req[0]);
+    for (std::size_t i = 0; i < in.size(); ++i) Convert(in[i], out[i], req[i]);
   }
   void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
-    Convert(out_grad[0], in_grad[0], req[0]);
+    for (std::size_t i = 0; i < in_grad.size(); ++i) Convert(out_grad[i], in_grad[i], req[i]);
   }
 
  private:
   static void Convert(const TBlob& from, const TBlob& to, OpReqType req) {
     if (req == kNullOp) return;
+    // AMP's casts of every weight and gradient between float32 and bfloat16: the vector conversions.
+    if (req != kAddTo && from.dtype == DType::kFloat32 && to.dtype == DType::kBfloat16) {
+      return internal::VecFloatToBf16(static_cast<const float*>(from.dptr), static_cast<std::uint16_t*>(to.dptr),
+                                      to.Size());
+    }
+    if (req != kAddTo && from.dtype == DType::kBfloat16 && to.dtype == DType::kFloat32) {
+      return internal::VecBf16ToFloat(static_cast<const std::uint16_t*>(from.dptr), static_cast<float*>(to.dptr),
+                                      to.Size());
+    }
     DTypeSwitch(to.dtype, [&](auto out_tag) {
       using O = decltype(out_tag);
       DTypeSwitch(from.dtype, [&](auto in_tag) {
@@ -217,7 +228,128 @@ class CastProp final : public OperatorProperty {
   CastParam p_;
 };
 
+bool IsAmpFloat(int t) {
+  return t == static_cast<int>(DType::kFloat32) || t == static_cast<int>(DType::kFloat16) ||
+         t == static_cast<int>(DType::kBfloat16);
+}
+
+class AmpCastProp final : public OperatorProperty {
+ public:
+  void Init(const Kwargs& kwargs) override { p_.Init(kwargs, "amp_cast"); }
+  Kwargs GetParams() const override { return p_.GetParams(); }
+  bool InferShape(std::vector<TShape>* in, std::vector<TShape>* out, std::vector<TShape>* aux) const override {
+    aux->clear();
+    out->resize(1);
+    AssignShape(out, 0, (*in)[0], "amp_cast", "output");
+    AssignShape(in, 0, (*out)[0], "amp_cast", "data");
+    return (*out)[0].known();
+  }
+  bool InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux) const override {
+    aux->clear();
+    in_type->resize(1, kTypeUnknown);
+    out_type->resize(1, kTypeUnknown);
+    const int t = (*in_type)[0];
+    if (t == kTypeUnknown) return false;
+    AssignType(out_type, 0, IsAmpFloat(t) ? static_cast<int>(DTypeFromName(p_.dtype)) : t, "amp_cast", "output");
+    return true;
+  }
+  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<AmpCastProp>(*this); }
+  std::string TypeString() const override { return "amp_cast"; }
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>&,
+                                             const std::vector<int>&) const override {
+    return {out_grad[0]};
+  }
+  std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // unary.cu
+    return std::make_unique<CastOp>();
+  }
+
+ private:
+  AmpCastParam p_;
+};
+
+class AmpMultiCastProp final : public OperatorProperty {
+ public:
+  void Init(const Kwargs& kwargs) override { p_.Init(kwargs, "amp_multicast"); }
+  Kwargs GetParams() const override { return p_.GetParams(); }
+  std::vector<std::string> ListArguments() const override {
+    std::vector<std::string> args;
+    for (int i = 0; i < p_.num_outputs; ++i) args.push_back("data_" + std::to_string(i));
+    return args;
+  }
+  std::vector<std::string> ListOutputs() const override {
+    std::vector<std::string> outs;
+    for (int i = 0; i < p_.num_outputs; ++i) outs.push_back("output" + std::to_string(i));
+    return outs;
+  }
+  bool InferShape(std::vector<TShape>* in, std::vector<TShape>* out, std::vector<TShape>* aux) const override {
+    const auto n = static_cast<std::size_t>(p_.num_outputs);
+    aux->clear();
+    in->resize(n);
+    out->resize(n);
+    bool known = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      AssignShape(out, i, (*in)[i], "amp_multicast", "output");
+      AssignShape(in, i, (*out)[i], "amp_multicast", "data_" + std::to_string(i));
+      known = known && (*out)[i].known();
+    }
+    return known;
+  }
+  bool InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux) const override {
+    const auto n = static_cast<std::size_t>(p_.num_outputs);
+    aux->clear();
+    in_type->resize(n, kTypeUnknown);
+    out_type->resize(n, kTypeUnknown);
+    const int f32 = static_cast<int>(DType::kFloat32), f16 = static_cast<int>(DType::kFloat16);
+    const int bf16 = static_cast<int>(DType::kBfloat16);
+    // Widest: float32 if any input is float32, else the first input's type. Narrowest: float16 before
+    // bfloat16 before float32 (MXNet's order).
+    int target = p_.cast_narrow ? f32 : (*in_type)[0];
+    for (std::size_t i = 0; i < n; ++i) {
+      const int t = (*in_type)[i];
+      if (!p_.cast_narrow && t == f32) target = f32;
+      if (p_.cast_narrow && t == f16) target = f16;
+      if (p_.cast_narrow && t == bf16 && target != f16) target = bf16;
+    }
+    bool known = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      const int t = (*in_type)[i];
+      if (t == kTypeUnknown) {
+        known = false;
+        continue;
+      }
+      AssignType(out_type, i, IsAmpFloat(t) ? target : t, "amp_multicast", "output" + std::to_string(i));
+    }
+    return known;
+  }
+  std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<AmpMultiCastProp>(*this); }
+  std::string TypeString() const override { return "amp_multicast"; }
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>&,
+                                             const std::vector<int>&) const override {
+    return out_grad;
+  }
+  std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // unary.cu
+    return std::make_unique<CastOp>();
+  }
+
+ private:
+  AmpMultiCastParam p_;
+};
+
 }  // namespace
+
+TROUPE_REGISTER_OP_PROPERTY(amp_cast, AmpCastProp)
+    .describe("Cast function between low precision float/FP32 used by AMP: converts only between float32, "
+              "float16 and bfloat16 (other types pass unchanged); the gradient is cast back.")
+    .add_argument("data", "NDArray-or-Symbol", "The input.")
+    .add_arguments(AmpCastParam::Docs());
+
+TROUPE_REGISTER_OP_PROPERTY(amp_multicast, AmpMultiCastProp)
+    .describe("Cast function used by AMP, that casts its inputs to the common widest type (or, with "
+              "cast_narrow, the narrowest); only float32, float16 and bfloat16 are converted.")
+    .add_argument("data", "NDArray-or-Symbol[]", "Weights")
+    .add_arguments(AmpMultiCastParam::Docs());
 
 TROUPE_REGISTER_OP_PROPERTY(clip, ClipProp)
     .describe("Clips (limits) the values: min(max(x, a_min), a_max); the gradient passes where a_min <= x <= "

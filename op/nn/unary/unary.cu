@@ -1,5 +1,5 @@
 // The element-wise unary operators on the GPU: every function of unary.h's table (forward and gradient, as
-// SimpleOps attached to the entries unary.cc registered), clip and Cast. The element formulas are unary.h's
+// SimpleOps attached to the entries unary.cc registered), clip, Cast and AMP's amp_cast / amp_multicast. The element formulas are unary.h's
 // host/device functions, so both devices compute the same values; the types accepted are the CPU side's
 // (the table's integer-capable functions and clip on float32/float64/uint8/int8/int32/int64 forward,
 // gradients on float32/float64; Cast between any two types).
@@ -168,12 +168,12 @@ class CastGpuOp final : public Operator {
  public:
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
                const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
-    ConvertGpu(in[0], out[0], req[0], ctx.run_ctx);
+    for (std::size_t i = 0; i < in.size(); ++i) ConvertGpu(in[i], out[i], req[i], ctx.run_ctx);
   }
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>&,
                 const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
                 const std::vector<TBlob>&) override {
-    ConvertGpu(out_grad[0], in_grad[0], req[0], ctx.run_ctx);
+    for (std::size_t i = 0; i < in_grad.size(); ++i) ConvertGpu(out_grad[i], in_grad[i], req[i], ctx.run_ctx);
   }
 };
 
@@ -188,9 +188,12 @@ class CastGpuOp final : public Operator {
     param.Init(p.GetParams(), "clip");
     return std::make_unique<ClipGpuOp>(param);
   });
-  RegisterGpuOperator("Cast", [](const OperatorProperty&, Context) -> std::unique_ptr<Operator> {
-    return std::make_unique<CastGpuOp>();
-  });
+  // Cast, amp_cast and amp_multicast: output i is input i converted (the types come from InferType).
+  for (const char* name : {"Cast", "amp_cast", "amp_multicast"}) {
+    RegisterGpuOperator(name, [](const OperatorProperty&, Context) -> std::unique_ptr<Operator> {
+      return std::make_unique<CastGpuOp>();
+    });
+  }
   return true;
 }();
 

@@ -255,4 +255,31 @@ struct CastParam : Params<CastParam> {
   }
 };
 
+// amp_cast(data, dtype): MXNet's AMP cast. Converts only between float32, float16 and bfloat16; an array of
+// any other type passes unchanged. The gradient is converted back.
+struct AmpCastParam : Params<AmpCastParam> {
+  std::string dtype;
+  static void Declare(ParamSchema<AmpCastParam>& s) {
+    s.Field("dtype", &AmpCastParam::dtype)
+        .Choices({"bfloat16", "bool", "float16", "float32", "float64", "int32", "int64", "int8", "uint8"})
+        .Describe("Output data type.");
+  }
+};
+
+// amp_multicast(data_0, ..., data_{n-1}, num_outputs = n, cast_narrow): MXNet's AMP cast of several arrays to
+// their widest float type (float32 if any is float32), or with cast_narrow to the narrowest (float16 before
+// bfloat16 before float32); arrays of other types pass unchanged. Gradients are converted back.
+struct AmpMultiCastParam : Params<AmpMultiCastParam> {
+  int num_outputs = 0;
+  bool cast_narrow = false;
+  static void Declare(ParamSchema<AmpMultiCastParam>& s) {
+    s.Field("num_outputs", &AmpMultiCastParam::num_outputs)
+        .LowerBound(1)
+        .Describe("Number of input/output pairs to be casted to the widest type.");
+    s.Field("cast_narrow", &AmpMultiCastParam::cast_narrow)
+        .Default(false)
+        .Describe("Whether to cast to the narrowest type");
+  }
+};
+
 }  // namespace troupe
