@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -183,6 +184,34 @@ TEST(AmpOpsTest, AmpCastAndMulticastConvertOnlyFloatTypes) {
   auto narrow = Invoke("amp_multicast", {b, f}, {{"num_outputs", "2"}, {"cast_narrow", "true"}});
   EXPECT_EQ(narrow[1].dtype(), DType::kBfloat16);
   EXPECT_EQ(narrow[1].AsType(DType::kFloat32).ToVector<float>(), (std::vector<float>{1.0f, -2.5f, 3.140625f}));
+}
+
+TEST(AmpOpsTest, AllFiniteFlagsInfinityAndNanInEveryFloatType) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType t : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBfloat16}) {
+    SCOPED_TRACE(DTypeName(t));
+    const NDArray ok = NDArray::FromVector<float>({1.0f, -3.5e4f, 0.0f}, TShape{3}).AsType(t);
+    const NDArray big = NDArray::FromVector<float>({1.0f, -inf, 2.0f}, TShape{3}).AsType(t);
+    const NDArray bad = NDArray::FromVector<float>({nan, 1.0f, 2.0f}, TShape{3}).AsType(t);
+    EXPECT_EQ(Invoke("all_finite", {ok})[0].ToVector<float>(), std::vector<float>{1.0f});
+    EXPECT_EQ(Invoke("all_finite", {big})[0].ToVector<float>(), std::vector<float>{0.0f});
+    EXPECT_EQ(Invoke("all_finite", {bad})[0].ToVector<float>(), std::vector<float>{0.0f});
+    EXPECT_EQ(Invoke("multi_all_finite", {ok, ok}, {{"num_arrays", "2"}})[0].ToVector<float>(), std::vector<float>{1.0f});
+    EXPECT_EQ(Invoke("multi_all_finite", {ok, bad}, {{"num_arrays", "2"}})[0].ToVector<float>(), std::vector<float>{0.0f});
+  }
+  // 70000 overflows float16 (largest 65504): the cast gives infinity, which all_finite reports.
+  const NDArray h = NDArray::FromVector<float>({7e4f}, TShape{1}).AsType(DType::kFloat16);
+  EXPECT_EQ(Invoke("all_finite", {h})[0].ToVector<float>(), std::vector<float>{0.0f});
+  // init_output false: a finite input leaves the flag as it was (0 stays 0), a non-finite one clears it.
+  const NDArray ok = NDArray::FromVector<float>({1.0f}, TShape{1});
+  NDArray flag = NDArray::FromVector<float>({0.0f}, TShape{1});
+  Invoke("all_finite", {ok}, {{"init_output", "false"}}, {flag});
+  EXPECT_EQ(flag.ToVector<float>(), std::vector<float>{0.0f});
+  flag = NDArray::FromVector<float>({1.0f}, TShape{1});
+  Invoke("all_finite", {ok}, {{"init_output", "false"}}, {flag});
+  EXPECT_EQ(flag.ToVector<float>(), std::vector<float>{1.0f});
+  Invoke("all_finite", {NDArray::FromVector<float>({inf}, TShape{1})}, {{"init_output", "false"}}, {flag});
+  EXPECT_EQ(flag.ToVector<float>(), std::vector<float>{0.0f});
 }
 
 TEST(AmpOpsTest, BatchNormKeepsItsParametersInFloat32ForHalfData) {

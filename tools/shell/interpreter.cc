@@ -341,7 +341,7 @@ constexpr Builtin kBuiltins[] = {
     {"normal", "normal(d0, d1, ...)", "standard normal samples"},
     {"dot", "dot(a, b)", "matrix product of 2-D arrays"},
     {"reshape", "reshape(a, d0, d1, ...)", "a view with another shape (0 copies a dimension, -1 infers one)"},
-    {"astype", "astype(a, dtype)", "a copy in another type: float32, float64, float16, uint8, int8, int32, int64"},
+    {"astype", "astype(a, dtype)", "a copy in another type: float32, float64, float16, bfloat16, uint8, int8, int32, int64, bool"},
     {"mnist", "mnist(batch_size=100, train=1, shuffle=0, flat=0, seed=0)",
      "an iterator over Fashion-MNIST (Debian's dataset-fashion-mnist); train=0: the test set"},
     {"next", "next(it)", "the next batch of an iterator: its data (an error at the end of the epoch)"},
