@@ -42,34 +42,33 @@ void CheckSameSize(const std::string& op, const TBlob& a, const TBlob& b, const 
 
 // ---- elemwise_* ----
 
+// o = a op b over [0, n) in C (float for the half types, rounded once), element ranges on the kernel team.
+template <typename T>
+void ElemwiseForwardLoop(BinaryOp op, const T* a, const T* b, T* o, std::int64_t n, OpReqType req) {
+  using C = internal::AccType<T>;
+  constexpr std::int64_t kGrain = 32768;
+  DispatchBinary(op, [&](auto k) {
+    internal::CpuParallelFor(n, kGrain, [&](std::int64_t lo, std::int64_t hi) {
+      internal::AssignEach(o + lo, hi - lo, req, [&](std::int64_t i) {
+        return internal::ApplyBinary(k.value, static_cast<C>(a[lo + i]), static_cast<C>(b[lo + i]));
+      });
+    });
+  });
+}
+
 BinaryFunction ElemwiseForward(BinaryOp op, std::string name) {
   return [op, name](const TBlob& lhs, const TBlob& rhs, const EnvArguments&, TBlob* ret, OpReqType req,
                     RunContext) {
     if (req == kNullOp) return;
     CheckSameSize(name, lhs, rhs, "lhs", "rhs");
     CheckSameSize(name, lhs, *ret, "lhs", "output");
-    if (internal::IsHalfType(ret->dtype)) {  // computed in float, rounded once
-      return internal::FloatHalfSwitch(ret->dtype, name, [&](auto tag) {
-        using T = decltype(tag);
-        const T* a = static_cast<const T*>(lhs.dptr);
-        const T* b = static_cast<const T*>(rhs.dptr);
-        DispatchBinary(op, [&](auto k) {
-          internal::AssignEach(static_cast<T*>(ret->dptr), ret->Size(), req, [&](std::int64_t i) {
-            return internal::ApplyBinary(k.value, static_cast<float>(a[i]), static_cast<float>(b[i]));
-          });
-        });
-      });
-    }
-    internal::NumberSwitch(ret->dtype, name, [&](auto tag) {
+    const auto run = [&](auto tag) {
       using T = decltype(tag);
-      const T* a = static_cast<const T*>(lhs.dptr);
-      const T* b = static_cast<const T*>(rhs.dptr);
-      T* o = static_cast<T*>(ret->dptr);
-      const std::int64_t n = ret->Size();
-      DispatchBinary(op, [&](auto k) {
-        for (std::int64_t i = 0; i < n; ++i) Assign(o + i, req, internal::ApplyBinary(k.value, a[i], b[i]));
-      });
-    });
+      ElemwiseForwardLoop<T>(op, static_cast<const T*>(lhs.dptr), static_cast<const T*>(rhs.dptr),
+                             static_cast<T*>(ret->dptr), ret->Size(), req);
+    };
+    if (internal::IsHalfType(ret->dtype)) return internal::FloatHalfSwitch(ret->dtype, name, run);
+    internal::NumberSwitch(ret->dtype, name, run);
   };
 }
 
