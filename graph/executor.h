@@ -91,6 +91,11 @@ class Executor {
   // empty means ones for every output (what loss outputs such as SoftmaxOutput ignore). Throws
   // troupe::Error when the executor was bound without gradients or Forward(true) did not come first.
   void Backward(const std::vector<NDArray>& head_grads = {});
+  // The loss scale the following Backward calls start the gradient with (dynamic loss scaling of mixed-precision
+  // training, train/loss_scaler.h: OpContext::loss_scale of the loss outputs). 1 after Bind. Call between
+  // steps, from the thread that calls Backward.
+  void SetLossScale(float scale);
+  float loss_scale() const;
 
   const Symbol& symbol() const;
   Context ctx() const;

@@ -51,9 +51,10 @@ class OperatorRunner {
   // Pushes Backward. out_grad: one per visible output; in_data/out_data as given to Forward (entries not
   // named by DeclareBackwardDependency may be none); in_grad and req: one per argument (kNullOp entries
   // may be none arrays).
+  // loss_scale: OpContext::loss_scale of the call.
   void Backward(const std::vector<NDArray>& out_grad, const std::vector<NDArray>& in_data,
                 const std::vector<NDArray>& out_data, const std::vector<NDArray>& aux,
-                const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req);
+                const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req, float loss_scale = 1.0f);
 
   // A Forward or Backward call checked and ready but not pushed: the function and the variables it reads
   // and writes. Forward/Backward push one each; the executor runs several in one engine function (MXNet's
@@ -66,7 +67,8 @@ class OperatorRunner {
                       const std::vector<NDArray>& aux, const std::vector<OpReqType>& req = {});
   Call PrepareBackward(const std::vector<NDArray>& out_grad, const std::vector<NDArray>& in_data,
                        const std::vector<NDArray>& out_data, const std::vector<NDArray>& aux,
-                       const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req);
+                       const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req,
+                       float loss_scale = 1.0f);
   const std::string& name() const;  // the operator's name, as given to the engine
 
   struct Impl;

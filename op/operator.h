@@ -48,6 +48,10 @@ struct OpContext {
     bool operator==(const InputState&) const = default;
   };
   std::vector<InputState> in_states;
+  // Backward: the dynamic loss scale of mixed-precision training (train/loss_scaler.h). The loss outputs
+  // (SoftmaxOutput, the *RegressionOutput heads) multiply the gradient they start by it, as MXNet's AMP
+  // multiplies their grad_scale; every other operator ignores it. 1 otherwise.
+  float loss_scale = 1.0f;
 };
 
 // Applies a request to one element: out = v (kWriteTo/kWriteInplace), out += v (kAddTo), nothing (kNullOp).

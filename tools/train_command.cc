@@ -721,8 +721,10 @@ TrainCommand::TrainCommand(CLI::App* root) {
   app_->add_option("--amp", o.amp,
                    "Mixed precision: bf16 converts the network as MXNet's AMP does (mx.contrib.amp.convert_symbol "
                    "with target_dtype bfloat16): convolutions and fully connected layers compute in bfloat16, "
-                   "parameters and the optimizer stay float32. fp16 is not offered: it needs loss scaling")
-      ->check(CLI::IsMember({"bf16"}));
+                   "parameters and the optimizer stay float32. fp16 does the same in float16 with MXNet's dynamic "
+                   "loss scaling (from 2^16, halved and the step skipped when a gradient overflows, doubled after "
+                   "2000 clean steps); not with a dist kvstore yet")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
   app_->add_option("--act", o.act, "LeNet's activation: tanh (MXNet's example) or relu")
       ->check(CLI::IsMember({"tanh", "relu"}))
       ->capture_default_str();
@@ -822,6 +824,11 @@ int TrainCommand::Run() {
   }
   if (!options_.symbol.empty() && app_->count("--model") > 0) {
     std::fprintf(stderr, "troupe train: give --model or --symbol, not both\n");
+    return 2;
+  }
+  if (options_.amp == "fp16" && options_.kvstore.rfind("dist", 0) == 0) {
+    std::fprintf(stderr, "troupe train: --amp fp16 needs loss scaling, which a %s job does not have yet (a skipped "
+                 "step would have to be skipped on every worker); use --amp bf16\n", options_.kvstore.c_str());
     return 2;
   }
   if (options_.resume > 0 && options_.checkpoint.empty()) {
@@ -979,18 +986,21 @@ int RunTrain(const TrainOptions& o) {
     // MXNet's AMP: the symbol gains amp_cast nodes; parameters, optimizer states, metrics and checkpoints'
     // arrays stay float32 (the saved symbol is the converted one, which MXNet 1.9 loads too).
     amp::ConvertOptions convert;
-    convert.target_dtype = DType::kBfloat16;
+    convert.target_dtype = o.amp == "fp16" ? DType::kFloat16 : DType::kBfloat16;
     convert.data_names = std::vector<std::string>{data_name};
     if (!label_name.empty()) convert.data_names->push_back(label_name);
     const std::size_t before = net.GetInternals().NumOutputs();
     net = amp::ConvertSymbol(net, convert);
-    std::printf("troupe train: mixed precision bfloat16 (--amp bf16): %zu casts added; convolutions and fully "
-                "connected layers compute in bfloat16, parameters, optimizer and loss stay float32\n",
-                net.GetInternals().NumOutputs() - before);
+    const char* type = o.amp == "fp16" ? "float16" : "bfloat16";
+    std::printf("troupe train: mixed precision %s (--amp %s): %zu casts added; convolutions and fully connected "
+                "layers compute in %s, parameters, optimizer and loss stay float32%s\n",
+                type, o.amp.c_str(), net.GetInternals().NumOutputs() - before, type,
+                o.amp == "fp16" ? "; dynamic loss scaling from 65536" : "");
   }
   std::vector<std::string> label_names;
   if (!label_name.empty()) label_names.push_back(label_name);
   Module mod(net, {data_name}, label_names, devices);
+  if (o.amp == "fp16") mod.SetLossScaler(std::make_shared<LossScaler>());
   // The test set's metrics: the training ones, with the accuracy for the final test accuracy.
   auto test_specs = metric_specs;
   if (std::none_of(test_specs.begin(), test_specs.end(), [](const auto& s) { return s.first == "acc"; })) {
@@ -1013,6 +1023,10 @@ int RunTrain(const TrainOptions& o) {
     // MXNet 1.9.1's Module.fit lines, then the test set's and troupe's speed figure.
     for (const auto& [name, value] : tm.GetNameValue()) std::printf("Epoch[%d] Train-%s=%f\n", epoch, name.c_str(), value);
     std::printf("Epoch[%d] Time cost=%.3f\n", epoch, progress.seconds());
+    if (const LossScaler* ls = mod.loss_scaler()) {
+      std::printf("Epoch[%d] AMP loss scale=%g, %lld of %lld steps skipped (a gradient overflowed)\n", epoch, ls->scale(),
+                  static_cast<long long>(ls->skipped()), static_cast<long long>(ls->steps()));
+    }
     if (writes_checkpoints && (epoch + 1) % o.save_period == 0) {
       std::printf("Saved checkpoint to \"%s-%04d.params\"\n", o.checkpoint.c_str(), epoch + 1);
     }

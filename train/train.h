@@ -49,6 +49,7 @@
 #include "op/initializer.h"
 #include "tensor/ndarray.h"
 #include "op/optimizer.h"
+#include "train/loss_scaler.h"
 
 namespace troupe {
 
@@ -227,6 +228,13 @@ class Module {
   void FinalizeKVStore();
   // With several contexts: where Update runs the optimizer (Fit sets it from FitOptions).
   void SetUpdatePlace(UpdatePlace place);
+  // Dynamic loss scaling (train/loss_scaler.h), for float16 mixed precision; null turns it off (the default).
+  // With a scaler, Backward starts the loss outputs' gradients at its scale, and Update checks every gradient
+  // (multi_all_finite): a step with an infinity or NaN is skipped (no parameter changes; the scaler halves its
+  // scale), otherwise the gradients are divided by the scale and the optimizer runs. Update throws
+  // troupe::Error with a dist KVStore (a skipped step would have to be skipped on every worker; not built).
+  void SetLossScaler(std::shared_ptr<LossScaler> scaler);
+  LossScaler* loss_scaler() const;
   // kStore or kDevices as resolved by the first Update (kAuto before it, or with one context).
   UpdatePlace update_place() const;
   // The store synchronising the contexts or the cluster's workers: null with one context and a non-dist

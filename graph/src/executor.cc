@@ -6,6 +6,7 @@
 #include "graph/executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -54,6 +55,7 @@ struct Executor::Impl {
   Context ctx;
   Engine* engine = nullptr;
   ExecutorOptions options;
+  float loss_scale = 1.0f;  // SetLossScale: OpContext::loss_scale of the backward calls
   graph::IndexedGraph g;
   std::vector<std::string> arg_names, aux_names;
 
@@ -1100,7 +1102,7 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
         for (auto e : b.aux) aux.push_back(m.arr[e]);
         for (int e : b.in_grad) ig.push_back(get(e));
         OperatorRunner& r = *m.runners[b.node];
-        bulk.Add(r.PrepareBackward(og, id, od, aux, ig, b.req), r);
+        bulk.Add(r.PrepareBackward(og, id, od, aux, ig, b.req, m.loss_scale), r);
         if (m.bwd_writes_grad[step]) bulk.Flush();
         break;
       }
@@ -1112,6 +1114,14 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
 }
 
 const Symbol& Executor::symbol() const { return impl_->symbol; }
+void Executor::SetLossScale(float scale) {
+  if (!(scale > 0) || !std::isfinite(scale)) {
+    throw Error("Executor::SetLossScale: the loss scale must be a positive finite number, got " +
+                std::to_string(scale));
+  }
+  impl_->loss_scale = scale;
+}
+float Executor::loss_scale() const { return impl_->loss_scale; }
 Context Executor::ctx() const { return impl_->ctx; }
 const std::vector<NDArray>& Executor::outputs() const { return impl_->outputs; }
 const std::vector<NDArray>& Executor::arg_arrays() const { return impl_->args; }

@@ -150,8 +150,9 @@ void OperatorRunner::Forward(bool is_train, const std::vector<NDArray>& in, cons
 
 void OperatorRunner::Backward(const std::vector<NDArray>& out_grad, const std::vector<NDArray>& in_data,
                               const std::vector<NDArray>& out_data, const std::vector<NDArray>& aux,
-                              const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req) {
-  Call c = PrepareBackward(out_grad, in_data, out_data, aux, in_grad, req);
+                              const std::vector<NDArray>& in_grad, const std::vector<OpReqType>& req,
+                              float loss_scale) {
+  Call c = PrepareBackward(out_grad, in_data, out_data, aux, in_grad, req, loss_scale);
   impl_->engine->PushSync(std::move(c.fn), impl_->ctx, c.const_vars, c.mutable_vars, FnProperty::kNormal, 0,
                           impl_->name.c_str());
 }
@@ -204,7 +205,7 @@ OperatorRunner::Call OperatorRunner::PrepareBackward(const std::vector<NDArray>&
                                                      const std::vector<NDArray>& out_data,
                                                      const std::vector<NDArray>& aux,
                                                      const std::vector<NDArray>& in_grad,
-                                                     const std::vector<OpReqType>& req) {
+                                                     const std::vector<OpReqType>& req, float loss_scale) {
   const Impl& m = *impl_;
   if (!m.prop->HasBackward()) throw Error(m.name + " has no backward");
   m.CheckCount(out_grad.size(), static_cast<std::size_t>(m.num_visible), "output gradients (one per visible output)");
@@ -246,8 +247,8 @@ OperatorRunner::Call OperatorRunner::PrepareBackward(const std::vector<NDArray>&
   }
   for (const auto& r : m.backward_res) mutable_vars.push_back(r.var());
 
-  auto fn = [op = m.op, res = m.backward_res, og, id, od, aux, in_grad, req](RunContext rctx) {
-    OpContext oc{true, rctx, res, {}};
+  auto fn = [op = m.op, res = m.backward_res, og, id, od, aux, in_grad, req, loss_scale](RunContext rctx) {
+    OpContext oc{true, rctx, res, {}, loss_scale};
     std::vector<TBlob> ogb, idb, odb, ab, igb;
     for (const auto& a : og) ogb.push_back(BlobOf(a));
     for (const auto& a : id) idb.push_back(BlobOf(a));

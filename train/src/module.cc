@@ -29,6 +29,7 @@
 
 #include "actors/config.h"
 #include "base/error.h"
+#include "op/imperative.h"
 #include "tensor/resource.h"
 #include "train/internal/checkpoint.h"
 #include "train/train.h"
@@ -152,6 +153,7 @@ struct Module::Impl {
   UpdatePlace update_place = UpdatePlace::kAuto;  // resolved when kv is created
   std::vector<std::pair<float, float>> multipliers;  // per parameter: (lr_mult, wd_mult) given to the optimizer
 
+  std::shared_ptr<LossScaler> loss_scaler;  // SetLossScaler; null: no loss scaling
   bool multi() const { return contexts.size() > 1; }
   bool dist() const { return kvstore_type.rfind("dist", 0) == 0; }
   // Update goes through the store: several contexts, or a cluster.
@@ -629,14 +631,78 @@ void Module::Backward() {
   Impl& m = *impl_;
   m.RequireBound("Backward");
   if (!m.for_training) throw Error("Module::Backward: the module is bound with for_training false");
+  const float scale = m.loss_scaler ? static_cast<float>(m.loss_scaler->scale()) : 1.0f;
+  m.exec->SetLossScale(scale);
   m.exec->Backward();
-  for (const auto& o : m.others) o->Backward();
+  for (const auto& o : m.others) {
+    o->SetLossScale(scale);
+    o->Backward();
+  }
 }
+
+void Module::SetLossScaler(std::shared_ptr<LossScaler> scaler) { impl_->loss_scaler = std::move(scaler); }
+LossScaler* Module::loss_scaler() const { return impl_->loss_scaler.get(); }
+
+namespace {
+
+// Dynamic loss scaling's half of a step: whether the gradients of `execs` (scaled by the scaler's scale) are
+// all finite, recorded in the scaler; when they are, they are divided by that scale. A skipped step's
+// gradients are zeroed where they accumulate (kAddTo), so that the next step does not add onto them.
+bool CheckAndUnscale(LossScaler* scaler, const std::vector<Executor*>& execs) {
+  const double used = scaler->scale();
+  bool finite = true;
+  for (Executor* e : execs) {
+    std::vector<NDArray> grads;
+    for (const NDArray& g : e->grad_arrays()) {
+      if (!g.is_none()) grads.push_back(g);
+    }
+    // multi_all_finite of at most 200 arrays a call, as MXNet's LossScaler.
+    for (std::size_t b = 0; b < grads.size() && finite; b += 200) {
+      const std::vector<NDArray> chunk(grads.begin() + static_cast<std::ptrdiff_t>(b),
+                                       grads.begin() + static_cast<std::ptrdiff_t>(std::min(grads.size(), b + 200)));
+      const NDArray flag = Invoke("multi_all_finite", chunk, {{"num_arrays", std::to_string(chunk.size())}})[0];
+      finite = flag.CopyTo(Context::CPU()).ToVector<float>().at(0) != 0.0f;
+    }
+  }
+  if (scaler->Step(!finite)) {
+    for (Executor* e : execs) {
+      const auto& grads = e->grad_arrays();
+      const auto& req = e->grad_req();
+      for (std::size_t i = 0; i < grads.size(); ++i) {
+        if (!grads[i].is_none() && i < req.size() && req[i] == kAddTo) {
+          NDArray g = grads[i];
+          g = 0.0;
+        }
+      }
+    }
+    return false;
+  }
+  for (Executor* e : execs) {
+    for (const NDArray& g : e->grad_arrays()) {
+      if (g.is_none()) continue;
+      NDArray h = g;
+      h *= 1.0 / used;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 void Module::Update() {
   Impl& m = *impl_;
   m.RequireBound("Update");
   if (!m.optimizer) throw Error("Module::Update: no optimizer; call InitOptimizer first");
+  if (m.loss_scaler) {
+    if (m.dist()) {
+      throw Error("Module::Update: dynamic loss scaling (float16 mixed precision) with the " + m.kvstore_type +
+                  " kvstore is not supported yet: a step that overflows on one worker would have to be skipped on "
+                  "every worker; use bfloat16 (no loss scaling) or a local store");
+    }
+    std::vector<Executor*> execs{m.exec.get()};
+    for (const auto& o : m.others) execs.push_back(o.get());
+    if (!CheckAndUnscale(m.loss_scaler.get(), execs)) return;  // overflow: the step is skipped
+  }
   const auto& args = m.exec->arg_arrays();
   const auto& grads = m.exec->grad_arrays();
   auto has_grad = [&](int i) { return static_cast<std::size_t>(i) < grads.size() && !grads[i].is_none(); };

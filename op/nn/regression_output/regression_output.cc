@@ -33,7 +33,7 @@ class RegressionOutputCpuOp : public Operator {
     });
   }
 
-  void Backward(const OpContext&, const std::vector<TBlob>&, const std::vector<TBlob>& in_data,
+  void Backward(const OpContext& ctx, const std::vector<TBlob>&, const std::vector<TBlob>& in_data,
                 const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
                 const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
     const TBlob& label = in_data[1];
@@ -48,7 +48,7 @@ class RegressionOutputCpuOp : public Operator {
       const T* pl = label.dptr_as<T>();
       T* g = in_grad[0].dptr_as<T>();
       const double num_output = static_cast<double>(label.Size()) / static_cast<double>(label.shape[0]);
-      const T scale = static_cast<T>(p_.grad_scale / num_output);
+      const T scale = static_cast<T>(p_.grad_scale * ctx.loss_scale / num_output);  // loss_scale: see OpContext
       const std::int64_t n = out_data[0].Size();
       for (std::int64_t i = 0; i < n; ++i) Assign(g + i, req[0], scale * act_norm::RegressionGrad(kind_, y[i], pl[i]));
     });

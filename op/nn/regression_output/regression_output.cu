@@ -76,7 +76,7 @@ class RegressionOutputGpuOp : public Operator {
       const double num_output = static_cast<double>(label.Size()) / static_cast<double>(label.shape[0]);
       RegressionBackwardKernel<T><<<Blocks(n), kThreads, 0, s>>>(kind_, out_data[0].dptr_as<T>(), label.dptr_as<T>(),
                                                                  in_grad[0].dptr_as<T>(), n, req[0],
-                                                                 static_cast<T>(p_.grad_scale / num_output));
+                                                                 static_cast<T>(p_.grad_scale * ctx.loss_scale / num_output));
       CheckLaunch(name_ + " backward");
     });
   }

@@ -158,7 +158,7 @@ class SoftmaxOutputCpuOp : public Operator {
     });
   }
 
-  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
+  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
                 const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
                 const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
     const TBlob& y = out_data[0];
@@ -186,7 +186,8 @@ class SoftmaxOutputCpuOp : public Operator {
         for (std::int64_t j = 0; j < label.Size(); ++j) valid += static_cast<int>(pl[j]) != ignore;
         norm = static_cast<double>(std::max<std::int64_t>(valid, 1));
       }
-      const double scale = p_.grad_scale / norm;
+      // ctx.loss_scale: the dynamic loss scale of mixed-precision training (1 otherwise).
+      const double scale = p_.grad_scale * ctx.loss_scale / norm;
       const double alpha = p_.smooth_alpha;
       const double off_target = v.n > 1 ? alpha / static_cast<double>(v.n - 1) : 0.0;
       for (std::int64_t o = 0; o < v.outer; ++o) {

@@ -271,7 +271,7 @@ class SoftmaxOutputGpuOp : public Operator {
       a.ignore = static_cast<int>(p_.ignore_label);
       a.alpha = p_.smooth_alpha;
       a.off_target = v.n > 1 ? a.alpha / static_cast<double>(v.n - 1) : 0.0;
-      a.scale = p_.grad_scale;
+      a.scale = p_.grad_scale * ctx.loss_scale;
       a.norm = nullptr;
       if (p_.normalization == "batch") {
         a.scale /= static_cast<double>(v.outer);
