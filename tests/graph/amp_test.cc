@@ -214,6 +214,49 @@ TEST(AmpOpsTest, AllFiniteFlagsInfinityAndNanInEveryFloatType) {
   EXPECT_EQ(flag.ToVector<float>(), std::vector<float>{0.0f});
 }
 
+// The operators that run half-precision arrays as float32 on converted copies (FloatStaging): each one's
+// output on bfloat16 and float16 inputs is its float32 output on the same (half-representable) values,
+// rounded once.
+TEST(AmpOpsTest, StagedOperatorsComputeHalfTypesAsFloat32) {
+  std::mt19937_64 rng(test::TestSeed());
+  std::uniform_real_distribution<float> u(-1, 1);
+  const auto random = [&](const TShape& s) {
+    std::vector<float> v(static_cast<std::size_t>(s.Size()));
+    for (auto& x : v) x = static_cast<float>(bf16_t(u(rng)));  // exact in both half types
+    return NDArray::FromVector<float>(v, s);
+  };
+  struct Case {
+    std::string op;
+    Kwargs kwargs;
+    std::vector<NDArray> in;
+  };
+  const std::vector<Case> cases = {
+      {"dot", {}, {random(TShape{3, 5}), random(TShape{5, 4})}},
+      {"batch_dot", {{"transpose_b", "true"}}, {random(TShape{2, 3, 5}), random(TShape{2, 4, 5})}},
+      {"FullyConnected", {{"num_hidden", "4"}}, {random(TShape{3, 6}), random(TShape{4, 6}), random(TShape{4})}},
+      {"LayerNorm", {}, {random(TShape{3, 8}), random(TShape{8}), random(TShape{8})}},
+      {"softmax", {{"axis", "1"}}, {random(TShape{3, 8})}},
+      {"log_softmax", {}, {random(TShape{3, 8})}},
+      {"Pooling", {{"kernel", "(2,2)"}, {"pool_type", "avg"}}, {random(TShape{2, 3, 4, 4})}},
+  };
+  for (const Case& c : cases) {
+    const std::vector<float> ref = Invoke(c.op, c.in, c.kwargs)[0].ToVector<float>();
+    for (DType t : {DType::kBfloat16, DType::kFloat16}) {
+      SCOPED_TRACE(c.op + " in " + DTypeName(t));
+      std::vector<NDArray> in;
+      for (const NDArray& a : c.in) in.push_back(a.AsType(t));
+      const NDArray out = Invoke(c.op, in, c.kwargs)[0];
+      ASSERT_EQ(out.dtype(), t);
+      const std::vector<float> got = out.AsType(DType::kFloat32).ToVector<float>();
+      ASSERT_EQ(got.size(), ref.size());
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        const float rounded = t == DType::kBfloat16 ? static_cast<float>(bf16_t(ref[i])) : static_cast<float>(half_t(ref[i]));
+        EXPECT_EQ(got[i], rounded) << i;
+      }
+    }
+  }
+}
+
 TEST(AmpOpsTest, BatchNormKeepsItsParametersInFloat32ForHalfData) {
   auto bn = OperatorProperty::Create("BatchNorm");
   bn->Init({});

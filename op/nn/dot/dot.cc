@@ -12,6 +12,7 @@
 
 #include "op/nn/dot/dot.h"
 
+#include "op/internal/float_staging.h"
 #include "op/internal/op_util.h"
 #include "op/param.h"
 #include "tensor/detail/kernels.h"
@@ -81,7 +82,9 @@ class DotOp final : public Operator {
  public:
   DotOp(DotParam p, dot::GemmFn gemm) : p_(p), gemm_(gemm) {}
   void Forward(const OpContext& ctx, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
-               const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
+               const std::vector<TBlob>& out, const std::vector<TBlob>& aux) override {
+    // Half-precision arrays: the float32 code on converted copies.
+    if (internal::AnyHalf({&in, &out})) return staging_.Forward(*this, ctx, in, req, out, aux);
     internal::FloatSwitch(out[0].dtype, Name(), [&](auto) {
       const auto [batch, g] = Shapes(in[0].shape, in[1].shape, p_);
       const Products run{gemm_, ctx.run_ctx};
@@ -93,8 +96,11 @@ class DotOp final : public Operator {
     });
   }
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
-                const std::vector<TBlob>&, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
-                const std::vector<TBlob>&) override {
+                const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
+                const std::vector<TBlob>& in_grad, const std::vector<TBlob>& aux) override {
+    if (internal::AnyHalf({&out_grad, &in, &in_grad})) {
+      return staging_.Backward(*this, ctx, out_grad, in, out_data, req, in_grad, aux);
+    }
     internal::FloatSwitch(out_grad[0].dtype, Name(), [&](auto) {
       const auto [batch, g] = Shapes(in[0].shape, in[1].shape, p_);
       const bool ta = p_.transpose_a, tb = p_.transpose_b;
@@ -147,6 +153,7 @@ class DotOp final : public Operator {
  private:
   DotParam p_;
   dot::GemmFn gemm_;
+  internal::FloatStaging staging_;  // half-precision arrays: float32 on converted copies
 };
 
 template <bool kBatch>

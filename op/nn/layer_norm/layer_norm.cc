@@ -22,6 +22,7 @@
 #include "op/nn/layer_norm/layer_norm.h"
 
 #include "base/error.h"
+#include "op/internal/float_staging.h"
 #include "op/internal/op_util.h"
 
 namespace troupe {
@@ -36,8 +37,10 @@ class LayerNormOp final : public Operator {
  public:
   explicit LayerNormOp(const LayerNormParam& p) : p_(p) {}
 
-  void Forward(const OpContext&, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
-               const std::vector<TBlob>& out, const std::vector<TBlob>&) override {
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out, const std::vector<TBlob>& aux) override {
+    // Half-precision arrays: the float32 code on converted copies.
+    if (internal::AnyHalf({&in, &out})) return staging_.Forward(*this, ctx, in, req, out, aux);
     const TBlob& x = in[0];
     const AxisView v = act_norm::ViewAround(x.shape, internal::NormalizeAxis(p_.axis, x.shape.ndim(), kName, "axis"));
     FloatSwitch(x.dtype, kName, [&](auto tag) {
@@ -55,9 +58,12 @@ class LayerNormOp final : public Operator {
     });
   }
 
-  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
-                const std::vector<TBlob>& out, const std::vector<OpReqType>& req, const std::vector<TBlob>& in_grad,
-                const std::vector<TBlob>&) override {
+  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in,
+                const std::vector<TBlob>& out, const std::vector<OpReqType>& req,
+                const std::vector<TBlob>& in_grad, const std::vector<TBlob>& aux) override {
+    if (internal::AnyHalf({&out_grad, &in, &in_grad})) {
+      return staging_.Backward(*this, ctx, out_grad, in, out, req, in_grad, aux);
+    }
     const TBlob& x = in[0];
     const AxisView v = act_norm::ViewAround(x.shape, internal::NormalizeAxis(p_.axis, x.shape.ndim(), kName, "axis"));
     FloatSwitch(x.dtype, kName, [&](auto tag) {
@@ -84,6 +90,7 @@ class LayerNormOp final : public Operator {
 
  private:
   LayerNormParam p_;
+  internal::FloatStaging staging_;  // half-precision arrays: float32 on converted copies
 };
 
 class LayerNormProp final : public OperatorProperty {

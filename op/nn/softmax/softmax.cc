@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "op/nn/softmax/softmax.h"
+#include "op/internal/float_staging.h"
 namespace troupe {
 
 namespace {
@@ -100,8 +101,10 @@ class SoftmaxCpuOp : public Operator {
  public:
   SoftmaxCpuOp(const SoftmaxParam& p, bool log, double temperature) : p_(p), log_(log), temperature_(temperature) {}
 
-  void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
-               const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out_data, const std::vector<TBlob>& aux) override {
+    // Half-precision arrays: the float32 code on converted copies.
+    if (internal::AnyHalf({&in_data, &out_data})) return staging_.Forward(*this, ctx, in_data, req, out_data, aux);
     const TBlob& x = in_data[0];
     const AxisView v = act_norm::ViewAround(x.shape, internal::NormalizeAxis(p_.axis, x.shape.ndim(), Name(), "axis"));
     std::vector<std::int64_t> len;
@@ -116,9 +119,12 @@ class SoftmaxCpuOp : public Operator {
     });
   }
 
-  void Backward(const OpContext&, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
+  void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
                 const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
-                const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
+                const std::vector<TBlob>& in_grad, const std::vector<TBlob>& aux) override {
+    if (internal::AnyHalf({&out_grad, &in_data, &in_grad})) {
+      return staging_.Backward(*this, ctx, out_grad, in_data, out_data, req, in_grad, aux);
+    }
     // The length gets no gradient: zeros (of its integer type) unless accumulating.
     if (UseLength() && req[1] != kNullOp && req[1] != kAddTo) {
       std::fill_n(static_cast<char*>(in_grad[1].dptr), in_grad[1].Bytes(), 0);
@@ -143,14 +149,17 @@ class SoftmaxCpuOp : public Operator {
   SoftmaxParam p_;
   bool log_;
   double temperature_;
+  internal::FloatStaging staging_;  // half-precision arrays: float32 on converted copies
 };
 
 class SoftmaxOutputCpuOp : public Operator {
  public:
   explicit SoftmaxOutputCpuOp(const SoftmaxOutputProp& prop) : prop_(prop), p_(prop.param()) {}
 
-  void Forward(const OpContext&, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
-               const std::vector<TBlob>& out_data, const std::vector<TBlob>&) override {
+  void Forward(const OpContext& ctx, const std::vector<TBlob>& in_data, const std::vector<OpReqType>& req,
+               const std::vector<TBlob>& out_data, const std::vector<TBlob>& aux) override {
+    // Half-precision arrays: the float32 code on converted copies.
+    if (internal::AnyHalf({&in_data, &out_data})) return staging_.Forward(*this, ctx, in_data, req, out_data, aux);
     const TBlob& x = in_data[0];
     FloatSwitch(x.dtype, "SoftmaxOutput", [&](auto tag) {
       using T = decltype(tag);
@@ -160,7 +169,10 @@ class SoftmaxOutputCpuOp : public Operator {
 
   void Backward(const OpContext& ctx, const std::vector<TBlob>& out_grad, const std::vector<TBlob>& in_data,
                 const std::vector<TBlob>& out_data, const std::vector<OpReqType>& req,
-                const std::vector<TBlob>& in_grad, const std::vector<TBlob>&) override {
+                const std::vector<TBlob>& in_grad, const std::vector<TBlob>& aux) override {
+    if (internal::AnyHalf({&out_grad, &in_data, &in_grad})) {
+      return staging_.Backward(*this, ctx, out_grad, in_data, out_data, req, in_grad, aux);
+    }
     const TBlob& y = out_data[0];
     const TBlob& label = in_data[1];
     const AxisView v = prop_.View(y.shape);
@@ -217,6 +229,7 @@ class SoftmaxOutputCpuOp : public Operator {
  private:
   SoftmaxOutputProp prop_;
   SoftmaxOutputParam p_;
+  internal::FloatStaging staging_;  // half-precision arrays: float32 on converted copies
 };
 
 }  // namespace
