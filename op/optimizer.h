@@ -1,7 +1,10 @@
 // Optimizers: declarative configurations (a type name and keyword parameters, never code, so that a
 // configuration can travel to a KVStore server) and the updates they describe, applied to NDArrays through
 // the engine. MXNet 1.9's update rules (src/operator/optimizer_op-inl.h and python/mxnet/optimizer), with
-// its parameter names; every type takes learning_rate, wd (0), rescale_grad (1) and clip_gradient (-1: none):
+// its parameter names; every type takes learning_rate, wd (0), rescale_grad (1), clip_gradient (-1: none) and
+// multi_precision (false: for float16 and bfloat16 weights, the update runs on a float32 copy of the weight,
+// kept with the index's states, with the gradient converted to float32, and the weight is that copy rounded;
+// float32 and float64 weights are updated as they are):
 //
 //   "sgd":  learning_rate (0.01), momentum (0)
 //           g = clip(rescale_grad * grad) + wd * weight
@@ -100,18 +103,19 @@ class Optimizer {
   static std::unique_ptr<Optimizer> Create(const OptimizerConfig& config);
   static std::vector<std::string> ListTypes();
   static std::vector<std::string> ListLrSchedulers();
+  bool multi_precision() const { return multi_precision_; }
   virtual ~Optimizer() = default;
 
   // Pushes one update of weight from grad. index identifies the parameter (its state: momentum, Adam's m
   // and v and step count, created on first use with weight's shape, device and type). Returns at once.
   // Throws troupe::Error when grad and weight differ in shape, type or device.
-  virtual void Update(int index, const NDArray& weight, const NDArray& grad) = 0;
+  void Update(int index, const NDArray& weight, const NDArray& grad);
   // The updates of several indices (weights[i] from grads[i]), with the same results as Update on each in
   // order. sgd pushes them as one engine function (MXNet's multi_sgd_update / multi_sgd_mom_update) when the
   // arrays share a device, dtype and engine; otherwise, and for the other optimizers, one per index. Throws
   // troupe::Error (before pushing anything) when the lists differ in length or an update's arguments are bad.
-  virtual void UpdateMulti(const std::vector<int>& indices, const std::vector<NDArray>& weights,
-                           const std::vector<NDArray>& grads);
+  void UpdateMulti(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                   const std::vector<NDArray>& grads);
   // How many indices a caller hands to one UpdateMulti (MXNet's MXNET_OPTIMIZER_AGGREGATION_SIZE): for sgd
   // TROUPE_OPTIMIZER_AGGREGATION_SIZE (default 4, as MXNet), 1 for the others.
   virtual int aggregation_size() const { return 1; }
@@ -134,13 +138,15 @@ class Optimizer {
   //   MXNet's create_state makes, None (sgd and nag without momentum), an NDArray (sgd and nag: momentum;
   //   adagrad: history) or a tuple of NDArrays (adam: (mean, var); rmsprop: (n,), centered (n, g, delta)),
   //   each NDArray pickled by its __reduce__ (mxnet.ndarray.ndarray.NDArray with {'handle': its record}).
+  //   With multi_precision, an index of a half-precision weight holds MXNet's pair (float32 weight, state).
   //   MXNet's Module.load_optimizer_states reads it. The format has no update counts (MXNet keeps them in
   //   the optimizer object, pickled only with dump_optimizer=True): after loading it every index counts
   //   from zero again, as in MXNet after load_optimizer_states, so adam's bias correction and a schedule
   //   restart.
   // kTroupe: NDArray::Save/Load's format (.params), names "<index>:<state>" (state: "momentum" for sgd and
   //   nag with momentum, "mean" and "var" for adam, "history" for adagrad, "n" or, centered, "n", "g",
-  //   "delta" for rmsprop), "<index>:step" counts and "optimizer:<type>"; a loaded optimizer also takes
+  //   "delta" for rmsprop; "weight32": multi_precision's float32 weight), "<index>:step" counts and
+  //   "optimizer:<type>"; a loaded optimizer also takes
   //   num_update and so its schedule's position from the counts, so that a resumed run continues exactly
   //   (a KVStore server's own checkpoints use it).
   //
@@ -150,7 +156,7 @@ class Optimizer {
   // the type, so optimizers with the same layout, say sgd with momentum and adagrad, cannot be told apart),
   // for pickles with anything but MXNet's states (dump_optimizer=True's optimizer object, other globals,
   // opcodes outside protocols 2 to 5: the error names the opcode and byte offset) and for a multi_precision
-  // (weight32, state) pair. An array's shape and dtype are checked against the weight at its first update
+  // (weight32, state) pair when this optimizer is not multi_precision. An array's shape and dtype are checked against the weight at its first update
   // (the error names the file).
   //
   // key_names (kMXNet only): indices whose key is the parameter's name. MXNet's Module keys its states by
@@ -164,6 +170,11 @@ class Optimizer {
 
  protected:
   explicit Optimizer(OptimizerConfig config) : config_(std::move(config)) {}
+  // The type's update of one index (Update, after multi_precision's substitution of the float32 copy) and of
+  // several (UpdateMulti; the default runs UpdateOne on each).
+  virtual void UpdateOne(int index, const NDArray& weight, const NDArray& grad) = 0;
+  virtual void UpdateGroup(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                           const std::vector<NDArray>& grads);
   // The learning rate of an update of index, after CountUpdate(index): schedule(num_update) or the constant
   // one, times lr_mult.
   float lr_of(int index) const;
@@ -191,6 +202,9 @@ class Optimizer {
   std::map<int, std::vector<NDArray>> states_;
   std::map<int, std::vector<std::string>> state_names_;
   std::map<int, std::int64_t> steps_;
+  bool multi_precision_ = false;
+  std::map<int, NDArray> masters_;  // multi_precision: the float32 weight of each half-precision index
+  NDArray& MasterOf(int index, const NDArray& weight);
   std::int64_t num_update_ = 0;
   std::string states_file_;  // the file the states were loaded from, for StateOf's errors
   std::shared_ptr<const LrScheduler> scheduler_;  // null: constant learning_rate_

@@ -14,6 +14,7 @@
 
 #include "actors/config.h"
 #include "base/error.h"
+#include "op/imperative.h"
 #include "op/internal/op_util.h"
 #include "op/internal/optimizer_kernels.h"
 #include "op/internal/pickle.h"
@@ -26,6 +27,7 @@ namespace {
 // the file stays a plain MXNet .params list.
 constexpr char kTypePrefix[] = "optimizer:";
 constexpr char kStepState[] = "step";
+constexpr char kMasterState[] = "weight32";  // multi_precision's float32 weight
 
 using internal::OptimizerKind;
 using internal::OptimizerScalars;
@@ -55,8 +57,10 @@ void StepOnDevice(OptimizerKind kind, const OptimizerScalars& scalars, const TBl
   });
 }
 
-// Everything that can be checked at the call, before anything is pushed.
-void CheckUpdateArgs(const std::string& type, int index, const NDArray& weight, const NDArray& grad) {
+// Everything that can be checked at the call, before anything is pushed. half_ok: a float16/bfloat16 weight
+// is accepted (multi_precision updates its float32 copy).
+void CheckUpdateArgs(const std::string& type, int index, const NDArray& weight, const NDArray& grad,
+                     bool half_ok = false) {
   const std::string what = "optimizer '" + type + "' update of index " + std::to_string(index);
   if (weight.is_none() || grad.is_none()) throw Error(what + ": weight or gradient is a none array");
   if (weight.shape() != grad.shape()) {
@@ -72,21 +76,22 @@ void CheckUpdateArgs(const std::string& type, int index, const NDArray& weight, 
                 "; copy the gradient to the weight's device first");
   }
   if (weight.engine() != grad.engine()) throw Error(what + ": weight and gradient belong to different engines");
-  if (weight.dtype() != DType::kFloat32 && weight.dtype() != DType::kFloat64) {
-    throw Error(what + ": dtype " + std::string(DTypeName(weight.dtype())) +
-                " is not supported (float32 and float64 are)");
+  const bool half = weight.dtype() == DType::kFloat16 || weight.dtype() == DType::kBfloat16;
+  if (weight.dtype() != DType::kFloat32 && weight.dtype() != DType::kFloat64 && !(half_ok && half)) {
+    throw Error(what + ": dtype " + std::string(DTypeName(weight.dtype())) + " is not supported (float32 and float64 are" +
+                (half ? "; float16 and bfloat16 weights with multi_precision=True" : "") + ")");
   }
 }
 
 // UpdateMulti's checks, all before anything is pushed.
 void CheckMultiArgs(const std::string& type, const std::vector<int>& indices, const std::vector<NDArray>& weights,
-                    const std::vector<NDArray>& grads) {
+                    const std::vector<NDArray>& grads, bool half_ok = false) {
   if (weights.size() != indices.size() || grads.size() != indices.size()) {
     throw Error("optimizer '" + type + "' UpdateMulti: " + std::to_string(indices.size()) + " indices, " +
                 std::to_string(weights.size()) + " weights and " + std::to_string(grads.size()) +
                 " gradients; pass one weight and one gradient per index");
   }
-  for (std::size_t i = 0; i < indices.size(); ++i) CheckUpdateArgs(type, indices[i], weights[i], grads[i]);
+  for (std::size_t i = 0; i < indices.size(); ++i) CheckUpdateArgs(type, indices[i], weights[i], grads[i], half_ok);
 }
 
 // A gradient that is the weight itself (or overlaps it) must not be read while it is written.
@@ -179,13 +184,13 @@ class SgdOptimizer : public Optimizer {
     EnvInt("TROUPE_OPTIMIZER_AGGREGATION_SIZE", 1, 60, &aggregation_size_);
   }
 
-  void Update(int index, const NDArray& weight, const NDArray& grad) override {
-    UpdateMulti({index}, {weight}, {grad});
+  void UpdateOne(int index, const NDArray& weight, const NDArray& grad) override {
+    UpdateGroup({index}, {weight}, {grad});
   }
 
   // One engine function for the whole group (MXNet's multi_sgd_mom_update): fewer hand-offs per step. As
   // MXNet's aggregated path, every index is counted before the learning rates are taken.
-  void UpdateMulti(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+  void UpdateGroup(const std::vector<int>& indices, const std::vector<NDArray>& weights,
                    const std::vector<NDArray>& grads) override {
     CheckMultiArgs("sgd", indices, weights, grads);
     const std::size_t n = indices.size();
@@ -193,7 +198,7 @@ class SgdOptimizer : public Optimizer {
     for (std::size_t i = 1; i < n; ++i) {
       if (weights[i].ctx() != weights[0].ctx() || weights[i].dtype() != weights[0].dtype() ||
           weights[i].engine() != weights[0].engine()) {
-        for (std::size_t j = 0; j < n; ++j) UpdateMulti({indices[j]}, {weights[j]}, {grads[j]});
+        for (std::size_t j = 0; j < n; ++j) UpdateGroup({indices[j]}, {weights[j]}, {grads[j]});
         return;
       }
     }
@@ -258,7 +263,7 @@ class AdamOptimizer : public Optimizer {
     learning_rate_ = param_.learning_rate;
   }
 
-  void Update(int index, const NDArray& weight, const NDArray& grad) override {
+  void UpdateOne(int index, const NDArray& weight, const NDArray& grad) override {
     CheckUpdateArgs("adam", index, weight, grad);
     static const std::vector<std::string> kNames = {"mean", "var"};
     std::vector<NDArray>& states = StateOf(index, weight, kNames);
@@ -337,7 +342,7 @@ class NagOptimizer : public Optimizer {
     learning_rate_ = param_.learning_rate;
   }
 
-  void Update(int index, const NDArray& weight, const NDArray& grad) override {
+  void UpdateOne(int index, const NDArray& weight, const NDArray& grad) override {
     CheckUpdateArgs("nag", index, weight, grad);
     const bool use_mom = param_.momentum != 0.f;
     static const std::vector<std::string> kMom = {"momentum"};
@@ -370,7 +375,7 @@ class AdaGradOptimizer : public Optimizer {
     learning_rate_ = param_.learning_rate;
   }
 
-  void Update(int index, const NDArray& weight, const NDArray& grad) override {
+  void UpdateOne(int index, const NDArray& weight, const NDArray& grad) override {
     CheckUpdateArgs("adagrad", index, weight, grad);
     static const std::vector<std::string> kNames = {"history"};
     const std::vector<NDArray> states = StateOf(index, weight, kNames);
@@ -394,7 +399,7 @@ class RmsPropOptimizer : public Optimizer {
     learning_rate_ = param_.learning_rate;
   }
 
-  void Update(int index, const NDArray& weight, const NDArray& grad) override {
+  void UpdateOne(int index, const NDArray& weight, const NDArray& grad) override {
     CheckUpdateArgs("rmsprop", index, weight, grad);
     static const std::vector<std::string> kPlain = {"n"};
     static const std::vector<std::string> kCentered = {"n", "g", "delta"};
@@ -669,13 +674,31 @@ void Optimizer::InitScheduler() {
 }
 
 std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerConfig& config) {
+  // multi_precision is every type's and the base class's: the types' parameters are parsed without it.
+  OptimizerConfig typed = config;
+  bool multi_precision = false;
+  for (auto it = typed.params.begin(); it != typed.params.end();) {
+    if (it->first != "multi_precision") {
+      ++it;
+      continue;
+    }
+    const std::string& v = it->second;
+    if (v == "True" || v == "true" || v == "1") {
+      multi_precision = true;
+    } else if (!(v == "False" || v == "false" || v == "0")) {
+      throw Error("optimizer '" + config.type + "': parameter 'multi_precision' must be True or False, got '" + v + "'");
+    }
+    it = typed.params.erase(it);
+  }
   std::unique_ptr<Optimizer> opt;
-  if (config.type == "sgd") opt = std::make_unique<SgdOptimizer>(config);
-  if (config.type == "nag") opt = std::make_unique<NagOptimizer>(config);
-  if (config.type == "adam") opt = std::make_unique<AdamOptimizer>(config);
-  if (config.type == "adagrad") opt = std::make_unique<AdaGradOptimizer>(config);
-  if (config.type == "rmsprop") opt = std::make_unique<RmsPropOptimizer>(config);
+  if (config.type == "sgd") opt = std::make_unique<SgdOptimizer>(typed);
+  if (config.type == "nag") opt = std::make_unique<NagOptimizer>(typed);
+  if (config.type == "adam") opt = std::make_unique<AdamOptimizer>(typed);
+  if (config.type == "adagrad") opt = std::make_unique<AdaGradOptimizer>(typed);
+  if (config.type == "rmsprop") opt = std::make_unique<RmsPropOptimizer>(typed);
   if (opt) {
+    opt->config_ = config;  // as given (a dist store sends it on)
+    opt->multi_precision_ = multi_precision;
     opt->InitScheduler();
     for (const auto& [index, mult] : config.multipliers) opt->SetMultipliers(index, mult.first, mult.second);
     return opt;
@@ -688,10 +711,50 @@ std::unique_ptr<Optimizer> Optimizer::Create(const OptimizerConfig& config) {
   throw Error(msg);
 }
 
-void Optimizer::UpdateMulti(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+void Optimizer::UpdateGroup(const std::vector<int>& indices, const std::vector<NDArray>& weights,
                             const std::vector<NDArray>& grads) {
   CheckMultiArgs(config_.type, indices, weights, grads);
+  for (std::size_t i = 0; i < indices.size(); ++i) UpdateOne(indices[i], weights[i], grads[i]);
+}
+
+namespace {
+bool IsHalf(DType t) { return t == DType::kFloat16 || t == DType::kBfloat16; }
+
+// The order of MXNet 1.9's multi_precision pairs: sgd and nag (their create_state_multi_precision) keep
+// (state, float32 weight); the others (Optimizer's) (float32 weight, state).
+bool MasterLast(const std::string& type) { return type == "sgd" || type == "nag"; }
+}  // namespace
+
+void Optimizer::Update(int index, const NDArray& weight, const NDArray& grad) {
+  if (!multi_precision_ || !IsHalf(weight.dtype())) return UpdateOne(index, weight, grad);
+  CheckUpdateArgs(config_.type, index, weight, grad, true);
+  // MXNet's mp_*_update: the rule on the float32 weight with the gradient in float32, then the weight rounded.
+  NDArray& master = MasterOf(index, weight);
+  UpdateOne(index, master, grad.AsType(DType::kFloat32));
+  Invoke("Cast", {master}, {{"dtype", DTypeName(weight.dtype())}}, {weight});
+}
+
+void Optimizer::UpdateMulti(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                            const std::vector<NDArray>& grads) {
+  bool half = false;
+  for (const NDArray& w : weights) half = half || IsHalf(w.dtype());
+  if (!multi_precision_ || !half) return UpdateGroup(indices, weights, grads);
+  CheckMultiArgs(config_.type, indices, weights, grads, true);
   for (std::size_t i = 0; i < indices.size(); ++i) Update(indices[i], weights[i], grads[i]);
+}
+
+NDArray& Optimizer::MasterOf(int index, const NDArray& weight) {
+  auto it = masters_.find(index);
+  if (it == masters_.end()) return masters_[index] = weight.AsType(DType::kFloat32);
+  NDArray& m = it->second;
+  if (m.shape() != weight.shape() || m.dtype() != DType::kFloat32) {
+    throw Error("optimizer '" + config_.type + "': the float32 weight (multi_precision) of index " + std::to_string(index) +
+                " has shape " + m.shape().ToString() + " and dtype " + DTypeName(m.dtype()) + ", but the weight has shape " +
+                weight.shape().ToString() + "; were the states loaded for another model?" +
+                (states_file_.empty() ? "" : " (loaded from '" + states_file_ + "')"));
+  }
+  if (m.ctx() != weight.ctx() || m.engine() != weight.engine()) m = m.CopyTo(weight.ctx(), weight.engine());
+  return m;
 }
 
 std::vector<std::string> Optimizer::ListTypes() { return {"adagrad", "adam", "nag", "rmsprop", "sgd"}; }
@@ -775,6 +838,10 @@ void Optimizer::SaveTroupeStates(const std::string& path) const {
       names.push_back(std::to_string(index) + ":" + state_names[i]);
     }
   }
+  for (const auto& [index, master] : masters_) {
+    arrays.push_back(master);
+    names.push_back(std::to_string(index) + ":" + kMasterState);
+  }
   for (const auto& [index, step] : steps_) {
     arrays.push_back(NDArray::FromVector<std::int64_t>({step}, TShape{1}));
     names.push_back(std::to_string(index) + ":" + kStepState);
@@ -801,6 +868,7 @@ void Optimizer::LoadTroupeStates(const std::string& path) {
   std::map<int, std::vector<NDArray>> states;
   std::map<int, std::vector<std::string>> state_names;
   std::map<int, std::int64_t> steps;
+  std::map<int, NDArray> masters;
   for (std::size_t i = 0; i < arrays.size(); ++i) {
     if (names[i].rfind(kTypePrefix, 0) == 0) continue;
     int index = 0;
@@ -813,6 +881,8 @@ void Optimizer::LoadTroupeStates(const std::string& path) {
         throw Error(where + ": entry '" + names[i] + "' must be one int64 step count");
       }
       steps[index] = arrays[i].ToVector<std::int64_t>()[0];
+    } else if (state == kMasterState) {
+      masters[index] = arrays[i];
     } else {
       states[index].push_back(arrays[i]);
       state_names[index].push_back(state);
@@ -821,6 +891,7 @@ void Optimizer::LoadTroupeStates(const std::string& path) {
   states_ = std::move(states);
   state_names_ = std::move(state_names);
   steps_ = std::move(steps);
+  masters_ = std::move(masters);
   // The schedule's position: MXNet's num_update is the largest count over the indices.
   num_update_ = 0;
   for (const auto& [index, step] : steps_) num_update_ = std::max(num_update_, step);
@@ -868,6 +939,12 @@ void Optimizer::SaveStates(const std::string& path, StatesFormat format,
       std::vector<PickleRef> items;
       for (const NDArray& a : states) items.push_back(PickleValue::NDArray(NDArray::SaveRawBytes(a)));
       value = PickleValue::Tuple(std::move(items));
+    }
+    if (const auto master = masters_.find(index); master != masters_.end()) {
+      // multi_precision: MXNet's pair of the float32 weight and the state (MasterLast says in which order).
+      PickleRef w = PickleValue::NDArray(NDArray::SaveRawBytes(master->second));
+      value = MasterLast(config_.type) ? PickleValue::Tuple({std::move(value), std::move(w)})
+                                       : PickleValue::Tuple({std::move(w), std::move(value)});
     }
     const auto name = key_names.find(index);
     if (name == key_names.end()) {
@@ -925,6 +1002,7 @@ void Optimizer::LoadMXNetStates(const std::string& path, const std::string& byte
   const std::string expected = Expected(layout.names, layout.tuple);
   std::map<int, std::vector<NDArray>> states;
   std::map<int, std::vector<std::string>> state_names;
+  std::map<int, NDArray> masters;
   for (std::size_t i = 0; i < top->items.size(); i += 2) {
     const PickleValue& key = *top->items[i];
     const PickleValue& value = *top->items[i + 1];
@@ -949,19 +1027,31 @@ void Optimizer::LoadMXNetStates(const std::string& path, const std::string& byte
     }
     const std::string at = where + ", index " + std::to_string(index) +
                            (key.kind == Kind::kString ? " ('" + key.text + "')" : "");
-    // The arrays of `value` when it has the layout, else empty with *ok false.
-    bool ok = false;
+    // The arrays of a state when it has the layout, else empty with *ok false.
+    const auto parse = [&](const PickleValue& v, std::vector<const PickleValue*>* arrays) {
+      arrays->clear();
+      if (layout.names.empty()) return v.kind == Kind::kNone;
+      if (!layout.tuple) {
+        arrays->push_back(&v);
+        return v.kind == Kind::kNDArray;
+      }
+      if (v.kind != Kind::kTuple || v.items.size() != layout.names.size()) return false;
+      bool all = true;
+      for (const auto& e : v.items) {
+        all = all && e->kind == Kind::kNDArray;
+        arrays->push_back(e.get());
+      }
+      return all;
+    };
     std::vector<const PickleValue*> arrays;
-    if (layout.names.empty()) {
-      ok = value.kind == Kind::kNone;
-    } else if (!layout.tuple) {
-      ok = value.kind == Kind::kNDArray;
-      arrays.push_back(&value);
-    } else if (value.kind == Kind::kTuple && value.items.size() == layout.names.size()) {
-      ok = true;
-      for (const auto& e : value.items) {
-        ok = ok && e->kind == Kind::kNDArray;
-        arrays.push_back(e.get());
+    bool ok = parse(value, &arrays);
+    // multi_precision: MXNet's pair of the float32 weight and the state of a half-precision weight.
+    const PickleValue* master = nullptr;
+    if (!ok && multi_precision_ && value.kind == Kind::kTuple && value.items.size() == 2) {
+      const std::size_t w = MasterLast(config_.type) ? 1 : 0;
+      if (value.items[w]->kind == Kind::kNDArray && parse(*value.items[1 - w], &arrays)) {
+        ok = true;
+        master = value.items[w].get();
       }
     }
     if (!ok) {
@@ -973,8 +1063,8 @@ void Optimizer::LoadMXNetStates(const std::string& path, const std::string& byte
       }
       std::string hint;
       if (value.kind == Kind::kTuple && value.items.size() == 2 && value.items[0]->kind == Kind::kNDArray) {
-        hint = "; a pair (float32 weight, state) is multi_precision training's state of a float16 weight, "
-               "which troupe's optimizers do not update (float32 and float64 weights)";
+        hint = multi_precision_ ? "" : "; a pair (float32 weight, state) is multi_precision training's state of a "
+                                       "float16 weight: create the optimizer with multi_precision=True";
       }
       throw Error(at + " holds " + holds + ", but optimizer '" + config_.type + "' with these parameters keeps " +
                   expected + "; were the states saved by another optimizer or with other parameters" +
@@ -997,9 +1087,18 @@ void Optimizer::LoadMXNetStates(const std::string& path, const std::string& byte
     }
     states[index] = std::move(loaded);
     state_names[index] = layout.names;
+    if (master != nullptr) {
+      if (master->text.empty()) throw Error(at + " (float32 weight): the NDArray has no data (handle None)");
+      NDArray w = ArrayFromRecord(master->text, at + " (float32 weight)");
+      if (w.dtype() != DType::kFloat32) {
+        throw Error(at + " (float32 weight): dtype " + std::string(DTypeName(w.dtype())) + "; multi_precision keeps float32");
+      }
+      masters[index] = std::move(w);
+    }
   }
   states_ = std::move(states);
   state_names_ = std::move(state_names);
+  masters_ = std::move(masters);
   // MXNet's states carry no update counts: every index starts again from zero, as after MXNet's
   // load_optimizer_states into a fresh optimizer.
   steps_.clear();

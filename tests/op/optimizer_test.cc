@@ -792,6 +792,81 @@ TEST(OptimizerTest, MXNetStatesContinueOntoMXNetsWeights) {
   }
 }
 
+// multi_precision (make_states.py's mp_sgd_mom): MXNet's (momentum, float32 weight) pairs of float16 weights
+// load, write back byte for byte, and continue one update onto MXNet's float16 weights as MXNet's did.
+TEST(OptimizerTest, MXNetMultiPrecisionStatesContinueOntoMXNetsWeights) {
+  const std::string states = kStatesDir + "/mp_sgd_mom-0001.states";
+  const OptimizerConfig config(
+      "sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}, {"wd", "0.001"}, {"multi_precision", "True"}});
+  auto opt = Optimizer::Create(config);
+  EXPECT_TRUE(opt->multi_precision());
+  opt->LoadStates(states);
+  const std::string again = TempPath("mp_again.states");
+  opt->SaveStates(again);
+  EXPECT_EQ(ReadFile(again), ReadFile(states));
+  std::remove(again.c_str());
+  auto arrays = LoadNamed(kStatesDir + "/mp_sgd_mom.params");
+  for (int i = 0; i < 2; ++i) {
+    const std::string n = std::to_string(i);
+    NDArray w = arrays.at("w" + n);
+    ASSERT_EQ(w.dtype(), DType::kFloat16);
+    opt->Update(i, w, arrays.at("g" + n));
+    const auto got = w.AsType(DType::kFloat32).ToVector<float>();
+    const auto want = arrays.at("next" + n).AsType(DType::kFloat32).ToVector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    // The float32 weight is updated as MXNet's mp_sgd_mom_update does, then rounded to float16: the same bits.
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      EXPECT_EQ(got[k], want[k]) << "index " << i << " [" << k << "]";
+    }
+  }
+  // Without multi_precision the pairs are refused, with the hint.
+  ExpectError([&] { Optimizer::Create({"sgd", {{"momentum", "0.9"}}})->LoadStates(states); },
+              {"index 0", "tuple of 2", "multi_precision=True"});
+  ExpectError([&] { Optimizer::Create({"sgd", {{"multi_precision", "maybe"}}}); }, {"multi_precision", "maybe"});
+}
+
+// multi_precision from the start: a bfloat16 weight follows the float32 weight's trajectory (it is that
+// weight rounded), where updating the bfloat16 weight itself would lose the small steps; the troupe format
+// and the pickle both keep the float32 weight.
+TEST(OptimizerTest, MultiPrecisionKeepsTheFloat32Weight) {
+  for (const char* type : {"sgd", "adam"}) {
+    SCOPED_TRACE(type);
+    auto mp = Optimizer::Create({type, {{"learning_rate", "0.001"}, {"multi_precision", "True"}}});
+    auto ref = Optimizer::Create({type, {{"learning_rate", "0.001"}}});
+    NDArray w16 = NDArray::Full(TShape{8}, 1.0, Context::CPU(), DType::kBfloat16);
+    NDArray w32 = NDArray::Full(TShape{8}, 1.0, Context::CPU());
+    for (int step = 0; step < 20; ++step) {
+      NDArray g32 = NDArray::Full(TShape{8}, 0.5, Context::CPU());
+      mp->Update(0, w16, g32.AsType(DType::kBfloat16));
+      ref->Update(0, w32, g32);
+    }
+    const auto got = w16.AsType(DType::kFloat32).ToVector<float>();
+    const auto want = w32.ToVector<float>();
+    for (std::size_t k = 0; k < got.size(); ++k) EXPECT_EQ(got[k], static_cast<float>(bf16_t(want[k]))) << k;
+    EXPECT_LT(want[0], 1.0f);  // it moved (by less than bfloat16's step at 1, 2^-7)
+    for (auto format : {Optimizer::StatesFormat::kMXNet, Optimizer::StatesFormat::kTroupe}) {
+      const std::string path = TempPath(std::string("mp_") + type + ".states");
+      mp->SaveStates(path, format);
+      auto back = Optimizer::Create({type, {{"learning_rate", "0.001"}, {"multi_precision", "True"}}});
+      back->LoadStates(path);
+      // The reference continues from its own states saved in the same format (MXNet's drops update counts).
+      const std::string ref_path = TempPath(std::string("ref_") + type + ".states");
+      ref->SaveStates(ref_path, format);
+      auto ref_back = Optimizer::Create({type, {{"learning_rate", "0.001"}}});
+      ref_back->LoadStates(ref_path);
+      std::remove(ref_path.c_str());
+      NDArray w = w16.CopyTo(Context::CPU());
+      back->Update(0, w, NDArray::Full(TShape{8}, 0.5, Context::CPU(), DType::kBfloat16));
+      NDArray r = w32.CopyTo(Context::CPU());
+      ref_back->Update(0, r, NDArray::Full(TShape{8}, 0.5, Context::CPU()));
+      const auto a = w.AsType(DType::kFloat32).ToVector<float>();
+      const auto b = r.ToVector<float>();
+      for (std::size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k], static_cast<float>(bf16_t(b[k]))) << k;
+      std::remove(path.c_str());
+    }
+  }
+}
+
 TEST(OptimizerTest, MXNetStatesLargeArraysRoundTrip) {
   // Arrays of 64 KiB and more go outside pickle's frames; many indices take several SETITEMS batches
   // (1000 each). What troupe writes, it reads back equal.

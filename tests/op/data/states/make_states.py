@@ -13,6 +13,12 @@ module's parameter list, MXNet's index * num_device + k with one device), then c
                                          in grads.params: what a resumed run computes
   batches.params                         the three training batches (data0..2, label0..2), shared
   adam-0001.p2.states, adam-0001.p3.states   adam's states pickled with protocols 2 and 3
+  mp_sgd_mom-0001.states, mp_sgd_mom.params  multi_precision sgd with momentum on two float16 weights, through
+                                         an Updater (MXNet cannot run float16 layers on the CPU): the states
+                                         after three updates, each a pair (float32 weight, momentum); the
+                                         .params holds w<i> (float16, after the three updates), g<i> (the next
+                                         gradient) and next<i> (the weight after one more update from a fresh
+                                         optimizer that loaded the states)
   sgd_mom-kv-0001.states                 sgd_mom trained on two CPUs with a local KVStore that updates: the
                                          states keyed by parameter name
 
@@ -120,6 +126,32 @@ def generate(out):
         print(name, 'states', os.path.getsize(prefix + '-0001.states'), 'bytes')
 
 
+def generate_multi_precision(out):
+    rng = np.random.RandomState(12)
+    params = dict(learning_rate=0.1, momentum=0.9, wd=0.001, multi_precision=True)
+    shapes = [(5, 3), (2,)]
+    weights = [mx.nd.array(rng.uniform(-0.5, 0.5, s), dtype='float16') for s in shapes]
+    updater = mx.optimizer.get_updater(mx.optimizer.create('sgd', **params))
+    for _ in range(3):
+        for i, w in enumerate(weights):
+            updater(i, mx.nd.array(rng.uniform(-1, 1, w.shape), dtype='float16'), w)
+    prefix = os.path.join(out, 'mp_sgd_mom')
+    with open(prefix + '-0001.states', 'wb') as f:
+        f.write(updater.get_states(dump_optimizer=False))
+    saved = {}
+    fresh = mx.optimizer.get_updater(mx.optimizer.create('sgd', **params))
+    with open(prefix + '-0001.states', 'rb') as f:
+        fresh.set_states(f.read())
+    for i, w in enumerate(weights):
+        saved['w%d' % i] = w.copy()
+        g = mx.nd.array(rng.uniform(-1, 1, w.shape), dtype='float16')
+        saved['g%d' % i] = g
+        fresh(i, g, w)
+        saved['next%d' % i] = w
+    mx.nd.save(prefix + '.params', saved)
+    print('mp_sgd_mom states', os.path.getsize(prefix + '-0001.states'), 'bytes')
+
+
 def arrays_of(state):
     if state is None:
         return []
@@ -169,3 +201,4 @@ if __name__ == '__main__':
     if len(sys.argv) == 3 and sys.argv[1] == '--check-troupe':
         sys.exit(0 if check_troupe(sys.argv[2]) else 1)
     generate(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)))
+    generate_multi_precision(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)))
