@@ -234,18 +234,23 @@ class Converter {
     return out;
   }
 
-  // The output types of node n when its first input has type `first` (empty when they cannot be inferred).
-  std::vector<int> OutputTypes(const Node& node, int first) const {
-    std::vector<int> in(node.num_arguments(), kTypeUnknown), out, aux;
-    if (in.empty()) return {};
-    in[0] = first;
+  // The argument and output types of `node` when its first input has type `first` (both empty when they
+  // cannot be inferred).
+  struct Types {
+    std::vector<int> in, out;
+  };
+  static Types InferTypes(const Node& node, int first) {
+    Types t;
+    t.in.assign(node.num_arguments(), kTypeUnknown);
+    if (t.in.empty()) return {};
+    t.in[0] = first;
+    std::vector<int> aux;
     try {
-      if (!node.op->InferType(&in, &out, &aux)) return {};
+      if (!node.op->InferType(&t.in, &t.out, &aux)) return {};
     } catch (const Error&) {
       return {};
     }
-    in_types_ = in;
-    return out;
+    return t;
   }
 
   void Record(std::uint32_t n, const std::vector<int>& out_types) {
@@ -286,12 +291,12 @@ class Converter {
     if (lists_.fp32.count(op) != 0 || excluded || ConditionalFp32(lists_, node)) {
       Fp32Node(n, copy.get());
     } else if (lists_.lp16.count(op) != 0) {
-      in_types_.clear();
-      Record(n, OutputTypes(node, target_));
+      const Types types = InferTypes(node, target_);
+      Record(n, types.out);
       for (std::size_t i = 0; i < ins.size(); ++i) {
         const Entry& e = ins[i];
         const auto it = lp16_.find(g_.entry_id(e));
-        const int wanted = i < in_types_.size() ? in_types_[i] : kTypeUnknown;
+        const int wanted = i < types.in.size() ? types.in[i] : kTypeUnknown;
         if (it != lp16_.end()) {
           copy->inputs.push_back(it->second);
         } else if ((cast_optional_ && NodeOf(e).is_variable() && data_names_.count(NodeOf(e).name) == 0) ||
@@ -339,7 +344,7 @@ class Converter {
       if (!ins.empty()) {
         const std::uint32_t id = g_.entry_id(ins[0]);
         if (lp16_.count(id) != 0 || fp32_.count(id) != 0) {
-          Record(n, OutputTypes(node, lp16_.count(id) != 0 ? target_ : static_cast<int>(DType::kFloat32)));
+          Record(n, InferTypes(node, lp16_.count(id) != 0 ? target_ : static_cast<int>(DType::kFloat32)).out);
         }
       }
       for (const auto& e : ins) copy->inputs.push_back(Mirror(e));
@@ -354,7 +359,6 @@ class Converter {
   std::set<std::string> data_names_;
   std::vector<std::shared_ptr<Node>> mirror_;  // the new node of each node
   Map lp16_, fp32_;  // entries of the old graph known to be (or cast to) the target type / float32, in the new one
-  mutable std::vector<int> in_types_;  // the input types OutputTypes inferred last
 };
 
 }  // namespace

@@ -4,10 +4,11 @@
 # budget on both sides (one engine worker, OpenMP/BLAS threads = cores). One JSON line per measurement:
 #   {"side": "troupe", "mode": "float32"|"bf16", "images_per_s": median, "runs": [...]}
 #   {"side": "mxnet", ...resnet18_amp_step.py's document...}
-# Usage: bench/train/mxnet/amp_pairs.sh TROUPE_BIN PAIRS [BATCH [REPEAT]]   (MXNet in /work/mxnet-venv or $MXNET_PY)
+# Usage: bench/train/mxnet/amp_pairs.sh TROUPE_BIN PAIRS [BATCH [REPEAT]]
+# MXNET_PY: the Python interpreter that has MXNet 1.9.1 (default: python3).
 set -euo pipefail
 troupe="$1"; pairs="${2:-3}"; batch="${3:-64}"; repeat="${4:-3}"
-py="${MXNET_PY:-/work/mxnet-venv/bin/python}"
+py="${MXNET_PY:-python3}"
 here="$(cd "$(dirname "$0")" && pwd)"
 cores="$(nproc)"
 json="$(mktemp)"

@@ -25,7 +25,7 @@ BatchNorm statistics (forward is_train=True; the moving statistics are young aft
 troupe's resnet18 check), must be above 0.2 (twice chance) in both modes; a mode below it trains up to
 --extra-steps more steps first; the script exits 1 if one stays below.
 
-    MXNET_CPU_WORKER_NTHREADS=1 OMP_NUM_THREADS=2 /work/mxnet-venv/bin/python \\
+    MXNET_CPU_WORKER_NTHREADS=1 OMP_NUM_THREADS=2 python \\
         bench/train/mxnet/resnet18_amp_step.py --repeat 3
     # thread budget: MXNET_CPU_WORKER_NTHREADS (engine workers) and OMP_NUM_THREADS (oneDNN/OpenMP), the same
     # as troupe's (1 worker, 2 BLAS threads on 2 cores)
@@ -33,7 +33,6 @@ troupe's resnet18 check), must be above 0.2 (twice chance) in both modes; a mode
 MXNet is an anchor only: nothing builds or tests against it.
 """
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -43,16 +42,8 @@ import time
 import mxnet as mx
 import numpy as np
 
-DATA = "/usr/share/datasets/fashion-mnist"
+from lenet_fit import DATA, read_idx  # the LeNet anchor beside this file: the same data and idx reader
 FLOOR = 0.2  # training accuracy (batch statistics) must beat twice the chance of guessing
-
-
-def read_idx(name):
-    with gzip.open(os.path.join(DATA, name), "rb") as f:
-        raw = f.read()
-    dims = raw[3]
-    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def resnet18_exported():

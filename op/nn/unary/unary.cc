@@ -197,17 +197,37 @@ class CastOp final : public Operator {
   }
 };
 
-class CastProp final : public OperatorProperty {
+// What Cast, amp_cast and amp_multicast share: input i converted into output i of the same shape (CastOp),
+// the gradient converted back from the output gradient alone. Subclasses say the parameters and the types.
+class CastFamilyProp : public OperatorProperty {
+ public:
+  bool InferShape(std::vector<TShape>* in, std::vector<TShape>* out, std::vector<TShape>* aux) const override {
+    const std::vector<std::string> args = ListArguments();
+    aux->clear();
+    in->resize(args.size());
+    out->resize(args.size());
+    bool known = true;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      AssignShape(out, i, (*in)[i], TypeString(), "output");
+      AssignShape(in, i, (*out)[i], TypeString(), args[i]);
+      known = known && (*out)[i].known();
+    }
+    return known;
+  }
+  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>&,
+                                             const std::vector<int>&) const override {
+    return out_grad;
+  }
+  std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
+    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // unary.cu
+    return std::make_unique<CastOp>();
+  }
+};
+
+class CastProp final : public CastFamilyProp {
  public:
   void Init(const Kwargs& kwargs) override { p_.Init(kwargs, "Cast"); }
   Kwargs GetParams() const override { return p_.GetParams(); }
-  bool InferShape(std::vector<TShape>* in, std::vector<TShape>* out, std::vector<TShape>* aux) const override {
-    aux->clear();
-    out->resize(1);
-    AssignShape(out, 0, (*in)[0], "Cast", "output");
-    AssignShape(in, 0, (*out)[0], "Cast", "data");
-    return (*out)[0].known();
-  }
   bool InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux) const override {
     aux->clear();
     out_type->assign(1, static_cast<int>(DTypeFromName(p_.dtype)));
@@ -215,14 +235,6 @@ class CastProp final : public OperatorProperty {
   }
   std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<CastProp>(*this); }
   std::string TypeString() const override { return "Cast"; }
-  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>&,
-                                             const std::vector<int>&) const override {
-    return {out_grad[0]};
-  }
-  std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // unary.cu
-    return std::make_unique<CastOp>();
-  }
 
  private:
   CastParam p_;
@@ -233,17 +245,10 @@ bool IsAmpFloat(int t) {
          t == static_cast<int>(DType::kBfloat16);
 }
 
-class AmpCastProp final : public OperatorProperty {
+class AmpCastProp final : public CastFamilyProp {
  public:
   void Init(const Kwargs& kwargs) override { p_.Init(kwargs, "amp_cast"); }
   Kwargs GetParams() const override { return p_.GetParams(); }
-  bool InferShape(std::vector<TShape>* in, std::vector<TShape>* out, std::vector<TShape>* aux) const override {
-    aux->clear();
-    out->resize(1);
-    AssignShape(out, 0, (*in)[0], "amp_cast", "output");
-    AssignShape(in, 0, (*out)[0], "amp_cast", "data");
-    return (*out)[0].known();
-  }
   bool InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux) const override {
     aux->clear();
     in_type->resize(1, kTypeUnknown);
@@ -255,20 +260,12 @@ class AmpCastProp final : public OperatorProperty {
   }
   std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<AmpCastProp>(*this); }
   std::string TypeString() const override { return "amp_cast"; }
-  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>&,
-                                             const std::vector<int>&) const override {
-    return {out_grad[0]};
-  }
-  std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // unary.cu
-    return std::make_unique<CastOp>();
-  }
 
  private:
   AmpCastParam p_;
 };
 
-class AmpMultiCastProp final : public OperatorProperty {
+class AmpMultiCastProp final : public CastFamilyProp {
  public:
   void Init(const Kwargs& kwargs) override { p_.Init(kwargs, "amp_multicast"); }
   Kwargs GetParams() const override { return p_.GetParams(); }
@@ -281,19 +278,6 @@ class AmpMultiCastProp final : public OperatorProperty {
     std::vector<std::string> outs;
     for (int i = 0; i < p_.num_outputs; ++i) outs.push_back("output" + std::to_string(i));
     return outs;
-  }
-  bool InferShape(std::vector<TShape>* in, std::vector<TShape>* out, std::vector<TShape>* aux) const override {
-    const auto n = static_cast<std::size_t>(p_.num_outputs);
-    aux->clear();
-    in->resize(n);
-    out->resize(n);
-    bool known = true;
-    for (std::size_t i = 0; i < n; ++i) {
-      AssignShape(out, i, (*in)[i], "amp_multicast", "output");
-      AssignShape(in, i, (*out)[i], "amp_multicast", "data_" + std::to_string(i));
-      known = known && (*out)[i].known();
-    }
-    return known;
   }
   bool InferType(std::vector<int>* in_type, std::vector<int>* out_type, std::vector<int>* aux) const override {
     const auto n = static_cast<std::size_t>(p_.num_outputs);
@@ -324,14 +308,6 @@ class AmpMultiCastProp final : public OperatorProperty {
   }
   std::unique_ptr<OperatorProperty> Copy() const override { return std::make_unique<AmpMultiCastProp>(*this); }
   std::string TypeString() const override { return "amp_multicast"; }
-  std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>&,
-                                             const std::vector<int>&) const override {
-    return out_grad;
-  }
-  std::unique_ptr<Operator> CreateOperator(Context ctx) const override {
-    if (ctx.is_gpu()) return CreateGpuOperator(*this, ctx);  // unary.cu
-    return std::make_unique<CastOp>();
-  }
 
  private:
   AmpMultiCastParam p_;
