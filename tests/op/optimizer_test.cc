@@ -4,7 +4,8 @@
 // "multifactor", "cosine", with warm-up) against MXNet's sequences; state checkpoints (save, load into a
 // fresh optimizer, continue == uninterrupted, schedules included); MXNet 1.9.1's .states files (pickles,
 // tests/op/data/states/make_states.py): loaded, continued one step onto MXNet's weights, written back byte
-// for byte; malformed pickles; errors.
+// for byte; malformed pickles; errors. The registered update operators (sgd_update ... mp_nag_mom_update)
+// against MXNet 1.9.1's own calls of them (tests/op/data/updates/make_updates.py).
 #include "op/optimizer.h"
 
 #include <gtest/gtest.h>
@@ -18,9 +19,13 @@
 #include <iterator>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "op/imperative.h"
 #include "op/internal/pickle.h"
 #include "tests/common/op_test_util.h"
 
@@ -1007,6 +1012,91 @@ TEST(OptimizerTest, MalformedPicklesAreRefused) {
   ExpectError([&] { load(Bytes("\x80\x02}cmxnet.optimizer.optimizer\nSGD\n)\x81\x86.")); },
               {path, "mxnet.optimizer.optimizer.SGD", "dump_optimizer"});
   std::remove(path.c_str());
+}
+
+// ---- The update operators ------------------------------------------------------------------------------
+
+// make_updates.py's cases: each operator called through Invoke on MXNet's inputs gives MXNet's output and
+// mutated states. In place (out = weight, as the optimizers call them) or into another array. float32 and
+// float64 to within a few ulps (MXNet's kernels contract some products differently); the mp_* outputs are
+// float16 and must be MXNet's bits, their float32 weights within a few ulps.
+TEST(UpdateOperatorTest, MatchMXNetsOwnCalls) {
+  const std::string dir = std::string(TROUPE_TEST_DATA_DIR) + "/updates";
+  std::ifstream in(dir + "/updates.json");
+  ASSERT_TRUE(in.good());
+  const auto cases = nlohmann::json::parse(in);
+  auto arrays = LoadNamed(dir + "/updates.params");
+  ASSERT_GE(cases.size(), 14u);
+  std::set<std::string> ops;
+  for (const auto& c : cases) {
+    const std::string name = c.at("case"), op = c.at("op");
+    SCOPED_TRACE(name);
+    ops.insert(op);
+    Kwargs kwargs;
+    for (const auto& [k, v] : c.at("kwargs").items()) kwargs.emplace_back(k, v.get<std::string>());
+    std::vector<NDArray> inputs;
+    for (const auto& n : c.at("inputs")) inputs.push_back(arrays.at(name + ":in:" + n.get<std::string>()).CopyTo(Context::CPU()));
+    const NDArray& want_out = arrays.at(name + ":out");
+    NDArray out = c.at("in_place").get<bool>() ? inputs[0] : NDArray(want_out.shape(), Context::CPU(), want_out.dtype());
+    Invoke(op, inputs, kwargs, {out});
+    auto close = [&](const NDArray& got, const NDArray& want, const std::string& what, double ulps) {
+      ASSERT_EQ(got.dtype(), want.dtype()) << what;
+      const auto g = got.AsType(DType::kFloat64).ToVector<double>();
+      const auto w = want.AsType(DType::kFloat64).ToVector<double>();
+      ASSERT_EQ(g.size(), w.size()) << what;
+      const double eps = want.dtype() == DType::kFloat64 ? 0x1p-52 : 0x1p-23;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        EXPECT_LE(std::abs(g[i] - w[i]), ulps * eps * std::max(1.0, std::abs(w[i]))) << what << " [" << i << "]";
+      }
+    };
+    const bool half = want_out.dtype() == DType::kFloat16;
+    close(out, want_out, "output", half ? 0 : 4);
+    const auto names = c.at("inputs");
+    for (const auto& m : c.at("mutated")) {
+      const std::string n = m.get<std::string>();
+      std::size_t k = 0;
+      while (names.at(k).get<std::string>() != n) ++k;
+      close(inputs[k], arrays.at(name + ":after:" + n), n, 4);
+    }
+  }
+  EXPECT_EQ(ops.size(), 9u);  // every registered update operator
+}
+
+// The same rule in every precision: a bfloat16 weight through mp_sgd_mom_update is the float32 operator's
+// weight rounded once, and the float32 weight and momentum are the float32 operator's exactly.
+TEST(UpdateOperatorTest, MultiPrecisionIsTheFloat32RuleRounded) {
+  const Kwargs kw = {{"lr", "0.05"}, {"momentum", "0.9"}, {"wd", "0.001"}, {"rescale_grad", "0.5"}};
+  std::vector<float> w(2500), g(2500), mom(2500);  // more than one chunk
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (auto* v : {&w, &g, &mom}) {
+    for (float& x : *v) x = u(rng);
+  }
+  const TShape shape{2500};
+  NDArray w16 = NDArray::FromVector(w, shape).AsType(DType::kBfloat16);
+  NDArray g16 = NDArray::FromVector(g, shape).AsType(DType::kBfloat16);
+  NDArray w32 = w16.AsType(DType::kFloat32), mom_mp = NDArray::FromVector(mom, shape);
+  NDArray ref_w = w32.CopyTo(Context::CPU()), ref_mom = mom_mp.CopyTo(Context::CPU());
+  for (int step = 0; step < 3; ++step) {
+    Invoke("mp_sgd_mom_update", {w16, g16, mom_mp, w32}, kw, {w16});
+    Invoke("sgd_mom_update", {ref_w, g16.AsType(DType::kFloat32), ref_mom}, kw, {ref_w});
+  }
+  EXPECT_EQ(w32.ToVector<float>(), ref_w.ToVector<float>());
+  EXPECT_EQ(mom_mp.ToVector<float>(), ref_mom.ToVector<float>());
+  EXPECT_EQ(w16.AsType(DType::kFloat32).ToVector<float>(), ref_w.AsType(DType::kBfloat16).AsType(DType::kFloat32).ToVector<float>());
+}
+
+TEST(UpdateOperatorTest, BadInputsAreErrors) {
+  const TShape s{4};
+  const NDArray w = NDArray::Full(s, 1.0, Context::CPU()), g = NDArray::Full(s, 1.0, Context::CPU());
+  ExpectError([&] { Invoke("sgd_update", {w, g}, {}); }, {"sgd_update", "lr"});
+  ExpectError([&] { Invoke("sgd_mom_update", {w, g, NDArray::Full(TShape{5}, 0.0, Context::CPU())}, {{"lr", "0.1"}}); },
+              {"sgd_mom_update", "mom", "(5,)", "(4,)"});
+  const NDArray h = w.AsType(DType::kFloat16);
+  ExpectError([&] { Invoke("sgd_update", {h, h}, {{"lr", "0.1"}}); }, {"float16", "mp_"});
+  ExpectError([&] { Invoke("mp_sgd_update", {h, w, w}, {{"lr", "0.1"}}); }, {"mp_sgd_update", "grad", "float32"});
+  // The float32 weight of an mp_ operator must be float32.
+  ExpectError([&] { Invoke("mp_sgd_update", {h, h, h}, {{"lr", "0.1"}}); }, {"mp_sgd_update", "weight32"});
 }
 
 }  // namespace
