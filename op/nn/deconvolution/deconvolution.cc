@@ -74,29 +74,40 @@ class DeconvolutionOp final : public DeconvolutionOpBase {
   std::unique_ptr<Operator> MakeConv(const TShape& data, const std::int64_t pad[2], const std::int64_t[2]) override {
     return CreateConvolutionCpuOp(DeconvolutionConvParam(p_, data[1], pad));
   }
+  // Half-precision arrays: the bias is added and summed in float, each result rounded once (the
+  // convolution underneath runs the type itself: oneDNN's bfloat16 kernels, or float32 on copies).
   void AddBias(const OpContext&, const TBlob& bias, const TBlob& out) override {
-    internal::FloatSwitch(out.dtype, kOp, [&](auto tag) {
+    internal::FloatHalfSwitch(out.dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
+      using A = internal::AccType<T>;
       const T* b = static_cast<const T*>(bias.dptr);
       T* o = static_cast<T*>(out.dptr);
       const std::int64_t n = out.shape[0], f = out.shape[1], hw = out.shape[2] * out.shape[3];
       for (std::int64_t i = 0; i < n; ++i) {
         for (std::int64_t c = 0; c < f; ++c) {
           T* row = o + (i * f + c) * hw;
-          for (std::int64_t j = 0; j < hw; ++j) row[j] += b[c];
+          const A bc = static_cast<A>(b[c]);
+          for (std::int64_t j = 0; j < hw; ++j) row[j] = static_cast<T>(static_cast<A>(row[j]) + bc);
         }
       }
     });
   }
   void BiasGrad(const OpContext&, const TBlob& og, const TBlob& gb, OpReqType req) override {
-    internal::FloatSwitch(og.dtype, kOp, [&](auto tag) {
+    internal::FloatHalfSwitch(og.dtype, kOp, [&](auto tag) {
       using T = decltype(tag);
       const T* g = static_cast<const T*>(og.dptr);
       const std::int64_t n = og.shape[0], f = og.shape[1], hw = og.shape[2] * og.shape[3];
       internal::AssignEach(static_cast<T*>(gb.dptr), f, req, [&](std::int64_t c) {
         double s = 0;
-        for (std::int64_t i = 0; i < n; ++i) s += internal::SumContiguous(g + (i * f + c) * hw, hw);
-        return static_cast<T>(s);
+        for (std::int64_t i = 0; i < n; ++i) {
+          const T* row = g + (i * f + c) * hw;
+          if constexpr (internal::kIsHalf<T>) {
+            for (std::int64_t j = 0; j < hw; ++j) s += static_cast<double>(static_cast<float>(row[j]));
+          } else {
+            s += internal::SumContiguous(row, hw);
+          }
+        }
+        return static_cast<internal::AccType<T>>(s);
       });
     });
   }
