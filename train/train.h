@@ -231,8 +231,10 @@ class Module {
   // Dynamic loss scaling (train/loss_scaler.h), for float16 mixed precision; null turns it off (the default).
   // With a scaler, Backward starts the loss outputs' gradients at its scale, and Update checks every gradient
   // (multi_all_finite): a step with an infinity or NaN is skipped (no parameter changes; the scaler halves its
-  // scale), otherwise the gradients are divided by the scale and the optimizer runs. Update throws
-  // troupe::Error with a dist KVStore (a skipped step would have to be skipped on every worker; not built).
+  // scale), otherwise the gradients are divided by the scale and the optimizer runs. With a dist KVStore the
+  // check reads the gradients summed over the workers (the store's PushPull comes first), so every worker
+  // skips the same steps and keeps the same scale; the optimizer then runs on the workers (UpdatePlace kAuto
+  // resolves to kDevices; kStore, or dist_async, is an error at Update).
   void SetLossScaler(std::shared_ptr<LossScaler> scaler);
   LossScaler* loss_scaler() const;
   // kStore or kDevices as resolved by the first Update (kAuto before it, or with one context).

@@ -5,7 +5,7 @@
 // contexts, an empty context list). Across processes' worth of workers: two dist_sync workers (a cluster in
 // this process: scheduler, one server) each training on half of every batch end with the parameters of one
 // module trained on the whole batches (the server runs the optimizer with the module's multipliers: no
-// weight decay on biases).
+// weight decay on biases). With loss scaling, a step that overflows on one worker is skipped on both.
 //
 // Tolerance: one context sums each gradient over the 32 rows of a batch in one reduction, k contexts sum
 // k partial sums (each over its slice) in the store, so the float32 roundings differ. One gradient entry's
@@ -383,6 +383,94 @@ TEST(ModuleDpTest, DistSyncWorkersEndWithOneProcessParameters) {
     ASSERT_FALSE(got[static_cast<std::size_t>(r)].empty());
     MaxDiff(got[static_cast<std::size_t>(r)], want, true);
   }
+  EXPECT_EQ(scheduler->Wait(), 0) << scheduler->message();
+  EXPECT_EQ(server->Wait(), 0) << server->message();
+}
+
+// Loss scaling on a cluster: two dist_sync workers, each with its own LossScaler. A step where only worker
+// 1's gradients overflow (a NaN in its batch) is skipped on both, because each checks the summed gradients:
+// neither moves a parameter and both halve their scale; the steps around it are taken, and the workers'
+// parameters stay identical.
+TEST(ModuleDpTest, DistSyncLossScalingSkipsAnOverflowOnEveryWorker) {
+  std::vector<float> x, y;
+  ClusterData(2 * kBatch, 5, &x, &y);
+  DistConfig config;
+  config.num_servers = 1;
+  config.num_workers = 2;
+  config.token = "module-dist-loss-scale";
+  config.heartbeat_interval_ms = 200;
+  config.heartbeat_timeout_ms = 30000;
+  config.connect_timeout_ms = 30000;
+  auto scheduler = DistNode::StartScheduler(config);
+  config.root_port = scheduler->port();
+  auto server = DistNode::StartServer(config);
+  struct Seen {
+    std::map<std::string, NDArray> after[3];
+    double scale[3] = {0, 0, 0};
+    bool own_grads_finite_at_overflow = false;
+    UpdatePlace place = UpdatePlace::kAuto;
+    std::string error;
+  };
+  std::vector<Seen> seen(2);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t) {
+    workers.emplace_back([&, t] {
+      Seen& me = seen[static_cast<std::size_t>(t)];
+      try {
+        std::shared_ptr<KVStore> kv = CreateDistKVStore("dist_sync", config);
+        const int r = kv->rank();
+        Seen& out = seen[static_cast<std::size_t>(r)];
+        auto mod = MakeModule(1);
+        mod->Bind({TShape{kBatch, kDim}}, {TShape{kBatch}});
+        ResourceManager::Get()->SeedRandom(3);
+        mod->InitParams(*Initializer::Create("xavier"));
+        mod->SetKVStore(kv);
+        LossScaler::Options lo;
+        lo.init_scale = 1024;
+        mod->SetLossScaler(std::make_shared<LossScaler>(lo));
+        mod->InitOptimizer({"sgd", {{"learning_rate", "0.1"}, {"rescale_grad", "0.015625"}}});
+        for (int step = 0; step < 3; ++step) {
+          std::vector<float> xs(x.begin() + r * kBatch * kDim, x.begin() + (r + 1) * kBatch * kDim);
+          std::vector<float> ys(y.begin() + r * kBatch, y.begin() + (r + 1) * kBatch);
+          if (step == 1 && r == 1) xs[7] = std::nanf("");
+          DataBatch batch;
+          batch.data = {NDArray::FromVector(xs, TShape{kBatch, kDim})};
+          batch.label = {NDArray::FromVector(ys, TShape{kBatch})};
+          mod->Forward(batch, true);
+          mod->Backward();
+          if (step == 1 && r == 0) {
+            bool finite = true;
+            for (const NDArray& g : mod->executor()->grad_arrays()) {
+              if (g.is_none()) continue;
+              for (float v : g.ToVector<float>()) finite = finite && std::isfinite(v);
+            }
+            out.own_grads_finite_at_overflow = finite;
+          }
+          mod->Update();
+          out.after[step] = Params(*mod);
+          out.scale[step] = mod->loss_scaler()->scale();
+        }
+        out.place = mod->update_place();
+        kv->Finalize();
+      } catch (const std::exception& e) {
+        me.error = e.what();
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("worker " + std::to_string(r));
+    const Seen& s = seen[static_cast<std::size_t>(r)];
+    ASSERT_EQ(s.error, "");
+    EXPECT_EQ(s.place, UpdatePlace::kDevices);  // the workers run the optimizer
+    EXPECT_EQ(s.scale[0], 1024.0);
+    EXPECT_EQ(s.scale[1], 512.0);  // halved on both workers
+    EXPECT_EQ(s.scale[2], 512.0);
+    EXPECT_EQ(MaxDiff(s.after[1], s.after[0], false), 0.0);  // the overflowing step moved nothing
+    EXPECT_GT(MaxDiff(s.after[2], s.after[1], false), 1e-4);  // the next one trains
+    EXPECT_EQ(MaxDiff(s.after[2], seen[0].after[2], false), 0.0);
+  }
+  EXPECT_TRUE(seen[0].own_grads_finite_at_overflow);  // worker 0 skipped for worker 1's overflow
   EXPECT_EQ(scheduler->Wait(), 0) << scheduler->message();
   EXPECT_EQ(server->Wait(), 0) << server->message();
 }

@@ -191,7 +191,13 @@ struct Module::Impl {
     // (no updater; a push's sum replaces the stored value).
     std::int64_t largest = 0;
     for (int i : param_arg_index) largest = std::max<std::int64_t>(largest, args[i].Size());
-    update_place = ResolveUpdatePlace(update_setting, kvstore_type, largest);
+    // Loss scaling on a cluster decides on the summed gradients, after the store's round trip, so the
+    // workers run the optimizer (the servers would update before the decision).
+    const bool scaled_dist = loss_scaler && dist();
+    update_place = ResolveUpdatePlace(scaled_dist && update_setting == UpdatePlace::kAuto ? UpdatePlace::kDevices
+                                                                                            : update_setting,
+                                      kvstore_type, largest);
+    if (scaled_dist) RequireWorkerUpdates();
     KVStore* store = EnsureStore();
     Optimizer* opt = optimizer.get();
     if (update_place == UpdatePlace::kStore) {
@@ -224,6 +230,19 @@ struct Module::Impl {
       }
     }
     kv_ready = true;
+  }
+  // Loss scaling with a cluster store needs the update on the workers (see InitStore).
+  void RequireWorkerUpdates() const {
+    if (kvstore_type.find("async") != std::string::npos) {
+      throw Error("Module::Update: dynamic loss scaling needs a synchronous store: with " + kvstore_type +
+                  " the servers apply each worker's push as it arrives, so a step cannot be skipped on every "
+                  "worker; use dist_sync or dist_device_sync, or bfloat16 (no loss scaling)");
+    }
+    if (update_place != UpdatePlace::kStore) return;
+    throw Error("Module::Update: dynamic loss scaling with the " + kvstore_type +
+                " kvstore runs the optimizer on the workers, after the gradients are summed (a step that overflows "
+                "on one worker is skipped on every worker), but the update place is the store; use "
+                "UpdatePlace::kDevices or kAuto (TROUPE_UPDATE_ON_KVSTORE=0 or unset)");
   }
   KVStore* EnsureStore() {
     if (!kv) {
@@ -693,16 +712,12 @@ void Module::Update() {
   Impl& m = *impl_;
   m.RequireBound("Update");
   if (!m.optimizer) throw Error("Module::Update: no optimizer; call InitOptimizer first");
-  if (m.loss_scaler) {
-    if (m.dist()) {
-      throw Error("Module::Update: dynamic loss scaling (float16 mixed precision) with the " + m.kvstore_type +
-                  " kvstore is not supported yet: a step that overflows on one worker would have to be skipped on "
-                  "every worker; use bfloat16 (no loss scaling) or a local store");
-    }
-    std::vector<Executor*> execs{m.exec.get()};
-    for (const auto& o : m.others) execs.push_back(o.get());
-    if (!CheckAndUnscale(m.loss_scaler.get(), execs)) return;  // overflow: the step is skipped
-  }
+  std::vector<Executor*> execs{m.exec.get()};
+  for (const auto& o : m.others) execs.push_back(o.get());
+  // Loss scaling: on one process the check comes first (every device's gradient is here); on a cluster it
+  // comes after the store summed the workers' gradients, so that every worker sees the same sums and skips
+  // the same steps.
+  if (m.loss_scaler && !m.dist() && !CheckAndUnscale(m.loss_scaler.get(), execs)) return;  // overflow: skipped
   const auto& args = m.exec->arg_arrays();
   const auto& grads = m.exec->grad_arrays();
   auto has_grad = [&](int i) { return static_cast<std::size_t>(i) < grads.size() && !grads[i].is_none(); };
@@ -721,6 +736,7 @@ void Module::Update() {
   }
   const std::size_t k = m.contexts.size();
   if (!m.kv_ready) m.InitStore();
+  if (m.loss_scaler && m.dist()) m.RequireWorkerUpdates();  // a scaler set after the store was made
   const bool on_store = m.update_place == UpdatePlace::kStore;
   // MXNet's _update_params(_on_kvstore): the last layers first (their gradients are ready first), priority
   // -index so that the first layers' pulls run first when several are ready. On the devices the sum is
@@ -743,6 +759,7 @@ void Module::Update() {
       }
     }
     if (!keys.empty()) m.kv->PushPull(keys, g, on_store ? w : g, 0);
+    if (m.loss_scaler && !CheckAndUnscale(m.loss_scaler.get(), execs)) return;  // overflow: skipped everywhere
   }
   for (std::size_t r = m.param_names.size(); !m.dist() && r-- > 0;) {
     const int i = m.param_arg_index[r];
