@@ -125,6 +125,23 @@ def amp_mlp():
     return net, {'data': input_value('data', (4, 32))}
 
 
+def amp_mix():
+    """FullyConnected(32) of `data0` (bfloat16 under AMP) plus a second input `data1`: elemwise_add is a
+    widest-type operator and the pass cannot know data1's type, so MXNet inserts amp_multicast."""
+    class Mix(mx.gluon.HybridBlock):
+        def __init__(self):
+            super().__init__(prefix='mix_')
+            with self.name_scope():
+                self.fc = mx.gluon.nn.Dense(32)
+
+        def hybrid_forward(self, F, x, y):
+            return F.elemwise_add(self.fc(x), y)
+
+    net = Mix()
+    net.initialize()
+    return net, {'data0': input_value('data0', (4, 32)), 'data1': input_value('data1', (4, 32))}
+
+
 def gluoncv_model(name, height, width=None, setup=None, **kw):
     """A GluonCV model-zoo network, untrained (no weights can be downloaded) and without a pretrained base;
     setup(net), if given, adjusts it before the export."""
@@ -304,6 +321,8 @@ ALL.update({
     # mlp 0.0043). float16 is not here: MXNet 1.9.1 cannot run it on CPU ("FP16 gemm on cpu not implemented!").
     'resnet18_v1_amp_bf16': (amp_converted(model_zoo('resnet18_v1'), 'bfloat16'), {'rtol': 2.5e-2}),
     'amp_mlp_bf16': (amp_converted(amp_mlp, 'bfloat16'), {'rtol': 1e-2}),
+    # amp_multicast: the sum of a bfloat16 FullyConnected and a second input of a type the pass cannot know.
+    'amp_mix_bf16': (amp_converted(amp_mix, 'bfloat16'), {'rtol': 1e-2}),
 })
 
 # Models that troupe cannot run yet, with the first error of mxnet_model_cases_test (all of them: operators
@@ -318,7 +337,7 @@ PENDING = {k: ALL[k] for k in PENDING}
 # the symbol as written: fused, MXNet folds each BatchNorm into its convolution and rounds the folded weights
 # and the fused outputs to bfloat16, which moves resnet18_v1_amp_bf16's output by 3.2% of its largest
 # magnitude (3.0% from float32, against 0.97% unfused). The other models keep the default (fusion on).
-AS_WRITTEN = ['resnet18_v1_amp_bf16', 'amp_mlp_bf16']
+AS_WRITTEN = ['resnet18_v1_amp_bf16', 'amp_mlp_bf16', 'amp_mix_bf16']
 
 
 def input_influence(sym, inputs, outs):
