@@ -1,5 +1,6 @@
 #include "graph/models.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,11 +42,12 @@ Symbol LeNet(int num_classes, const std::string& act, double dropout) {
 
 namespace {
 
-Symbol Conv(const Symbol& x, int filters, int kernel, int stride, int pad, const std::string& name) {
+Symbol Conv(const Symbol& x, int filters, int kernel, int stride, int pad, const std::string& name,
+            bool bias = false) {
   return Symbol::Create("Convolution",
                         {{"kernel", TShape{kernel, kernel}.ToString()}, {"stride", TShape{stride, stride}.ToString()},
                          {"pad", TShape{pad, pad}.ToString()}, {"num_filter", std::to_string(filters)},
-                         {"no_bias", "True"}},
+                         {"no_bias", bias ? "False" : "True"}},
                         {x}, name);
 }
 
@@ -67,18 +69,33 @@ Symbol BasicBlock(const Symbol& x, int filters, int stride, bool project, const 
   return Relu(Symbol::Create("elemwise_add", {}, {body, shortcut}, name + "_add"), name + "_relu");
 }
 
+// BottleneckV1 of Gluon's model zoo: the stride is on the first 1x1 convolution, and the two 1x1
+// convolutions of the body have a bias (Gluon's nn.Conv2D default there), the 3x3 one and the shortcut's not.
+Symbol Bottleneck(const Symbol& x, int filters, int stride, bool project, const std::string& name) {
+  const int inner = filters / 4;
+  Symbol body = Conv(x, inner, 1, stride, 0, name + "_conv1", true);
+  body = Relu(BatchNorm(body, name + "_bn1"), name + "_relu1");
+  body = Relu(BatchNorm(Conv(body, inner, 3, 1, 1, name + "_conv2"), name + "_bn2"), name + "_relu2");
+  body = BatchNorm(Conv(body, filters, 1, 1, 0, name + "_conv3", true), name + "_bn3");
+  Symbol shortcut = x;
+  if (project) shortcut = BatchNorm(Conv(x, filters, 1, stride, 0, name + "_sc_conv"), name + "_sc_bn");
+  return Relu(Symbol::Create("elemwise_add", {}, {body, shortcut}, name + "_add"), name + "_relu");
+}
+
 }  // namespace
 
 Symbol ResNet(int depth, int num_classes, bool thumbnail) {
-  std::vector<int> units;
-  if (depth == 18) {
-    units = {2, 2, 2, 2};
-  } else if (depth == 34) {
-    units = {3, 4, 6, 3};
-  } else {
-    throw Error("ResNet: depth " + std::to_string(depth) + " is not built here; use 18 or 34");
+  // Gluon's resnet_spec: blocks per stage; 50 and deeper use bottleneck blocks, whose stages are 4x wider.
+  static const std::map<int, std::vector<int>> kUnits = {
+      {18, {2, 2, 2, 2}}, {34, {3, 4, 6, 3}}, {50, {3, 4, 6, 3}}, {101, {3, 4, 23, 3}}, {152, {3, 8, 36, 3}}};
+  const auto spec = kUnits.find(depth);
+  if (spec == kUnits.end()) {
+    throw Error("ResNet: depth " + std::to_string(depth) + " is not built here; use 18, 34, 50, 101 or 152");
   }
-  const int widths[] = {64, 128, 256, 512};
+  const std::vector<int>& units = spec->second;
+  const bool bottleneck = depth >= 50;
+  const int expansion = bottleneck ? 4 : 1;
+  const int widths[] = {64 * expansion, 128 * expansion, 256 * expansion, 512 * expansion};
   Symbol x = Symbol::Variable("data");
   if (thumbnail) {
     x = Conv(x, 64, 3, 1, 1, "conv0");
@@ -88,11 +105,15 @@ Symbol ResNet(int depth, int num_classes, bool thumbnail) {
                        {x}, "pool0");
   }
   int in_width = 64;
-  for (int s = 0; s < 4; ++s) {
-    for (int u = 0; u < units[static_cast<std::size_t>(s)]; ++u) {
+  for (std::size_t s = 0; s < units.size(); ++s) {
+    for (int u = 0; u < units[s]; ++u) {
       const int stride = (u == 0 && s > 0) ? 2 : 1;
+      // Gluon projects the shortcut in a stage's first block when the width changes; that is also where the
+      // stride is, except in the bottleneck's first stage (64 -> 256 at stride 1).
       const bool project = stride != 1 || in_width != widths[s];
-      x = BasicBlock(x, widths[s], stride, project, "stage" + std::to_string(s + 1) + "_unit" + std::to_string(u + 1));
+      const std::string name = "stage" + std::to_string(s + 1) + "_unit" + std::to_string(u + 1);
+      x = bottleneck ? Bottleneck(x, widths[s], stride, project, name)
+                     : BasicBlock(x, widths[s], stride, project, name);
       in_width = widths[s];
     }
   }

@@ -12,6 +12,10 @@
 // forward (is_train: BatchNorm on the batch's statistics, updating its moving ones) and backward through
 // SoftmaxOutput, and compare the probabilities, every auxiliary state after the forward and a digest of every
 // parameter's gradient (largest magnitude, L2 norm, elements at spread positions) with MXNet's.
+//
+// GluonResNetV1: troupe's own models::ResNet (graph/models.h) against the model zoo's resnet<depth>_v1: the
+// names and shapes of ResNet-50's parameters against MXNet's listing (data/models/resnet50_v1_param_shapes.json),
+// and the forward output of every depth against the exported cases above, parameters filled under Gluon's names.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "graph/executor.h"
+#include "graph/models.h"
 #include "graph/symbol.h"
 #include "tensor/ndarray.h"
 
@@ -217,6 +222,145 @@ void ExpectClose(const std::vector<double>& got, const std::vector<double>& want
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " values differ";
 }
 
+// --- models::ResNet (graph/models.h) against the Gluon model zoo's resnet<depth>_v1 --------------------------
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Gluon's names (prefix resnetv10_, as in the exported cases) of the parameters and auxiliary states of
+// models::ResNet, keyed by troupe's names. Gluon numbers the convolutions and BatchNorms of the stem and of each
+// stage in the order its blocks create them (a block's body, then its shortcut), which is the order of troupe's
+// ListArguments; the fully connected layer is dense0, moving_mean / moving_var are running_mean / running_var.
+std::map<std::string, std::string> GluonResNetNames(const Symbol& net) {
+  static const std::vector<std::pair<std::string, std::string>> kSuffixes = {
+      {"_weight", "_weight"}, {"_bias", "_bias"}, {"_gamma", "_gamma"}, {"_beta", "_beta"},
+      {"_moving_mean", "_running_mean"}, {"_moving_var", "_running_var"}};
+  std::map<std::string, std::string> layers;  // troupe's layer -> Gluon's
+  std::map<std::string, int> convs, bns;      // per stage ("" for the stem)
+  std::map<std::string, std::string> out;
+  auto names = net.ListArguments();
+  for (const auto& a : net.ListAuxiliaryStates()) names.push_back(a);
+  for (const std::string& n : names) {
+    if (n == "data" || n == "softmax_label") continue;
+    const auto suffix =
+        std::find_if(kSuffixes.begin(), kSuffixes.end(), [&](const auto& s) { return EndsWith(n, s.first); });
+    if (suffix == kSuffixes.end()) {
+      ADD_FAILURE() << "unexpected parameter name " << n;
+      continue;
+    }
+    const std::string layer = n.substr(0, n.size() - suffix->first.size());
+    if (!layers.count(layer)) {
+      const std::string stage = layer.rfind("stage", 0) == 0 ? layer.substr(0, layer.find('_') + 1) : "";
+      if (layer == "fc") {
+        layers[layer] = "dense0";
+      } else if (suffix->first == "_weight") {
+        layers[layer] = stage + "conv" + std::to_string(convs[stage]++);
+      } else {
+        layers[layer] = stage + "batchnorm" + std::to_string(bns[stage]++);
+      }
+    }
+    out[n] = "resnetv10_" + layers[layer] + suffix->second;
+  }
+  return out;
+}
+
+// Every parameter and auxiliary state of models::ResNet(50, 1000, false) has the name (in Gluon's naming) and
+// the shape of Gluon's resnet50_v1 with 1000 classes, listed by MXNet 1.9.1 (make_model_cases.py
+// --param-shapes), in the same order, and the trained elements add up to Gluon's count.
+TEST(GluonResNetV1, ResNet50ParametersAreGluons) {
+  std::ifstream f(kModelsDir + "/resnet50_v1_param_shapes.json");
+  ASSERT_TRUE(f) << kModelsDir << "/resnet50_v1_param_shapes.json";
+  const nlohmann::json listing = nlohmann::json::parse(f);
+  const Symbol net = models::ResNet(50, 1000, false);
+  std::vector<TShape> arg_shapes, out_shapes, aux_shapes;
+  ASSERT_TRUE(net.InferShape({{"data", TShape{1, 3, 224, 224}}}, &arg_shapes, &out_shapes, &aux_shapes));
+  const auto gluon = GluonResNetNames(net);
+  // troupe's parameters then its auxiliary states, in Gluon's names, against Gluon's trained and untrained lists.
+  std::vector<std::pair<std::string, TShape>> trained, states, want_trained, want_states;
+  const auto args = net.ListArguments(), aux = net.ListAuxiliaryStates();
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != "data" && args[i] != "softmax_label") trained.emplace_back(gluon.at(args[i]), arg_shapes[i]);
+  }
+  for (std::size_t i = 0; i < aux.size(); ++i) states.emplace_back(gluon.at(aux[i]), aux_shapes[i]);
+  std::int64_t count = 0;
+  for (const auto& p : listing["params"]) {
+    const TShape shape(p[1].get<std::vector<std::int64_t>>());
+    (p[2].get<bool>() ? want_trained : want_states).emplace_back(p[0].get<std::string>(), shape);
+    if (p[2].get<bool>()) count += shape.Size();
+  }
+  EXPECT_EQ(trained, want_trained);
+  EXPECT_EQ(states, want_states);
+  EXPECT_EQ(count, listing["trained_count"].get<std::int64_t>());
+  // 53 convolution weights, 32 biases (the two 1x1 body convolutions of 16 blocks), 53 BatchNorms (gamma and
+  // beta), fc (weight and bias); and each BatchNorm's two moving statistics.
+  EXPECT_EQ(trained.size(), 193u);
+  EXPECT_EQ(states.size(), 106u);
+  EXPECT_EQ(out_shapes.at(0), (TShape{1, 1000}));
+}
+
+// Forward numerics of every depth against the model zoo's exported cases (resnet<depth>_v1, 10 classes,
+// 1x3x32x32, the same formula parameters and input as MxnetModelCase): troupe's logits (fc_output) within
+// the cases' default 1e-4 of MXNet's largest output. The exported symbols' arguments must be exactly the
+// Gluon names of troupe's, with the same shapes.
+TEST(GluonResNetV1, ForwardAgreesWithGluonForEveryDepth) {
+  for (int depth : {18, 34, 50, 101, 152}) {
+    const std::string name = "resnet" + std::to_string(depth) + "_v1";
+    SCOPED_TRACE(name);
+    const Symbol full = models::ResNet(depth, 10, false);
+    const Symbol internals = full.GetInternals();
+    const auto outputs = internals.ListOutputs();
+    const auto fc = std::find(outputs.begin(), outputs.end(), "fc_output");
+    ASSERT_NE(fc, outputs.end());
+    const Symbol net = internals[static_cast<std::size_t>(fc - outputs.begin())];
+    const Symbol exported = Symbol::Load(kModelsDir + "/" + name + "-symbol.json");
+    const TShape data_shape{1, 3, 32, 32};
+    std::vector<TShape> arg_shapes, out_shapes, aux_shapes, g_arg_shapes, g_aux_shapes;
+    ASSERT_TRUE(net.InferShape({{"data", data_shape}}, &arg_shapes, &out_shapes, &aux_shapes));
+    ASSERT_TRUE(exported.InferShape({{"data", data_shape}}, &g_arg_shapes, &out_shapes, &g_aux_shapes));
+    std::map<std::string, TShape> gluon_shapes;
+    const auto g_args = exported.ListArguments(), g_aux = exported.ListAuxiliaryStates();
+    for (std::size_t i = 0; i < g_args.size(); ++i) gluon_shapes[g_args[i]] = g_arg_shapes[i];
+    for (std::size_t i = 0; i < g_aux.size(); ++i) gluon_shapes[g_aux[i]] = g_aux_shapes[i];
+
+    const auto gluon = GluonResNetNames(net);
+    std::map<std::string, TShape> mapped_shapes{{"data", data_shape}};
+    auto value = [&](const std::string& n, const TShape& s) {
+      const std::string& g = gluon.at(n);
+      mapped_shapes[g] = s;
+      std::vector<double> v(static_cast<std::size_t>(s.Size()));
+      for (std::int64_t i = 0; i < s.Size(); ++i) v[static_cast<std::size_t>(i)] = ModelParamValue(g, s, i);
+      return NDArray::FromVector<double>(v, s, Context::CPU()).AsType(DType::kFloat32);
+    };
+    const auto arg_names = net.ListArguments(), aux_names = net.ListAuxiliaryStates();
+    std::vector<NDArray> args, aux;
+    for (std::size_t i = 0; i < arg_names.size(); ++i) {
+      if (arg_names[i] == "data") {
+        std::vector<float> v(static_cast<std::size_t>(data_shape.Size()));
+        for (std::int64_t j = 0; j < data_shape.Size(); ++j) {
+          v[static_cast<std::size_t>(j)] = static_cast<float>(SpreadValue("data", j));
+        }
+        args.push_back(NDArray::FromVector<float>(v, data_shape, Context::CPU()));
+      } else {
+        args.push_back(value(arg_names[i], arg_shapes[i]));
+      }
+    }
+    for (std::size_t i = 0; i < aux_names.size(); ++i) aux.push_back(value(aux_names[i], aux_shapes[i]));
+    ASSERT_EQ(mapped_shapes, gluon_shapes);
+
+    std::vector<NDArray> io;
+    std::vector<std::string> io_names;
+    NDArray::Load(kModelsDir + "/" + name + "-io.params", &io, &io_names);
+    const auto out = std::find(io_names.begin(), io_names.end(), "out:0");
+    ASSERT_NE(out, io_names.end());
+    auto exe = Executor::Bind(net, Context::CPU(), args, {}, {kNullOp}, aux);
+    exe->Forward(false);
+    ASSERT_EQ(exe->outputs().at(0).shape(), (TShape{1, 10}));
+    ExpectClose(AsDoubles(exe->outputs()[0]), AsDoubles(io[static_cast<std::size_t>(out - io_names.begin())]), 1e-4, 0,
+                name + " logits");
+  }
+}
+
 // make_train_cases.py's digest of a gradient: largest magnitude, L2 norm, then up to 61 elements at
 // np.unique(np.linspace(0, n - 1, min(61, n)).astype(int64)).
 std::vector<double> GradientDigest(const NDArray& g) {
@@ -281,7 +425,9 @@ TEST(MxnetTrainStep, ForwardAndBackwardAgreeWithMxnet) {
       const std::string& n = arg_names[i];
       if (n == "data") {
         std::vector<float> v(static_cast<std::size_t>(data_shape.Size()));
-        for (std::int64_t j = 0; j < data_shape.Size(); ++j) v[static_cast<std::size_t>(j)] = static_cast<float>(SpreadValue("data", j));
+        for (std::int64_t j = 0; j < data_shape.Size(); ++j) {
+          v[static_cast<std::size_t>(j)] = static_cast<float>(SpreadValue("data", j));
+        }
         NDArray d = NDArray::FromVector<float>(v, data_shape, Context::CPU());  // float32 values, as MXNet's
         args.push_back(dtype == DType::kFloat32 ? d : d.AsType(dtype));
       } else if (n == "softmax_label") {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -344,9 +345,19 @@ std::int64_t CountParameters(const Symbol& net, const TShape& data) {
 // Gluon's resnet18_v1: 11,689,512; resnet34_v1: 21,797,672). The CIFAR variant (Gluon's thumbnail) differs
 // only in the stem (one 3x3 convolution, no BatchNorm) and, here, 10 classes:
 // 11,689,512 - 7*7*3*64 - 2*64 + 3*3*3*64 - (512*1000 + 1000) + (512*10 + 10) = 11,173,834.
+// The bottleneck depths have Gluon's counts, which are not torchvision's: Gluon's BottleneckV1 gives its two
+// 1x1 body convolutions a bias (5 x the block's inner width per block; 18,880 more for resnet50_v1 than
+// torchvision's 25,557,032). Gluon's counts, from MXNet 1.9.1: the elements of the parameters whose grad_req
+// is not 'null' of mx.gluon.model_zoo.vision.resnet<depth>_v1(classes=1000) after a forward on
+// (1, 3, 224, 224): 25,575,912 (50), 44,589,800 (101), 60,252,648 (152).
+// (mxnet_model_cases_test's GluonResNetV1 also checks every name and shape of depth 50, and the forward
+// outputs of every depth, against MXNet's.)
 TEST(ModelsTest, ResNetParameterCountsAndOutputShapes) {
   EXPECT_EQ(CountParameters(models::ResNet(18, 1000, false), TShape{1, 3, 224, 224}), 11689512);
   EXPECT_EQ(CountParameters(models::ResNet(34, 1000, false), TShape{1, 3, 224, 224}), 21797672);
+  EXPECT_EQ(CountParameters(models::ResNet(50, 1000, false), TShape{1, 3, 224, 224}), 25575912);
+  EXPECT_EQ(CountParameters(models::ResNet(101, 1000, false), TShape{1, 3, 224, 224}), 44589800);
+  EXPECT_EQ(CountParameters(models::ResNet(152, 1000, false), TShape{1, 3, 224, 224}), 60252648);
   EXPECT_EQ(CountParameters(models::ResNet(18, 10, true), TShape{1, 3, 32, 32}), 11173834);
   std::vector<TShape> args, outs, aux;
   ASSERT_TRUE(models::ResNet(18, 10, true).InferShape({{"data", TShape{4, 1, 28, 28}}}, &args, &outs, &aux));
@@ -354,7 +365,19 @@ TEST(ModelsTest, ResNetParameterCountsAndOutputShapes) {
   // BatchNorm's moving mean and variance: two per BatchNorm, 2 x (1 + 16 + 3) for the ImageNet ResNet-18.
   ASSERT_TRUE(models::ResNet(18, 1000, false).InferShape({{"data", TShape{1, 3, 224, 224}}}, &args, &outs, &aux));
   EXPECT_EQ(aux.size(), 40u);
-  EXPECT_THROW(models::ResNet(50), Error);
+  // ResNet-50: 53 BatchNorms (1 + 16 blocks x 3 + 4 shortcuts), a 2048-wide last stage.
+  ASSERT_TRUE(models::ResNet(50, 1000, false).InferShape({{"data", TShape{2, 3, 224, 224}}}, &args, &outs, &aux));
+  EXPECT_EQ(aux.size(), 106u);
+  EXPECT_EQ(outs.at(0), (TShape{2, 1000}));
+  const Symbol internals = models::ResNet(50, 1000, false).GetInternals();
+  const std::vector<std::string> names = internals.ListOutputs();
+  const auto pool = std::find(names.begin(), names.end(), "pool1_output");
+  ASSERT_NE(pool, names.end());
+  ASSERT_TRUE(internals[static_cast<std::size_t>(pool - names.begin())].InferShape(
+      {{"data", TShape{2, 3, 224, 224}}}, &args, &outs, &aux));
+  EXPECT_EQ(outs.at(0), (TShape{2, 2048, 1, 1}));
+  EXPECT_THROW(models::ResNet(26), Error);
+  EXPECT_THROW(models::ResNet(200), Error);
 }
 
 }  // namespace

@@ -8,9 +8,13 @@ for the models of PENDING (troupe cannot run them yet; the test does not read th
 states are not stored: both sides fill them with param_value() (the test's ModelParamValue must stay the
 same formula), so a large model costs only its symbol file.
 
+With --param-shapes it writes instead, for the Gluon networks of PARAM_SHAPES (or the names given), the list of
+their parameters' names and shapes in the ImageNet configuration (<name>_param_shapes.json; no forward outputs).
+
 Run (MXNet 1.9.1, and GluonCV 0.10.5 / GluonNLP 0.10.0 for their families, in a virtual environment; the
 files are committed, tests never need MXNet):
   /work/mxnet-venv/bin/python tests/graph/data/models/make_model_cases.py [name ...]
+  /work/mxnet-venv/bin/python tests/graph/data/models/make_model_cases.py --param-shapes [name ...]
 See README.md beside this file for the models and their status.
 """
 import json
@@ -363,7 +367,37 @@ def write_index(path, entries):
         f.write('\n')
 
 
+# Gluon networks whose every parameter shape is listed (<name>_param_shapes.json, --param-shapes): for models of
+# graph/models.h that rebuild them (models::ResNet(50, 1000, false) is resnet50_v1), in the ImageNet
+# configuration (1000 classes, 3x224x224), which the exported 10-class cases above do not cover.
+PARAM_SHAPES = ['resnet50_v1']
+
+
+def write_param_shapes(name):
+    """<name>_param_shapes.json: every parameter and auxiliary state of the Gluon model with 1000 classes after a
+    forward on (1, 3, 224, 224), in collect_params() order (names, shapes, and whether Gluon trains it), one
+    per line; and the count of the trained ones."""
+    with mx.name.NameManager():
+        net = mx.gluon.model_zoo.vision.get_model(name, classes=1000)
+    net.initialize()
+    net(mx.nd.zeros((1, 3, 224, 224)))
+    params = [(k, list(p.shape), p.grad_req != 'null') for k, p in net.collect_params().items()]
+    trained = sum(int(np.prod(s)) for _, s, t in params if t)
+    path = os.path.join(HERE, name + '_param_shapes.json')
+    with open(path, 'w') as f:
+        f.write('{"mxnet": %s, "model": %s, "classes": 1000, "data": [1, 3, 224, 224], "trained_count": %d,\n'
+                ' "params": [\n' % (json.dumps(mx.__version__), json.dumps(name), trained))
+        f.write(',\n'.join('  [%s, %s, %s]' % (json.dumps(k), json.dumps(s), json.dumps(t)) for k, s, t in params))
+        f.write('\n ]}\n')
+    print('%s: %d parameters and states, %d trained elements, %d bytes' % (name, len(params), trained,
+                                                                          os.path.getsize(path)))
+
+
 def main():
+    if sys.argv[1:2] == ['--param-shapes']:
+        for name in sys.argv[2:] or PARAM_SHAPES:
+            write_param_shapes(name)
+        return
     names = sys.argv[1:] or sorted(MODELS) + sorted(PENDING)
     indexes = {}
     for which in ('models', 'models_pending'):
