@@ -28,6 +28,11 @@ struct Context {
 
   // "cpu(0)", "gpu(1)", "cpu_pinned(0)".
   std::string ToString() const;
+
+  // The context a command line names: "cpu", "gpu" or "cpu_pinned", then ":N" or "(N)" for device N (0 when
+  // absent): "cpu", "gpu:1", "gpu(1)" (what ToString writes). Throws troupe::Error naming the text otherwise.
+  // Whether such a device exists is not checked here.
+  static Context Parse(const std::string& text);
 };
 
 // Runtime information the engine decides when it runs a function.

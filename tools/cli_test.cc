@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proc/process.h"
@@ -54,6 +55,32 @@ TEST(Cli, AnOptionGivenTwiceSaysSo) {
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.text.find("troupe train: --train-images was given more than once; it takes one value"), std::string::npos)
       << r.text;
+}
+
+TEST(Cli, BenchTrainUsageErrorsExitTwo) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--workloads", "resnet50"}, "resnet50 needs --synthetic"},
+      {{"--ctx", "tpu:0"}, "--ctx must be cpu or gpu:N, not 'tpu:0'"},
+      {{"--ctx", "cpu_pinned:0"}, "--ctx must be cpu or gpu:N, not 'cpu_pinned:0'"},
+      // No machine has 1024 GPUs: the message for a GPU that is not there, with or without CUDA.
+      {{"--ctx", "gpu:1023"}, "--ctx gpu:1023 needs CUDA device 1023"},
+      {{"--dtype", "fp16"}, "--dtype"},
+      {{"--amp", "bf16"}, "unknown option '--amp'"},
+  };
+  for (const auto& [args, want] : cases) {
+    std::vector<std::string> argv{"bench", "train", "--quick", "--json", "/dev/null"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const Result r = Troupe(argv);
+    EXPECT_EQ(r.status, 2) << args.front() << ": " << r.text;
+    EXPECT_NE(r.text.find(want), std::string::npos) << r.text;
+  }
+}
+
+TEST(Cli, BenchTrainHelpListsEachExampleOnItsOwnLine) {
+  const Result h = Troupe({"bench", "train", "--help"});
+  EXPECT_EQ(h.status, 0);
+  EXPECT_NE(h.text.find("one 224 x 224 image\n  troupe bench train --workloads mlp"), std::string::npos) << h.text;
+  EXPECT_NE(h.text.find("--synthetic"), std::string::npos) << h.text;
 }
 
 TEST(Cli, HelpAndVersionExitZero) {

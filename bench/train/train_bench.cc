@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/runtime.h"
+#include "base/context.h"
 #include "base/error.h"
 #include "bench/common/bench_util.h"
 #include "bench/common/cpu_kernels.h"
@@ -50,7 +52,9 @@ constexpr int kBatches = 16;  // preloaded batches the steps cycle through
 constexpr int kQuickBatches = 2;
 constexpr double kChance = 0.5;  // training accuracy over the preloaded batches must beat this
 constexpr double kResNetFloor = 0.2;  // resnet18's floor (see RunWorkload's checks)
+constexpr int kSyntheticBatches = 2;  // random batches the steps alternate between (their values cost nothing)
 constexpr const char* kInference = "resnet18-infer";
+constexpr const char* kResNet50 = "resnet50";
 
 // ---------------------------------------------------------------------------------------------------
 // The anchor: the GEMMs of the network's FullyConnected and Convolution layers for one step.
@@ -158,51 +162,121 @@ class GemmRunner {
   std::vector<Buffers> buffers_;
 };
 
+// Measures the workload's figure (r->figure, made by `step`) alternated with the GEMMs of `plan` alone
+// (r->anchor, described by `anchor_what`); on a GPU the figure alone: the anchor is the CPU's sgemm.
+void MeasureAgainstGemms(WorkloadReport* r, const Body& step, const GemmPlan& plan, Context ctx, int repeat,
+                         const std::string& anchor_what) {
+  if (ctx.is_gpu()) {
+    MeasureInterleaved({{&r->figure, step}}, repeat, kMinTime);
+    return;
+  }
+  r->anchor = MakeSeries("sgemm", anchor_what);
+  auto gemm = std::make_shared<GemmRunner>(plan);
+  const AnchorVar anchor_var;
+  MeasureInterleaved(
+      {{&r->figure, step}, {&r->anchor, OnWorker(Context::CPU(0), anchor_var.get(), [gemm] { gemm->Step(); })}},
+      repeat, kMinTime);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // One workload
 
-// The network of a workload: what `troupe train --model` trains (ResNet-18: the CIFAR stem, as Gluon's
-// thumbnail variant, on 28 x 28 images).
-Symbol Network(const std::string& model) {
-  if (model == "mlp") return models::MLP();
-  if (model == "lenet") return models::LeNet();
-  return models::ResNet(18, 10, true);
+// The network of a training workload, the shape of one image and the number of classes: what `troupe train
+// --model` trains (ResNet-18: the CIFAR stem, as Gluon's thumbnail variant, on 28 x 28 images), and ResNet-50 v1
+// in its ImageNet shape.
+struct TrainingModel {
+  Symbol net;
+  TShape image;
+  int classes;
+};
+// (batch, image...): the data shape of a batch.
+TShape BatchShape(int batch, const TShape& image) {
+  std::vector<std::int64_t> dims{batch};
+  for (int i = 0; i < image.ndim(); ++i) dims.push_back(image[i]);
+  return TShape(dims);
+}
+TrainingModel ModelOf(const std::string& model) {
+  if (model == "mlp") return {models::MLP(), TShape({1, 28, 28}), 10};
+  if (model == "lenet") return {models::LeNet(), TShape({1, 28, 28}), 10};
+  if (model == kResNet50) return {models::ResNet(50, 1000, false), TShape({3, 224, 224}), 1000};
+  return {models::ResNet(18, 10, true), TShape({1, 28, 28}), 10};
 }
 
-void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOptions& o,
-                 const std::vector<DataBatch>& batches) {
-  const int batch = o.batch_size;
-  const Symbol fp32_net = Network(model);
-  const TShape data_shape({batch, 1, 28, 28});
-  const GemmPlan plan = PlanGemms(fp32_net, data_shape, true);  // the float32 products (the anchor)
-  Symbol net = fp32_net;
-  if (!o.amp.empty()) {
-    amp::ConvertOptions convert;
-    convert.target_dtype = o.amp == "bf16" ? DType::kBfloat16 : DType::kFloat16;
-    net = amp::ConvertSymbol(fp32_net, convert);
+// --synthetic: `count` batches of `batch` images of shape `image`, uniform in [0, 1), and labels uniform over
+// the classes, made once on `ctx` (so that a step copies them within the device, as the preloaded Fashion-MNIST
+// batches are copied within the host).
+std::vector<DataBatch> SyntheticBatches(int batch, const TShape& image, int classes, int count, Context ctx) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  std::uniform_int_distribution<int> label(0, classes - 1);
+  const TShape shape = BatchShape(batch, image);
+  std::vector<DataBatch> out(static_cast<std::size_t>(count));
+  for (DataBatch& b : out) {
+    std::vector<float> pixels(static_cast<std::size_t>(shape.Size()));
+    for (float& v : pixels) v = pixel(rng);
+    std::vector<float> labels(static_cast<std::size_t>(batch));
+    for (float& v : labels) v = static_cast<float>(label(rng));
+    b.data.push_back(NDArray::FromVector(pixels, shape, Context::CPU(0)).CopyTo(ctx));
+    b.label.push_back(NDArray::FromVector(labels, TShape({batch}), Context::CPU(0)).CopyTo(ctx));
   }
+  for (const DataBatch& b : out) {
+    b.data[0].WaitToRead();
+    b.label[0].WaitToRead();
+  }
+  return out;
+}
+
+// --dtype: the training workloads' arithmetic type (bfloat16, float16: amp::ConvertSymbol's target).
+DType TargetDType(const std::string& dtype) {
+  return dtype == "bfloat16" ? DType::kBfloat16 : dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
+}
+
+// One training workload on `ctx`. `mnist`: the preloaded Fashion-MNIST batches (unused with --synthetic, which
+// makes the workload's own). On a GPU there is no anchor (the GEMM anchor is the CPU's sgemm).
+void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOptions& o, Context ctx,
+                 const std::vector<DataBatch>& mnist) {
+  const int batch = o.batch_size;
+  const TrainingModel spec = ModelOf(model);
+  const TShape data_shape = BatchShape(batch, spec.image);
+  const std::vector<DataBatch> batches =
+      o.synthetic ? SyntheticBatches(batch, spec.image, spec.classes, kSyntheticBatches, ctx) : mnist;
+  const GemmPlan plan = PlanGemms(spec.net, data_shape, true);  // the float32 products (the anchor)
+  Symbol net = spec.net;
+  if (o.dtype != "float32") {
+    amp::ConvertOptions convert;
+    convert.target_dtype = TargetDType(o.dtype);
+    net = amp::ConvertSymbol(spec.net, convert);
+  }
+  const bool gpu = ctx.is_gpu();
   r->items = batch;
-  r->details = {{"model", model},
+  r->details = {{"model", model == kResNet50 ? "resnet50 (v1, ImageNet: 3 x 224 x 224, 1000 classes)" : model},
                 {"batch_size", batch},
-                {"amp", o.amp.empty() ? "off (float32)" : o.amp},
-                {"data", "Fashion-MNIST t10k, " + std::to_string(batches.size()) + " preloaded batches"},
+                {"ctx", ctx.ToString()},
+                {"dtype", o.dtype == "float32" ? "float32"
+                                               : o.dtype + " (amp::ConvertSymbol; parameters and optimizer float32)"},
+                {"data", o.synthetic ? "synthetic: " + std::to_string(batches.size()) + " batches of " +
+                                           data_shape.ToString() + " uniform in [0, 1), labels uniform over " +
+                                           std::to_string(spec.classes) + " classes, made on " + ctx.ToString()
+                                     : "Fashion-MNIST t10k, " + std::to_string(batches.size()) + " preloaded batches"},
                 {"optimizer", "sgd, learning_rate 0.05, momentum 0.9, rescale_grad 1/batch"},
                 {"gemm_gflop_per_step", plan.flops / 1e9},
-                {"gemm_layers", plan.layers},
-                {"gemm_library", SgemmLibrary()},
-                {"blas_threads", openblas_get_num_threads()}};
+                {"gemm_layers", plan.layers}};
+  if (gpu) {
+    r->details["anchor"] = "none: the GEMM anchor is the CPU's sgemm";
+  } else {
+    r->details["gemm_library"] = SgemmLibrary();
+    r->details["blas_threads"] = openblas_get_num_threads();
+  }
 
   ResourceManager::Get()->SeedRandom(1);
-  auto module = std::make_shared<Module>(net);
+  auto module = std::make_shared<Module>(net, std::vector<std::string>{"data"},
+                                         std::vector<std::string>{"softmax_label"}, ctx);
   module->Bind({data_shape}, {TShape({batch})});
   module->InitParams(*Initializer::Create("xavier"));
   module->InitOptimizer(
       {"sgd", {{"learning_rate", "0.05"}, {"momentum", "0.9"}, {"rescale_grad", Fmt("%.9g", 1.0 / batch)}}});
-  auto gemm = std::make_shared<GemmRunner>(plan);
 
   r->figure = MakeSeries("Module step", "copy a batch in, Forward(true), Backward, SGD update, then wait");
-  r->anchor = MakeSeries("sgemm", "the network's FullyConnected / Convolution GEMMs for one step, alone (" +
-                                      SgemmLibrary() + ", one engine function per step on the CPU worker)");
   auto next = std::make_shared<std::size_t>(0);
   // Seconds per step spent inside the BLAS products (CpuGemm, summed over threads), one entry per run of
   // the body; the last `repeat` entries belong to the timed runs (MeasureInterleaved runs them last).
@@ -223,12 +297,13 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
     gemm_per_step->push_back(run.calls > 0 ? gemm_s / static_cast<double>(run.calls) : 0.0);
     return run;
   };
-  const AnchorVar anchor_var;
-  MeasureInterleaved({{&r->figure, step}, {&r->anchor, OnWorker(Context::CPU(0), anchor_var.get(), [gemm] { gemm->Step(); })}},
-                     o.repeat, kMinTime);
-  // The in-run bound: per timed run, the step's own BLAS time against the step's time.
+  MeasureAgainstGemms(r, step, plan, ctx, o.repeat,
+                      "the network's FullyConnected / Convolution GEMMs for one step, alone (" + SgemmLibrary() +
+                          ", one engine function per step on the CPU worker)");
+  if (r->figure.measured()) r->details["gemm_tflop_per_s"] = plan.flops / r->figure.Median() / 1e12;
+  // The in-run bound (CPU): per timed run, the step's own BLAS time against the step's time.
   const std::size_t runs = r->figure.seconds.size();
-  if (runs > 0 && gemm_per_step->size() >= runs) {
+  if (!gpu && runs > 0 && gemm_per_step->size() >= runs) {
     std::vector<double> gemm(gemm_per_step->end() - static_cast<std::ptrdiff_t>(runs), gemm_per_step->end());
     std::vector<double> ratios;
     for (std::size_t i = 0; i < runs; ++i) ratios.push_back(gemm[i] / r->figure.seconds[i]);
@@ -239,19 +314,21 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
   }
 
   // Checks: probabilities, and that the steps trained the network (accuracy over the preloaded batches).
-  // ResNet-18 is judged with each batch's own BatchNorm statistics: after the dozen or so steps of a run its
+  // The ResNets are judged with each batch's own BatchNorm statistics: after the dozen or so steps of a run their
   // moving statistics are still far from the data's (MXNet's are too), so an inference pass says nothing yet;
-  // it must beat twice the chance of guessing (0.1) there.
-  const bool resnet = model == "resnet18";
+  // ResNet-18 must beat twice the chance of guessing (0.1) there. Synthetic labels are random: nothing to learn,
+  // so only the probabilities are checked.
+  const bool resnet = model.rfind("resnet", 0) == 0;
   const double floor = resnet ? kResNetFloor : kChance;
   std::vector<std::string> problems;
   const double accuracy = BatchesAccuracy(module.get(), batches, &problems, resnet);
   r->details["train_accuracy_after"] = accuracy;
   r->details["train_accuracy_after_meaning"] =
-      resnet ? "Forward(true) (batch statistics) over the preloaded batches after the timed steps; must be > 0.2"
-             : "Forward(false) over the preloaded batches after the timed steps; must be > 0.5";
+      o.synthetic ? "not checked: --synthetic labels are random (the outputs are still checked to be probabilities)"
+      : resnet    ? "Forward(true) (batch statistics) over the preloaded batches after the timed steps; must be > 0.2"
+                  : "Forward(false) over the preloaded batches after the timed steps; must be > 0.5";
   for (const std::string& p : problems) r->errors.push_back(p);
-  if (!o.quick && accuracy <= floor) {
+  if (!o.quick && !o.synthetic && accuracy <= floor) {
     r->errors.push_back("training accuracy over the preloaded batches is " + Fmt("%.3f", accuracy) +
                         " after the timed steps (must be above " + Fmt("%.1f", floor) + "); training does not work");
   }
@@ -259,20 +336,27 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
 
 // ResNet-18 inference (the ImageNet variant, 1000 classes) on one 3 x 224 x 224 image at a time, the way
 // MXNet's users ran it with a Module: Forward(is_train false), then wait for the output. Random pixels
-// (the latency does not depend on them) and Xavier weights. Anchor: the forward GEMMs in im2col shapes.
-void RunInference(WorkloadReport* r, const TrainBenchOptions& o) {
+// (the latency does not depend on them) and Xavier weights. Anchor: the forward GEMMs in im2col shapes (none on
+// a GPU).
+void RunInference(WorkloadReport* r, const TrainBenchOptions& o, Context ctx) {
   const Symbol net = models::ResNet(18, 1000, false);
   const TShape data_shape({1, 3, 224, 224});
   const GemmPlan plan = PlanGemms(net, data_shape, false);
   r->items = 1;
   r->details = {{"model", "resnet18 (ImageNet variant, 1000 classes)"},
                 {"batch_size", 1},
+                {"ctx", ctx.ToString()},
                 {"data", "one random 3 x 224 x 224 image"},
-                {"gemm_gflop_per_step", plan.flops / 1e9},
-                {"gemm_library", SgemmLibrary()},
-                {"blas_threads", openblas_get_num_threads()}};
+                {"gemm_gflop_per_step", plan.flops / 1e9}};
+  if (ctx.is_gpu()) {
+    r->details["anchor"] = "none: the GEMM anchor is the CPU's sgemm";
+  } else {
+    r->details["gemm_library"] = SgemmLibrary();
+    r->details["blas_threads"] = openblas_get_num_threads();
+  }
   ResourceManager::Get()->SeedRandom(1);
-  auto module = std::make_shared<Module>(net);
+  auto module = std::make_shared<Module>(net, std::vector<std::string>{"data"},
+                                         std::vector<std::string>{"softmax_label"}, ctx);
   module->Bind({data_shape}, {TShape({1})}, false);
   module->InitParams(*Initializer::Create("xavier"));
   DataBatch b;
@@ -280,21 +364,18 @@ void RunInference(WorkloadReport* r, const TrainBenchOptions& o) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (float& v : pixels) v = u(rng);
-  b.data.push_back(NDArray::FromVector(pixels, data_shape, Context::CPU(0)));
-  b.label.push_back(NDArray::Full(TShape({1}), 0.0, Context::CPU(0)));
-  auto gemm = std::make_shared<GemmRunner>(plan);
+  b.data.push_back(NDArray::FromVector(pixels, data_shape, Context::CPU(0)).CopyTo(ctx));
+  b.label.push_back(NDArray::Full(TShape({1}), 0.0, ctx));
   r->figure = MakeSeries("Module forward", "Forward(false) on one image, then wait for the output");
-  r->anchor = MakeSeries("sgemm", "the network's forward GEMMs for one image, alone (" + SgemmLibrary() +
-                                      ", one engine function per image on the CPU worker)");
   Body step = [=](std::int64_t calls, Clock::time_point deadline) {
     return TimedLoop(calls, deadline, [&] {
       module->Forward(b, false);
       module->GetOutputs().at(0).WaitToRead();
     });
   };
-  const AnchorVar anchor_var;
-  MeasureInterleaved({{&r->figure, step}, {&r->anchor, OnWorker(Context::CPU(0), anchor_var.get(), [gemm] { gemm->Step(); })}},
-                     o.repeat, kMinTime);
+  MeasureAgainstGemms(r, step, plan, ctx, o.repeat,
+                      "the network's forward GEMMs for one image, alone (" + SgemmLibrary() +
+                          ", one engine function per image on the CPU worker)");
   if (r->figure.measured()) {
     r->details["latency_ms_median"] = r->figure.Median() * 1e3;
     r->details["latency_ms_best"] = r->figure.Best() * 1e3;
@@ -331,6 +412,7 @@ class TrainBench {
   void PrintTable() const;
 
   TrainBenchOptions opt_;
+  Context ctx_;  // --ctx, parsed
   Clock::time_point t0_;
   std::string started_;
   std::map<std::string, WorkloadReport> reports_;
@@ -344,9 +426,16 @@ Json TrainBench::BuildJson() const {
   root["started"] = started_;
   root["finished"] = UtcNow();
   root["machine"] = {{"cores", AvailableCores()}, {"cpu", CpuModel()}};
-  root["config"] = {{"quick", opt_.quick},         {"repeat", opt_.repeat},         {"min_time_s", kMinTime},
-                    {"workloads", opt_.workloads}, {"batch_size", opt_.batch_size}, {"mnist_dir", opt_.mnist_dir},
-                    {"amp", opt_.amp}};
+  root["config"] = {{"quick", opt_.quick},
+                    {"repeat", opt_.repeat},
+                    {"min_time_s", kMinTime},
+                    {"workloads", opt_.workloads},
+                    {"batch_size", opt_.batch_size},
+                    {"ctx", ctx_.ToString()},
+                    {"dtype", opt_.dtype},
+                    {"synthetic", opt_.synthetic},
+                    {"mnist_dir", opt_.synthetic ? Json() : Json(opt_.mnist_dir)}};
+  if (ctx_.is_gpu()) root["machine"]["gpus"] = Runtime::GpuCount();
   Json targets = Json::array();
   for (const std::string& w : opt_.workloads) {
     const auto found = reports_.find(w);
@@ -388,6 +477,23 @@ Json TrainBench::BuildJson() const {
   notes.push_back(
       "resnet18-infer: one call is Forward(false) of the ImageNet ResNet-18 on one 3 x 224 x 224 image and the wait "
       "for its output; images/s = 1 / latency (latency_ms_median in its config); its anchor is the forward GEMMs.");
+  if (opt_.synthetic) {
+    notes.push_back(
+        "synthetic: each workload steps through random batches of its input shape (uniform in [0, 1)) with random "
+        "labels, made once on the Module's context; the accuracy check does not apply (nothing to learn), the "
+        "outputs are still checked to be probabilities.");
+  }
+  if (ctx_.is_gpu()) {
+    notes.push_back(
+        "ctx " + ctx_.ToString() + ": the Module runs on the GPU; there is no anchor (the GEMM anchor is the CPU's "
+        "sgemm), so no ratio. gemm_tflop_per_s = the float32 GEMM operations of a step (gemm_gflop_per_step) / "
+        "the step's median seconds: the arithmetic rate a step implies.");
+  }
+  if (opt_.dtype != "float32") {
+    notes.push_back("dtype " + opt_.dtype +
+                    ": the training workloads' networks are converted by amp::ConvertSymbol (MXNet's AMP lists); "
+                    "parameters and the optimizer stay float32, and the anchor stays the float32 products.");
+  }
   if (opt_.quick) notes.push_back("quick: few batches, one run; the figures say nothing about speed.");
   root["notes"] = notes;
   root["targets"] = targets;
@@ -398,8 +504,9 @@ Json TrainBench::BuildJson() const {
 
 void TrainBench::PrintTable() const {
   const auto cell = [](std::optional<double> v, const char* format) { return v ? Fmt(format, *v) : std::string("-"); };
-  std::printf("troupe bench train: batch %d, %d timed runs per figure (medians), machine: %d cores\n", opt_.batch_size,
-              opt_.repeat, AvailableCores());
+  std::printf("troupe bench train: batch %d, %d timed runs per figure (medians), %s, %s%s, machine: %d cores\n",
+              opt_.batch_size, opt_.repeat, ctx_.ToString().c_str(), opt_.dtype.c_str(),
+              opt_.synthetic ? ", synthetic data" : "", AvailableCores());
   std::printf("\n  %-14s %10s %16s %9s %16s %9s  %s\n", "model", "images/s", "in-run bound/s", "in-run", "GEMMs alone/s",
               "alone", "check");
   for (const std::string& w : opt_.workloads) {
@@ -423,11 +530,35 @@ int TrainBench::Run() {
   if (opt_.json_path.empty()) return bad("--json FILE is required");
   if (opt_.repeat < 0 || opt_.repeat > 1000) return bad("--repeat must be in 1..1000");
   if (opt_.batch_size < 1 || opt_.batch_size > 4096) return bad("--batch-size must be in 1..4096");
-  if (opt_.workloads.empty()) return bad("--workloads needs one or more of mlp, lenet, resnet18, resnet18-infer");
+  if (opt_.workloads.empty()) {
+    return bad("--workloads needs one or more of mlp, lenet, resnet18, resnet50, resnet18-infer");
+  }
   for (const std::string& w : opt_.workloads) {
     const auto& known = TrainBenchWorkloads();
     if (std::find(known.begin(), known.end(), w) == known.end()) {
-      return bad("unknown workload '" + w + "' (known: mlp, lenet, resnet18, resnet18-infer)");
+      return bad("unknown workload '" + w + "' (known: mlp, lenet, resnet18, resnet50, resnet18-infer)");
+    }
+    if (w == kResNet50 && !opt_.synthetic) {
+      return bad("resnet50 needs --synthetic (its inputs are 3 x 224 x 224 ImageNet images, not Fashion-MNIST)");
+    }
+  }
+  if (opt_.dtype != "float32" && opt_.dtype != "bfloat16" && opt_.dtype != "float16") {
+    return bad("--dtype must be float32, bfloat16 or float16, not '" + opt_.dtype + "'");
+  }
+  try {
+    ctx_ = Context::Parse(opt_.ctx);
+  } catch (const Error&) {
+    ctx_ = Context::CPUPinned();  // refused below with the others
+  }
+  if (ctx_.dev_type == DeviceType::kCPUPinned) return bad("--ctx must be cpu or gpu:N, not '" + opt_.ctx + "'");
+  if (ctx_.is_gpu()) {
+    // Loads the GPU backend in a build with CUDA; 0 without CUDA, a driver or a device.
+    const int gpus = Runtime::GpuCount();
+    if (ctx_.dev_id >= gpus) {
+      return bad("--ctx " + opt_.ctx + " needs CUDA device " + std::to_string(ctx_.dev_id) + ", and this " +
+                 (gpus == 0 ? std::string("machine has none (no driver, no device, or a build without CUDA)")
+                            : "machine has " + std::to_string(gpus)) +
+                 "; run with --ctx cpu to measure on the CPU");
     }
   }
   if (opt_.repeat == 0) opt_.repeat = opt_.quick ? 1 : kTrainDefaultRepeat;
@@ -436,26 +567,34 @@ int TrainBench::Run() {
     if (!probe) return bad("can not write " + opt_.json_path);
   }
   started_ = UtcNow();
+  // The runtime sets OpenBLAS's thread count when it starts, and the anchor must run with the count the engine's
+  // workers use: start the engine first.
+  Engine::Get();
   std::vector<DataBatch> batches;
-  try {
-    // Starts the engine too: the runtime sets OpenBLAS's thread count when it starts, and the anchor must
-    // run with the count the engine's workers use.
-    batches =
-        LoadMnistBatches(opt_.mnist_dir, opt_.batch_size, opt_.quick ? kQuickBatches : kBatches, "troupe bench train");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "troupe bench train: %s\n", e.what());
-    return 1;
+  const bool mnist =
+      !opt_.synthetic && std::any_of(opt_.workloads.begin(), opt_.workloads.end(), [](const std::string& w) {
+        return w != kInference;
+      });
+  if (mnist) {
+    try {
+      batches = LoadMnistBatches(opt_.mnist_dir, opt_.batch_size, opt_.quick ? kQuickBatches : kBatches,
+                                 "troupe bench train");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe bench train: %s\n", e.what());
+      return 1;
+    }
   }
   Log("warm-up + " + std::to_string(opt_.repeat) + " timed runs per figure; " + std::to_string(AvailableCores()) +
-      " cores (" + CpuModel() + "), OpenBLAS threads " + std::to_string(openblas_get_num_threads()));
+      " cores (" + CpuModel() + "), OpenBLAS threads " + std::to_string(openblas_get_num_threads()) + "; " +
+      ctx_.ToString() + ", " + opt_.dtype + (opt_.synthetic ? ", synthetic data" : ""));
   for (const std::string& w : opt_.workloads) {
     WorkloadReport& r = reports_[w];
     r.selected = true;
     try {
       if (w == kInference) {
-        RunInference(&r, opt_);
+        RunInference(&r, opt_, ctx_);
       } else {
-        RunWorkload(&r, w, opt_, batches);
+        RunWorkload(&r, w, opt_, ctx_, batches);
       }
     } catch (const std::exception& e) {
       r.errors.push_back(std::string("threw: ") + e.what());
@@ -481,7 +620,7 @@ int TrainBench::Run() {
 }  // namespace
 
 const std::vector<std::string>& TrainBenchWorkloads() {
-  static const std::vector<std::string> kWorkloads = {"mlp", "lenet", "resnet18", kInference};
+  static const std::vector<std::string> kWorkloads = {"mlp", "lenet", "resnet18", kResNet50, kInference};
   return kWorkloads;
 }
 
@@ -503,14 +642,20 @@ constexpr const char* kTrainBenchmarkDescription =
     "alone, in the operators' library (oneDNN's dnnl_sgemm, or OpenBLAS with TROUPE_DNNL=0) in engine "
     "functions on the CPU worker with its kernel-thread count: images/s if only the GEMMs counted (ResNet-18 "
     "uses Winograd convolutions, which need fewer operations than the GEMMs). The workloads mlp, lenet and "
-    "resnet18 (the CIFAR stem on 28 x 28 images) train; resnet18-infer times one-image inference of the "
+    "resnet18 (the CIFAR stem on 28 x 28 images) train; resnet50 trains ResNet-50 v1 in its ImageNet shape "
+    "(3 x 224 x 224, 1000 classes) and needs --synthetic; resnet18-infer times one-image inference of the "
     "ImageNet ResNet-18 (3 x 224 x 224, Forward(false) then wait; --batch-size does not apply), against its "
-    "forward GEMMs, and reports the latency in ms. The "
+    "forward GEMMs, and reports the latency in ms. --synthetic steps through random batches of each model's "
+    "input shape with random labels instead of Fashion-MNIST. --ctx gpu:N runs the Module on GPU N, without "
+    "an anchor (the anchor is the CPU's sgemm; the JSON gives the GEMM TFLOP/s a step implies instead); it "
+    "fails with exit status 2 on a machine or build without that GPU. --dtype bfloat16 or float16 converts "
+    "the training networks with MXNet's AMP (the anchor stays the float32 products). The "
     "ratio is anchor time / step time; the target is >= 0.8 for the MLP at batch 128 (reported, not enforced). "
-    "Checks: the outputs are probabilities (finite, rows sum to 1) and, except with --quick, the training "
-    "accuracy over the preloaded batches after the timed steps is above 0.5. Progress goes to stderr, a table "
-    "to stdout. Exit status: 0 when every check passed, 1 when one failed (the JSON says which), 2 on bad "
-    "usage.";
+    "Checks: the outputs are probabilities (finite, rows sum to 1) and, except with --quick or --synthetic "
+    "(random labels: nothing to learn), the training accuracy over the preloaded batches after the timed "
+    "steps is above 0.5 (ResNet-18: 0.2, on each batch's own BatchNorm statistics). Progress goes to stderr, "
+    "a table to stdout. Exit status: 0 when every check passed, 1 when one failed (the JSON says which), 2 on "
+    "bad usage.";
 
 constexpr const char* kTrainBenchmarkExamples =
     "Examples:\n"
@@ -520,8 +665,12 @@ constexpr const char* kTrainBenchmarkExamples =
     "      two batches, one run: checks that the harness and the in-run checks pass\n"
     "  troupe bench train --workloads resnet18 --batch-size 64 --repeat 3 --json resnet.json\n"
     "      ResNet-18 training steps at batch 64 (about a second each on 2 cores)\n"
+    "  troupe bench train --workloads resnet18 --batch-size 64 --dtype bfloat16 --json r18-bf16.json\n"
+    "      the same in bfloat16 mixed precision\n"
+    "  troupe bench train --workloads resnet50 --synthetic --ctx gpu:0 --batch-size 128 --json r50.json\n"
+    "      ResNet-50 training steps on GPU 0 on random ImageNet-shaped batches\n"
     "  troupe bench train --workloads resnet18-infer --json infer.json\n"
-    "      ResNet-18 inference latency, one 224 x 224 image"
+    "      ResNet-18 inference latency, one 224 x 224 image\n"
     "  troupe bench train --workloads mlp --batch-size 256 --json mlp256.json\n"
     "      only the MLP, at batch 256";
 
@@ -534,19 +683,30 @@ void DeclareTrainBenchmarkOptions(TrainBenchOptions* o, BenchOptionList* options
                 std::to_string(kTrainDefaultRepeat) + ", 1 with --quick)")
       .Range(1, 1000)
       .TypeName("R");
-  options->Add("--workloads", &o->workloads,
-               "Which models: any of mlp, lenet, resnet18 (training steps) and resnet18-infer (one-image inference)")
+  options
+      ->Add("--workloads", &o->workloads,
+            "Which models: any of mlp, lenet, resnet18, resnet50 (training steps; resnet50 needs --synthetic) and "
+            "resnet18-infer (one-image inference)")
       .Delimiter(',')
       .Choices(TrainBenchWorkloads())
       .TypeName("LIST")
       .ShowDefault();
   options->Add("--batch-size", &o->batch_size, "Images per training step").Range(1, 4096).TypeName("B").ShowDefault();
+  options->Add("--synthetic", &o->synthetic,
+               "Random batches of each model's input shape and random labels instead of Fashion-MNIST (required "
+               "for resnet50); the training-accuracy check does not apply, the probability checks do");
   options
-      ->Add("--amp", &o->amp,
-            "Mixed precision for the training workloads: bf16 or fp16 (MXNet's AMP conversion: convolutions and "
-            "fully connected layers in that type, float32 parameters and optimizer); default float32")
-      .Choices({"bf16", "fp16"})
-      .TypeName("TYPE");
+      ->Add("--ctx", &o->ctx,
+            "The Module's device: cpu, or gpu:N (no anchor there; exit status 2 without that GPU)")
+      .TypeName("DEVICE")
+      .ShowDefault();
+  options
+      ->Add("--dtype", &o->dtype,
+            "Arithmetic of the training workloads: float32, or bfloat16 / float16 (MXNet's AMP conversion: "
+            "convolutions and fully connected layers in that type, float32 parameters and optimizer)")
+      .Choices({"float32", "bfloat16", "float16"})
+      .TypeName("TYPE")
+      .ShowDefault();
   options->Add("--mnist-dir", &o->mnist_dir, "Folder of the Fashion-MNIST t10k-* .gz files")
       .TypeName("DIR")
       .ShowDefault();
@@ -556,7 +716,7 @@ void DeclareTrainBenchmarkOptions(TrainBenchOptions* o, BenchOptionList* options
 
 Benchmark TrainBenchmark() {
   return MakeBenchmark<TrainBenchOptions>(
-      "train", "Training steps (MLP, LeNet, ResNet-18) and ResNet-18 inference against their GEMMs alone",
+      "train", "Training steps (MLP, LeNet, ResNet-18, ResNet-50) and ResNet-18 inference against their GEMMs alone",
       std::string(kTrainBenchmarkDescription) + "\n\n" + kTrainBenchmarkExamples + "\n", &DeclareTrainBenchmarkOptions,
       &RunTrainBench);
 }

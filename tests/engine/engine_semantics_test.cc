@@ -1238,6 +1238,25 @@ TEST(EngineHelpers, ContextToString) {
   EXPECT_NE(Context::CPU(0), Context::GPU(0));
 }
 
+TEST(EngineHelpers, ContextParse) {
+  EXPECT_EQ(Context::Parse("cpu"), Context::CPU(0));
+  EXPECT_EQ(Context::Parse("cpu:2"), Context::CPU(2));
+  EXPECT_EQ(Context::Parse("gpu"), Context::GPU(0));
+  EXPECT_EQ(Context::Parse("gpu:1"), Context::GPU(1));
+  EXPECT_EQ(Context::Parse("cpu_pinned:0"), Context::CPUPinned(0));
+  for (const Context c : {Context::CPU(3), Context::GPU(1), Context::CPUPinned(0)}) {
+    EXPECT_EQ(Context::Parse(c.ToString()), c);
+  }
+  for (const char* bad : {"", "gpu:", "gpu:-1", "gpu:x", "gpu: 1", "tpu:0", "gpu(1", "gpu()", "GPU:0", "gpu:12345"}) {
+    try {
+      Context::Parse(bad);
+      ADD_FAILURE() << "'" << bad << "' parsed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(EngineHelpers, FnPropertyNames) {
   const std::vector<std::pair<FnProperty, std::string>> names = {{FnProperty::kNormal, "kNormal"},
                                                                  {FnProperty::kCopyFromGPU, "kCopyFromGPU"},

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# troupe's ResNet-18 training step in float32 and with --amp bf16 beside MXNet 1.9.1's in float32 and with its
+# troupe's ResNet-18 training step in float32 and with --dtype bfloat16 beside MXNet 1.9.1's in float32 and with its
 # AMP bf16 conversion (resnet18_amp_step.py), back to back, alternating which side goes first; the same thread
 # budget on both sides (one engine worker, OpenMP/BLAS threads = cores). One JSON line per measurement:
 #   {"side": "troupe", "mode": "float32"|"bf16", "images_per_s": median, "runs": [...]}
@@ -15,7 +15,7 @@ json="$(mktemp)"
 trap 'rm -f "$json"' EXIT
 run_troupe() {
   local mode="$1" amp=()
-  [[ "$mode" == bf16 ]] && amp=(--amp bf16)
+  [[ "$mode" == bf16 ]] && amp=(--dtype bfloat16)
   TROUPE_CPU_WORKERS=1 TROUPE_BLAS_THREADS="$cores" "$troupe" bench train --workloads resnet18 \
     --batch-size "$batch" --repeat "$repeat" "${amp[@]}" --json "$json" > /dev/null
   python3 - "$json" "$mode" <<'PY'
