@@ -7,20 +7,10 @@ LOG=$OUT/gpu.log
 exec > >(tee -a $LOG) 2>&1
 echo "== root $R"; date
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-# absolute RPATHs and test-data paths of the build point at /work/main
-if [ "$R" != /work/main ]; then mkdir -p /work; [ -L /work/main ] && rm -f /work/main; [ -e /work/main ] && { echo "/work/main exists and is not this tree"; exit 1; }; ln -s "$R" /work/main; fi
-cd /work/main
-tar xJf .devrun/bundle.tar.xz || { echo "unpack failed"; exit 1; }
+# unpack into /work/main (the build's absolute paths), CUDA libraries on LD_LIBRARY_PATH
+source "$R/bench/gpu/devrun_env.sh"
+devrun_setup || exit 1
 mkdir -p /usr/share/datasets/fashion-mnist && cp .devrun/fashion/* /usr/share/datasets/fashion-mnist/
-# CUDA libraries on the image: the toolkit's and PyTorch's wheels (cuDNN, NCCL)
-dirs=""
-for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libcurand.so.10; do
-  p=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name "$lib" 2>/dev/null | head -1)
-  echo "lib $lib -> ${p:-MISSING}"
-  [ -n "$p" ] && dirs="$dirs:$(dirname $p)"
-done
-export LD_LIBRARY_PATH=/work/main/build/devlibs$dirs
-echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 for b in build/tools/troupe build/tests/gpu/*_test build/tests/kvstore/kvstore_nccl_test; do
   ldd $b | grep "not found" | sed "s|^|$b: |"
 done
