@@ -714,9 +714,10 @@ TrainCommand::TrainCommand(CLI::App* root) {
       "  troupe train --symbol net-symbol.json --params net-0000.params --fixed-params 'conv' --epochs 2\n");
   TrainOptions& o = options_;
   app_->add_option("--model", o.model,
-                   "Network: mlp (128-64-10), lenet (two conv layers), resnet18 or resnet34 (ResNet v1 with the "
-                   "CIFAR stem, models::ResNet; slow on a CPU: use --train-images)")
-      ->check(CLI::IsMember({"mlp", "lenet", "resnet18", "resnet34"}))
+                   "Network: mlp (128-64-10), lenet (two conv layers), resnet18, resnet34 or resnet50 (ResNet v1 "
+                   "with the CIFAR stem, models::ResNet; resnet50 with bottleneck blocks; slow on a CPU: use "
+                   "--train-images)")
+      ->check(CLI::IsMember({"mlp", "lenet", "resnet18", "resnet34", "resnet50"}))
       ->capture_default_str();
   app_->add_option("--amp", o.amp,
                    "Mixed precision: bf16 converts the network as MXNet's AMP does (mx.contrib.amp.convert_symbol "
@@ -976,7 +977,8 @@ int RunTrain(const TrainOptions& o) {
     net = o.model == "mlp"        ? models::MLP()
           : o.model == "lenet"    ? models::LeNet(10, o.act, o.dropout)
           : o.model == "resnet18" ? models::ResNet(18, 10, true)
-                                  : models::ResNet(34, 10, true);
+          : o.model == "resnet34" ? models::ResNet(34, 10, true)
+                                  : models::ResNet(50, 10, true);
   }
   if (!o.amp.empty()) {
     // MXNet's AMP: the symbol gains amp_cast nodes; parameters, optimizer states, metrics and checkpoints'
