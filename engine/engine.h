@@ -43,6 +43,10 @@ class Var {
  public:
   // Number of writes completed on this variable so far (reads leave it unchanged).
   std::uint64_t version() const noexcept { return version_.load(std::memory_order_acquire); }
+  // Number of writes pushed on this variable so far, counted when each push is made (version() counts them as
+  // they complete). Two readings on the pushing thread tell whether that thread, or one ordered before it,
+  // pushed a write in between.
+  std::uint64_t writes_pushed() const noexcept { return pushed_.load(std::memory_order_acquire); }
   // Unique among every variable this process has had: an engine recycles deleted variables' memory, never
   // their ids. (id, version) names one state of one variable; operators key caches with it.
   std::uint64_t id() const noexcept { return id_; }
@@ -52,7 +56,9 @@ class Var {
   ~Var() = default;
   // A fresh id, for an engine that hands out a recycled variable.
   static std::uint64_t NextId() noexcept;
+  void CountPushedWrite() noexcept { pushed_.fetch_add(1, std::memory_order_acq_rel); }
   std::atomic<std::uint64_t> version_{0};
+  std::atomic<std::uint64_t> pushed_{0};
   std::uint64_t id_;
 };
 using VarHandle = Var*;

@@ -79,11 +79,14 @@ class OperatorRunner {
 
 // Calls a registered operator (by name or alias) on arrays: creates and initialises its property from
 // kwargs, infers shapes and types from the inputs, allocates the visible outputs on the first input's
-// device and pushes Forward (is_train false). inputs: the arguments followed by the auxiliary states.
+// device and pushes Forward, with is_train autograd's mode (false unless a RecordScope or PauseScope says
+// otherwise; op/autograd.h). While the thread records, the call joins autograd's graph.
+// inputs: the arguments followed by the auxiliary states.
 // Returns without waiting; read the outputs to wait. Throws troupe::Error for an unknown operator, a bad
 // parameter, the wrong number of inputs or inconsistent shapes.
 std::vector<NDArray> Invoke(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs = {});
-// The same, writing into given outputs (one per visible output) with req (kWriteTo or kAddTo).
+// The same, writing into given outputs (one per visible output) with req (kWriteTo or kAddTo). Not while
+// recording (troupe::Error): the graph follows the arrays Invoke returns.
 void Invoke(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs,
             const std::vector<NDArray>& outputs, OpReqType req = kWriteTo);
 

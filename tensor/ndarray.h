@@ -33,6 +33,10 @@
 
 namespace troupe {
 
+namespace autograd {
+struct Entry;  // op/src/autograd.cc
+}
+
 class NDArray {
  public:
   // A "none" array: no shape, no memory (is_none() is true).
@@ -158,6 +162,9 @@ class NDArray {
   TShape shape_;
   DType dtype_ = DType::kFloat32;
   std::size_t offset_ = 0;
+  // The recorded operation that produced this value, or the variable it is (op/autograd.h); null: neither.
+  // Copies of the handle share it.
+  std::shared_ptr<autograd::Entry> autograd_;
 };
 
 // Elementwise arithmetic producing a new array (pushed).

@@ -40,8 +40,10 @@ class ActorVar final : public Var {
  public:
   explicit ActorVar(int shard) : shard_(shard) {}
   void BumpVersion() { version_.fetch_add(1, std::memory_order_acq_rel); }
+  using Var::CountPushedWrite;
   void Reset() {
     version_.store(0, std::memory_order_relaxed);
+    pushed_.store(0, std::memory_order_relaxed);
     id_ = NextId();
     error = nullptr;
     queue.Reset();

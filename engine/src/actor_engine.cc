@@ -261,6 +261,9 @@ void ActorEngine::Submit(OprBlock* b, Context ctx, int priority, bool profiling)
     blocks_.Free(b);
     throw;
   }
+  if (!o->internal_barrier) {  // WaitForVar's barrier is ordered like a write but writes nothing
+    for (ActorVar* v : o->mutable_vars) v->CountPushedWrite();
+  }
   b->ctx = ctx;
   b->lane = LaneFor(ctx, o->prop);
   b->priority = priority;

@@ -21,6 +21,7 @@ namespace {
 class NaiveVar final : public Var {
  public:
   void BumpVersion() { version_.fetch_add(1, std::memory_order_release); }
+  using Var::CountPushedWrite;
   std::exception_ptr error;  // guarded by the engine's lock
   bool scratch = false;      // Engine::VarKind::kScratch: never poisoned
 };
@@ -169,6 +170,7 @@ class NaiveEngine final : public Engine {
       throw Error("cannot push '" + op.name + "' to " + ctx.ToString() + ": no such CUDA device");
     }
     ++stats_.pushed;
+    for (NaiveVar* v : op.mutable_vars) v->CountPushedWrite();
     std::exception_ptr poison;
     for (const auto* list : {&op.const_vars, &op.mutable_vars}) {
       for (NaiveVar* v : *list) {

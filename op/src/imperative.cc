@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "op/autograd.h"
 
 namespace troupe {
 
@@ -264,7 +265,7 @@ namespace {
 
 struct Prepared {
   std::shared_ptr<OperatorProperty> prop;
-  std::unique_ptr<OperatorRunner> runner;
+  std::shared_ptr<OperatorRunner> runner;
   std::vector<NDArray> args, aux;
 };
 
@@ -295,7 +296,7 @@ Prepared Prepare(const std::string& op, const std::vector<NDArray>& inputs, cons
     p.args.push_back(inputs[i]);
   }
   for (std::size_t i = args.size(); i < inputs.size(); ++i) p.aux.push_back(inputs[i]);
-  p.runner = std::make_unique<OperatorRunner>(p.prop, inputs[0].ctx(), shapes, types, inputs[0].engine());
+  p.runner = std::make_shared<OperatorRunner>(p.prop, inputs[0].ctx(), shapes, types, inputs[0].engine());
   return p;
 }
 
@@ -308,13 +309,19 @@ std::vector<NDArray> Invoke(const std::string& op, const std::vector<NDArray>& i
     out.emplace_back(p.runner->out_shapes()[i], p.runner->ctx(), static_cast<DType>(p.runner->out_types()[i]),
                      inputs[0].engine());
   }
-  p.runner->Forward(false, p.args, out, p.aux);
+  // The mode is autograd's (training inside a RecordScope, say); recorded calls join its graph.
+  p.runner->Forward(autograd::IsTraining(), p.args, out, p.aux);
+  if (autograd::IsRecording()) autograd::RecordOp(p.runner, p.args, p.aux, &out);
   out.resize(static_cast<std::size_t>(p.prop->NumVisibleOutputs()));
   return out;
 }
 
 void Invoke(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs,
             const std::vector<NDArray>& outputs, OpReqType req) {
+  if (autograd::IsRecording()) {
+    throw Error(op + ": while recording (op/autograd.h), Invoke returns new arrays only: the graph follows the "
+                "arrays it returns, not ones written in place; call Invoke(op, inputs, kwargs)");
+  }
   Prepared p = Prepare(op, inputs, kwargs);
   const auto nvis = static_cast<std::size_t>(p.prop->NumVisibleOutputs());
   if (outputs.size() != nvis) {
@@ -328,7 +335,7 @@ void Invoke(const std::string& op, const std::vector<NDArray>& inputs, const Kwa
                      inputs[0].engine());
     reqs.push_back(kWriteTo);
   }
-  p.runner->Forward(false, p.args, out, p.aux, reqs);
+  p.runner->Forward(autograd::IsTraining(), p.args, out, p.aux, reqs);
 }
 
 }  // namespace troupe

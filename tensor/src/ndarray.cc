@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "tensor/detail/kernels.h"
+#include "tensor/detail/ndarray_access.h"
 
 namespace troupe {
 
@@ -99,6 +100,7 @@ void RunBinaryScalar(BinaryOp op, const TBlob& a, double s, const TBlob& out, Ru
 
 // out = a op b, where out may be a itself (in place).
 void PushBinary(BinaryOp op, const NDArray& a, const NDArray& b, const NDArray& out) {
+  for (const NDArray* x : {&a, &b, &out}) internal::RefuseRecorded(*x, internal::BinaryOpName(op));
   CheckSame(internal::BinaryOpName(op), a, b);
   CheckArithmetic(a, op);
   if (PartialOverlap(b, out)) {
@@ -115,6 +117,7 @@ void PushBinary(BinaryOp op, const NDArray& a, const NDArray& b, const NDArray& 
 }
 
 void PushBinaryScalar(BinaryOp op, const NDArray& a, double s, const NDArray& out) {
+  for (const NDArray* x : {&a, &out}) internal::RefuseRecorded(*x, internal::BinaryOpName(op));
   CheckNotNone(a, internal::BinaryOpName(op));
   CheckArithmetic(a, op);
   const TBlob ta = a.data(), to = out.data();
@@ -265,6 +268,7 @@ void NDArray::CopyFromHost(const void* src, std::size_t bytes) {
 void CopyFromTo(const NDArray& from, const NDArray& to, int priority) {
   CheckNotNone(from, "CopyFromTo");
   CheckNotNone(to, "CopyFromTo");
+  internal::RefuseRecorded(to, "CopyFromTo");
   if (from.shape() != to.shape() || from.dtype() != to.dtype()) {
     throw Error("CopyFromTo: source " + from.shape().ToString() + " " + DTypeName(from.dtype()) + " and target " +
                 to.shape().ToString() + " " + DTypeName(to.dtype()) + " differ; use AsType or Reshape first");
@@ -328,6 +332,7 @@ NDArray NDArray::CopyTo(Context ctx, Engine* engine) const {
 
 NDArray NDArray::AsType(DType dtype) const {
   CheckNotNone(*this, "AsType");
+  internal::RefuseRecorded(*this, "AsType");
   DTypeSize(dtype);  // validates
   NDArray out(shape_, ctx(), dtype, engine());
   const TBlob in = data(), o = out.data();
@@ -352,7 +357,9 @@ NDArray NDArray::Slice(std::int64_t begin, std::int64_t end) const {
     throw Error("Slice [" + std::to_string(begin) + ", " + std::to_string(end) + ") is out of range for shape " +
                 shape_.ToString());
   }
+  internal::RefuseRecorded(*this, "Slice");
   NDArray v = *this;
+  v.autograd_.reset();  // another value than the array's: not its node
   v.shape_[0] = end - begin;
   v.offset_ += static_cast<std::size_t>(begin * shape_.ProdDims(1, shape_.ndim())) * DTypeSize(dtype_);
   return v;
@@ -403,7 +410,9 @@ NDArray NDArray::Reshape(const TShape& shape) const {
     throw Error("Reshape " + shape_.ToString() + " (" + std::to_string(size) + " elements) to " + shape.ToString() +
                 " (" + std::to_string(known) + " elements): sizes differ");
   }
+  internal::RefuseRecorded(*this, "Reshape");
   NDArray v = *this;
+  v.autograd_.reset();  // another value than the array's: not its node
   v.shape_ = TShape(dims);
   return v;
 }
@@ -412,6 +421,7 @@ NDArray NDArray::Reshape(const TShape& shape) const {
 
 NDArray& NDArray::operator=(double scalar) {
   CheckNotNone(*this, "fill");
+  internal::RefuseRecorded(*this, "fill");
   const TBlob o = data();
   Push(engine(), ctx(),
        [o, scalar](RunContext rctx) {
@@ -579,4 +589,19 @@ void Dot(const NDArray& a, const NDArray& b, NDArray* out, bool transpose_a, boo
        {a.var(), b.var()}, {out->var()}, "Dot");
 }
 
+namespace internal {
+
+bool& AutogradRecording() {
+  thread_local bool recording = false;
+  return recording;
+}
+
+void RefuseRecorded(const NDArray& a, const char* what) {
+  if (!AutogradRecording() || !NDArrayAccess::Entry(a)) return;
+  throw Error(std::string(what) + ": the array belongs to a graph being recorded (op/autograd.h), and NDArray's own "
+              "operations are not recorded; while recording use Invoke with the operator (elemwise_add, "
+              "_mul_scalar, Reshape, slice_axis, Cast, ...), or compute outside the RecordScope");
+}
+
+}  // namespace internal
 }  // namespace troupe

@@ -1,0 +1,108 @@
+// Autograd on NDArrays: MXNet's mx.autograd for C++ (record, attach_grad, backward).
+//
+// While a thread records (RecordScope), every Invoke of a registered operator (op/imperative.h) adds a node to
+// a graph kept with its output arrays: the operator, its inputs and outputs as they were at the call. Backward
+// walks that graph from the heads back to the variables (arrays given a gradient buffer by AttachGrad or
+// MarkVariables) and pushes each operator's own Backward (the same gradient definitions the symbolic executor
+// runs) to the engine, summing the gradients of an array used several times, then writes each variable's
+// gradient into its buffer under its request (kWriteTo replaces, kAddTo accumulates across Backward calls,
+// kNullOp skips). Nothing is recomputed: the nodes hold the forward pass's arrays until a Backward without
+// retain_graph frees them.
+//
+//   NDArray x = ...;
+//   autograd::AttachGrad(&x);
+//   NDArray y;
+//   {
+//     autograd::RecordScope record;                          // train mode: Dropout drops, BatchNorm uses the batch
+//     y = Invoke("Activation", {Invoke("FullyConnected", {x, w, b}, {{"num_hidden", "4"}})[0]},
+//                {{"act_type", "relu"}})[0];
+//   }
+//   autograd::Backward({y});                                 // head gradient: ones
+//   NDArray dx = autograd::GradOf(x);                        // pushed; read it to wait
+//
+// Recording and the train/predict mode are per thread (as MXNet's), and scopes nest: each restores what it
+// found. An array keeps its node through copies of its handle (copies are the same value); AttachGrad sets the
+// handle it is given, so attach before making the copies you compute with.
+//
+// Errors (troupe::Error, at the call): Backward from an array that was not computed while recording and is not
+// a variable, through a graph a Backward without retain_graph already freed, through an operator without a
+// backward pass, or after an array the backward pass reads was written in place since it was recorded (a
+// write pushed on its engine variable since); head gradients of the wrong count or shape. While recording, Invoke
+// returns new arrays only: the form that writes into given outputs is an error (the graph follows the arrays
+// it returns).
+//
+// Thread-safety: recording state is thread-local. The graph of one computation must not be recorded and
+// differentiated from several threads at once; different computations may run on different threads.
+#pragma once
+
+#include <vector>
+
+#include <cstddef>
+#include <memory>
+
+#include "op/operator.h"
+#include "tensor/ndarray.h"
+
+namespace troupe {
+class OperatorRunner;
+}
+
+namespace troupe::autograd {
+
+// Whether the calling thread records operators, and whether operators run in training mode (is_train) when
+// called through Invoke. Both start false. Each setter returns the previous value.
+bool IsRecording();
+bool IsTraining();
+bool SetRecording(bool recording);
+bool SetTraining(bool training);
+
+// Records (and sets the mode) for its lifetime, then restores both: MXNet's autograd.record(train_mode).
+class RecordScope {
+ public:
+  explicit RecordScope(bool train_mode = true);
+  ~RecordScope();
+  RecordScope(const RecordScope&) = delete;
+  RecordScope& operator=(const RecordScope&) = delete;
+
+ private:
+  bool was_recording_, was_training_;
+};
+
+// Stops recording (and sets the mode) for its lifetime: MXNet's autograd.pause(train_mode).
+class PauseScope {
+ public:
+  explicit PauseScope(bool train_mode = false);
+  ~PauseScope();
+  PauseScope(const PauseScope&) = delete;
+  PauseScope& operator=(const PauseScope&) = delete;
+
+ private:
+  bool was_recording_, was_training_;
+};
+
+// Makes *var a variable with a gradient buffer of zeros of its shape, type and device (MXNet's attach_grad).
+// req: kWriteTo (Backward replaces the buffer), kAddTo (Backward adds to it) or kNullOp (no gradient).
+// Replaces any node *var had: it becomes a leaf of the graphs recorded from now on.
+void AttachGrad(NDArray* var, OpReqType req = kWriteTo);
+// MXNet's mark_variables: vars[i] gets the gradient buffer grads[i] (same shape, type and device) and
+// reqs[i]. Throws troupe::Error for counts or shapes that do not match.
+void MarkVariables(const std::vector<NDArray*>& vars, const std::vector<NDArray>& grads,
+                   const std::vector<OpReqType>& reqs);
+// The gradient buffer of a variable; a none array for an array that is not one.
+NDArray GradOf(const NDArray& var);
+
+// Computes the gradients of the heads with respect to every variable they were computed from and writes them
+// into the variables' buffers (pushed; reading a buffer waits). head_grads: one per head (the head's shape),
+// or empty for ones. retain_graph false frees the graph's arrays afterwards (a second Backward through it is
+// an error); true keeps it for another. The operators' backward passes run in training mode (MXNet's default
+// train_mode=True).
+void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& head_grads = {},
+              bool retain_graph = false);
+
+// Called by Invoke after pushing a Forward while recording: adds the node. runner: the runner the Forward went
+// through (Backward reuses it and its Operator); args, aux: the inputs; outputs: every output (hidden ones
+// too), whose handles get the node.
+void RecordOp(std::shared_ptr<OperatorRunner> runner, const std::vector<NDArray>& args,
+              const std::vector<NDArray>& aux, std::vector<NDArray>* outputs);
+
+}  // namespace troupe::autograd
