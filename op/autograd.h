@@ -1,7 +1,9 @@
 // Autograd on NDArrays: MXNet's mx.autograd for C++ (record, attach_grad, backward).
 //
-// While a thread records (RecordScope), every Invoke of a registered operator (op/imperative.h) adds a node to
-// a graph kept with its output arrays: the operator, its inputs and outputs as they were at the call. Backward
+// While a thread records (RecordScope), every Invoke of a registered operator (op/imperative.h), and NDArray's
+// own operations that make a new value from an array of a graph (a + b, a * 2.0, AsType, Reshape, Slice, At:
+// run as elemwise_add, _mul_scalar, Cast, Reshape, slice_axis), add a node to a graph kept with its output
+// arrays: the operator, its inputs and outputs as they were at the call. Backward
 // walks that graph from the heads back to the variables (arrays given a gradient buffer by AttachGrad or
 // MarkVariables) and pushes each operator's own Backward (the same gradient definitions the symbolic executor
 // runs) to the engine, summing the gradients of an array used several times, then writes each variable's
@@ -27,9 +29,9 @@
 // Errors (troupe::Error, at the call): Backward from an array that was not computed while recording and is not
 // a variable, through a graph a Backward without retain_graph already freed, through an operator without a
 // backward pass, or after an array the backward pass reads was written in place since it was recorded (a
-// write pushed on its engine variable since); head gradients of the wrong count or shape. While recording, Invoke
-// returns new arrays only: the form that writes into given outputs is an error (the graph follows the arrays
-// it returns).
+// write pushed on its engine variable since); head gradients of the wrong count or shape. While recording, an
+// in-place operation on an array of a graph (a += b, fills, CopyFromTo into it, or reading one into another
+// array in place) is an error, and so is Invoke into given outputs: the graph follows new arrays only.
 //
 // Thread-safety: recording state is thread-local. The graph of one computation must not be recorded and
 // differentiated from several threads at once; different computations may run on different threads.

@@ -154,6 +154,13 @@ void RecordOp(std::shared_ptr<OperatorRunner> runner, const std::vector<NDArray>
 
 namespace {
 
+// NDArray's own operations, recorded as registered operators (tensor/detail/ndarray_access.h).
+NDArray InvokeForNDArray(const char* op, const std::vector<NDArray>& inputs,
+                         const std::vector<std::pair<std::string, std::string>>& kwargs) {
+  return Invoke(op, inputs, kwargs)[0];
+}
+[[maybe_unused]] const bool kHooked = (internal::AutogradInvokeHook() = &InvokeForNDArray, true);
+
 // The nodes reachable from the heads through recorded inputs, each after every node it reads from. The
 // shared pointers keep every node alive while a Backward that frees the graph clears their inputs.
 std::vector<std::shared_ptr<Node>> Topological(const std::vector<std::shared_ptr<Node>>& heads) {

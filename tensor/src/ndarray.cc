@@ -1,8 +1,10 @@
 #include "tensor/ndarray.h"
 
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <utility>
 
 #include "tensor/detail/kernels.h"
@@ -125,8 +127,35 @@ void PushBinaryScalar(BinaryOp op, const NDArray& a, double s, const NDArray& ou
        {a.var()}, {out.var()}, internal::BinaryOpName(op));
 }
 
+// The registered operators that record NDArray's arithmetic (see tensor/detail/ndarray_access.h).
+const char* RecordedBinary(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd: return "elemwise_add";
+    case BinaryOp::kSub: return "elemwise_sub";
+    case BinaryOp::kMul: return "elemwise_mul";
+    case BinaryOp::kDiv: return "elemwise_div";
+  }
+  return "";
+}
+const char* RecordedScalar(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd: return "_plus_scalar";
+    case BinaryOp::kSub: return "_minus_scalar";
+    case BinaryOp::kMul: return "_mul_scalar";
+    case BinaryOp::kDiv: return "_div_scalar";
+  }
+  return "";
+}
+
+std::string ExactText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
 NDArray Binary(BinaryOp op, const NDArray& a, const NDArray& b) {
   CheckSame(internal::BinaryOpName(op), a, b);
+  if (internal::MustRecord({&a, &b})) return internal::InvokeRecorded(RecordedBinary(op), {a, b});
   NDArray out(a.shape(), a.ctx(), a.dtype(), a.engine());
   PushBinary(op, a, b, out);
   return out;
@@ -134,6 +163,7 @@ NDArray Binary(BinaryOp op, const NDArray& a, const NDArray& b) {
 
 NDArray BinaryScalar(BinaryOp op, const NDArray& a, double s) {
   CheckNotNone(a, internal::BinaryOpName(op));
+  if (internal::MustRecord({&a})) return internal::InvokeRecorded(RecordedScalar(op), {a}, {{"scalar", ExactText(s)}});
   NDArray out(a.shape(), a.ctx(), a.dtype(), a.engine());
   PushBinaryScalar(op, a, s, out);
   return out;
@@ -332,7 +362,7 @@ NDArray NDArray::CopyTo(Context ctx, Engine* engine) const {
 
 NDArray NDArray::AsType(DType dtype) const {
   CheckNotNone(*this, "AsType");
-  internal::RefuseRecorded(*this, "AsType");
+  if (internal::MustRecord({this})) return internal::InvokeRecorded("Cast", {*this}, {{"dtype", DTypeName(dtype)}});
   DTypeSize(dtype);  // validates
   NDArray out(shape_, ctx(), dtype, engine());
   const TBlob in = data(), o = out.data();
@@ -357,7 +387,10 @@ NDArray NDArray::Slice(std::int64_t begin, std::int64_t end) const {
     throw Error("Slice [" + std::to_string(begin) + ", " + std::to_string(end) + ") is out of range for shape " +
                 shape_.ToString());
   }
-  internal::RefuseRecorded(*this, "Slice");
+  if (internal::MustRecord({this})) {  // a recorded copy, as MXNet records slicing
+    return internal::InvokeRecorded("slice_axis", {*this},
+                                    {{"axis", "0"}, {"begin", std::to_string(begin)}, {"end", std::to_string(end)}});
+  }
   NDArray v = *this;
   v.autograd_.reset();  // another value than the array's: not its node
   v.shape_[0] = end - begin;
@@ -373,6 +406,7 @@ NDArray NDArray::At(std::int64_t index) const {
   }
   NDArray v = Slice(index, index + 1);
   std::vector<std::int64_t> dims(shape_.begin() + 1, shape_.end());
+  if (internal::MustRecord({this})) return v.Reshape(TShape(dims));  // both recorded
   v.shape_ = TShape(dims);
   return v;
 }
@@ -410,7 +444,7 @@ NDArray NDArray::Reshape(const TShape& shape) const {
     throw Error("Reshape " + shape_.ToString() + " (" + std::to_string(size) + " elements) to " + shape.ToString() +
                 " (" + std::to_string(known) + " elements): sizes differ");
   }
-  internal::RefuseRecorded(*this, "Reshape");
+  if (internal::MustRecord({this})) return internal::InvokeRecorded("Reshape", {*this}, {{"shape", TShape(dims).ToString()}});
   NDArray v = *this;
   v.autograd_.reset();  // another value than the array's: not its node
   v.shape_ = TShape(dims);
@@ -598,9 +632,28 @@ bool& AutogradRecording() {
 
 void RefuseRecorded(const NDArray& a, const char* what) {
   if (!AutogradRecording() || !NDArrayAccess::Entry(a)) return;
-  throw Error(std::string(what) + ": the array belongs to a graph being recorded (op/autograd.h), and NDArray's own "
-              "operations are not recorded; while recording use Invoke with the operator (elemwise_add, "
-              "_mul_scalar, Reshape, slice_axis, Cast, ...), or compute outside the RecordScope");
+  throw Error(std::string(what) + ": an in-place operation on an array of a graph being recorded (op/autograd.h) "
+              "cannot be recorded; compute a new array instead (a + b, not a += b), or work outside the "
+              "RecordScope");
+}
+
+bool MustRecord(std::initializer_list<const NDArray*> inputs) {
+  if (!AutogradRecording()) return false;
+  for (const NDArray* a : inputs) {
+    if (NDArrayAccess::Entry(*a)) return true;
+  }
+  return false;
+}
+
+AutogradInvoke& AutogradInvokeHook() {
+  static AutogradInvoke hook = nullptr;
+  return hook;
+}
+
+NDArray InvokeRecorded(const char* op, const std::vector<NDArray>& inputs,
+                       const std::vector<std::pair<std::string, std::string>>& kwargs) {
+  if (AutogradInvokeHook() == nullptr) throw Error(std::string(op) + ": autograd (libtroupe_op) is not loaded");
+  return AutogradInvokeHook()(op, inputs, kwargs);
 }
 
 }  // namespace internal
