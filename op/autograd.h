@@ -101,6 +101,35 @@ NDArray GradOf(const NDArray& var);
 void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& head_grads = {},
               bool retain_graph = false);
 
+// A differentiable function written in C++ (MXNet's autograd.Function): Forward computes the outputs from the
+// inputs with any NDArray code (recording is paused inside), Backward the inputs' gradients from the outputs'.
+// Apply runs Forward and, while the thread records, adds one node whose backward pass is this object's
+// Backward; the object is kept until the graph is freed, so it may keep what Forward computed for Backward.
+//
+//   struct Sigmoid : autograd::Function {
+//     NDArray y;
+//     std::vector<NDArray> Forward(const std::vector<NDArray>& in) override {
+//       y = Invoke("sigmoid", {in[0]})[0];
+//       return {y};
+//     }
+//     std::vector<NDArray> Backward(const std::vector<NDArray>& dy) override {
+//       return {dy[0] * y * (y * -1.0 + 1.0)};
+//     }
+//   };
+//   NDArray out = autograd::Function::Apply(std::make_shared<Sigmoid>(), {x})[0];
+class Function {
+ public:
+  virtual ~Function() = default;
+  // The outputs (at least one); they must be new arrays, not the inputs.
+  virtual std::vector<NDArray> Forward(const std::vector<NDArray>& inputs) = 0;
+  // One gradient per input, each of its input's shape (a none array: no gradient for that input), from one
+  // gradient per output (zeros where an output got none). Runs unrecorded, pushed like everything else.
+  virtual std::vector<NDArray> Backward(const std::vector<NDArray>& out_grads) = 0;
+  // Throws troupe::Error when Forward returns no output or an input, and (at Backward) when Backward returns
+  // the wrong number or shapes of gradients.
+  static std::vector<NDArray> Apply(std::shared_ptr<Function> function, const std::vector<NDArray>& inputs);
+};
+
 // Called by Invoke after pushing a Forward while recording: adds the node. runner: the runner the Forward went
 // through (Backward reuses it and its Operator); args, aux: the inputs; outputs: every output (hidden ones
 // too), whose handles get the node.

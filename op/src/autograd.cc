@@ -32,6 +32,7 @@ struct Saved {
 // nodes that produced them; outputs are kept without their own node (the node would otherwise keep itself).
 struct Node {
   std::shared_ptr<OperatorRunner> runner;
+  std::shared_ptr<Function> function;  // a Function's node (runner null)
   std::vector<Saved> inputs, outputs;
   std::vector<NDArray> aux;
   std::size_t visible = 0;
@@ -152,6 +153,38 @@ void RecordOp(std::shared_ptr<OperatorRunner> runner, const std::vector<NDArray>
   }
 }
 
+std::vector<NDArray> Function::Apply(std::shared_ptr<Function> function, const std::vector<NDArray>& inputs) {
+  if (function == nullptr) throw Error("autograd::Function::Apply: no function given");
+  std::vector<NDArray> outputs;
+  {
+    PauseScope pause(IsTraining());
+    outputs = function->Forward(inputs);
+  }
+  if (outputs.empty()) throw Error("autograd::Function::Apply: Forward returned no output");
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (const NDArray& in : inputs) {
+      if (outputs[i].is_none() || outputs[i].SharesChunkWith(in)) {
+        throw Error("autograd::Function::Apply: output " + std::to_string(i) +
+                    " of Forward is empty or an input's memory; return new arrays");
+      }
+    }
+  }
+  if (!IsRecording()) return outputs;
+  auto node = std::make_shared<Node>();
+  node->function = std::move(function);
+  node->visible = outputs.size();
+  for (const NDArray& in : inputs) node->inputs.push_back(Save(in, false));
+  for (const NDArray& out : outputs) {
+    Saved s = Save(out, false);
+    NDArrayAccess::SetEntry(&s.array, nullptr);
+    node->outputs.push_back(std::move(s));
+  }
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    NDArrayAccess::SetEntry(&outputs[i], std::make_shared<Entry>(Entry{node, i}));
+  }
+  return outputs;
+}
+
 namespace {
 
 // NDArray's own operations, recorded as registered operators (tensor/detail/ndarray_access.h).
@@ -192,7 +225,10 @@ void Accumulate(NDArray* acc, const NDArray& g) {
   }
 }
 
-std::string NodeName(const Node& n) { return n.variable ? std::string("a variable") : "'" + n.runner->name() + "'"; }
+std::string NodeName(const Node& n) {
+  if (n.variable) return "a variable";
+  return n.function ? std::string("a Function") : "'" + n.runner->name() + "'";
+}
 
 }  // namespace
 
@@ -232,7 +268,7 @@ void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& hea
   }
   // Every check before anything is pushed: operators without a backward pass and arrays written since.
   for (const auto& n : order) {
-    if (n->variable || !wanted[n.get()]) continue;
+    if (n->variable || n->function || !wanted[n.get()]) continue;
     if (!n->runner->prop().HasBackward()) {
       throw Error("autograd::Backward: operator " + NodeName(*n) +
                   " has no gradient, and a variable's gradient depends on it");
@@ -291,11 +327,28 @@ void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& hea
     for (std::size_t i = 0; i < n->inputs.size(); ++i) {
       const auto& e = NDArrayAccess::Entry(n->inputs[i].array);
       if (!e || !wanted[e->node.get()]) continue;
+      req[i] = kWriteTo;
+      if (n->function) continue;
       const NDArray& x = n->inputs[i].array;
       in_grad[i] = NDArray(x.shape(), x.ctx(), x.dtype(), x.engine());
-      req[i] = kWriteTo;
     }
-    n->runner->Backward(og, in_data, out_data, n->aux, in_grad, req);
+    if (n->function) {
+      in_grad = n->function->Backward(og);
+      if (in_grad.size() != n->inputs.size()) {
+        throw Error("autograd::Backward: a Function's Backward returned " + std::to_string(in_grad.size()) +
+                    " gradients for its " + std::to_string(n->inputs.size()) + " inputs");
+      }
+      for (std::size_t i = 0; i < in_grad.size(); ++i) {
+        if (in_grad[i].is_none()) {
+          req[i] = kNullOp;
+        } else if (in_grad[i].shape() != n->inputs[i].array.shape()) {
+          throw Error("autograd::Backward: a Function's gradient " + std::to_string(i) + " has shape " +
+                      in_grad[i].shape().ToString() + ", its input " + n->inputs[i].array.shape().ToString());
+        }
+      }
+    } else {
+      n->runner->Backward(og, in_data, out_data, n->aux, in_grad, req);
+    }
     for (std::size_t i = 0; i < n->inputs.size(); ++i) {
       if (req[i] == kNullOp) continue;
       const auto& e = NDArrayAccess::Entry(n->inputs[i].array);
@@ -310,6 +363,7 @@ void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& hea
     n->inputs.clear();
     n->outputs.clear();
     n->aux.clear();
+    n->function.reset();
     // The runner stays: its name is in the error of a later Backward through this node.
   }
 }

@@ -1,7 +1,8 @@
 // Autograd on NDArrays (op/autograd.h): gradients against MXNet 1.9.1's mx.autograd on the same inputs
 // (tests/op/data/autograd/make_autograd.py: FullyConnected + relu with every input a variable and a head
 // gradient, an array used twice, grad_req add over two backward passes, BatchNorm in training mode with its
-// hidden outputs, Convolution + max Pooling + softmax with a constant input), NDArray's own arithmetic recorded,
+// hidden outputs, Convolution + max Pooling + softmax with a constant input, a custom Function), NDArray's own
+// arithmetic recorded,
 // plus the rules: recording scopes nest and restore, retain_graph, a freed graph, head gradient checks, arrays
 // written in place after they were recorded, in-place operations and Invoke into given outputs refused.
 #include "op/autograd.h"
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -124,6 +126,58 @@ TEST_F(AutogradTest, ConvolutionPoolingSoftmaxWithAConstantInput) {
   ExpectGrad("conv_pool", w, "w");
   ExpectGrad("conv_pool", b, "b");
   EXPECT_TRUE(autograd::GradOf(d).is_none());  // not a variable
+}
+
+// MXNet's documented sigmoid Function, its output times a variable: the Function's Backward gives x's gradient.
+struct Sigmoid : autograd::Function {
+  NDArray y;
+  std::vector<NDArray> Forward(const std::vector<NDArray>& in) override {
+    EXPECT_FALSE(autograd::IsRecording());  // paused inside
+    y = Invoke("sigmoid", {in[0]})[0];
+    return {y};
+  }
+  std::vector<NDArray> Backward(const std::vector<NDArray>& dy) override {
+    EXPECT_FALSE(autograd::IsRecording());
+    return {dy[0] * y * (y * -1.0 + 1.0)};
+  }
+};
+
+TEST_F(AutogradTest, ACustomFunctionMatchesMXNet) {
+  NDArray x = In("function", "x"), w = In("function", "w");
+  NDArray y;
+  {
+    autograd::RecordScope record;
+    y = Invoke("elemwise_mul", {autograd::Function::Apply(std::make_shared<Sigmoid>(), {x})[0], w})[0];
+  }
+  autograd::Backward({y}, {f_.at("function:head")});
+  ExpectGrad("function", x, "x");
+  ExpectGrad("function", w, "w");
+}
+
+// A Function's mistakes surface as errors: no outputs, an input returned as output, gradients of the wrong
+// number or shape.
+TEST(AutogradRulesTest, FunctionMistakesAreErrors) {
+  struct Returns : autograd::Function {
+    std::vector<NDArray> out, grads;
+    std::vector<NDArray> Forward(const std::vector<NDArray>&) override { return out; }
+    std::vector<NDArray> Backward(const std::vector<NDArray>&) override { return grads; }
+  };
+  NDArray x = NDArray::Ones(TShape{2}, Context::CPU());
+  autograd::AttachGrad(&x);
+  auto f = std::make_shared<Returns>();
+  ExpectError([&] { autograd::Function::Apply(f, {x}); }, {"no output"});
+  f->out = {x};
+  ExpectError([&] { autograd::Function::Apply(f, {x}); }, {"output 0", "input's memory"});
+  for (const std::vector<NDArray>& bad : {std::vector<NDArray>{}, std::vector<NDArray>{NDArray::Ones(TShape{3}, Context::CPU())}}) {
+    f->out = {NDArray::Ones(TShape{2}, Context::CPU())};
+    f->grads = bad;
+    NDArray y;
+    {
+      autograd::RecordScope record;
+      y = autograd::Function::Apply(f, {x})[0];
+    }
+    ExpectError([&] { autograd::Backward({y}); }, {"Function"});
+  }
 }
 
 TEST(AutogradRulesTest, ScopesNestAndRestore) {

@@ -2,7 +2,8 @@
 
 Each case records a small computation of registered operators with mx.autograd.record() (train mode), calls
 backward with a head gradient (or none: ones) and saves, under '<case>:<name>', the inputs (in:<name>), the
-head gradient (head) and every variable's gradient (grad:<name>). autograd_test.cc rebuilds each case with
+head gradient (head) and every variable's gradient (grad:<name>); the last case is a custom autograd.Function.
+autograd_test.cc rebuilds each case with
 troupe's autograd (op/autograd.h) and compares.
 
 Run with MXNet 1.9.1 (pip install mxnet==1.9.1 "numpy<1.24"):  python make_autograd.py
@@ -79,6 +80,24 @@ with mx.autograd.record():
     y = mx.nd.softmax(mx.nd.reshape(p, shape=(2, -1)), axis=1)
 y.backward(head('conv_pool', (2, 36)))
 grads('conv_pool', w=w, b=b)
+
+# A custom Function (the sigmoid of MXNet's autograd.Function documentation), its output times a variable.
+class Sigmoid(mx.autograd.Function):
+    def forward(self, x):
+        y = 1 / (1 + mx.nd.exp(-x))
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, dy):
+        y, = self.saved_tensors
+        return dy * y * (1 - y)
+
+
+x, w = var('function', 'x', (3, 4)), var('function', 'w', (3, 4))
+with mx.autograd.record():
+    y = mx.nd.elemwise_mul(Sigmoid()(x), w)
+y.backward(head('function', (3, 4)))
+grads('function', x=x, w=w)
 
 mx.nd.save(os.path.join(HERE, 'autograd.params'), saved)
 print(len(saved), 'arrays')
