@@ -17,6 +17,7 @@
 #include "op/imperative.h"
 #include "op/internal/op_util.h"
 #include "op/internal/optimizer_kernels.h"
+#include "op/internal/optimizer_params.h"
 #include "op/internal/pickle.h"
 
 namespace troupe {
@@ -30,6 +31,8 @@ constexpr char kStepState[] = "step";
 constexpr char kMasterState[] = "weight32";  // multi_precision's float32 weight
 
 using internal::OptimizerKind;
+using internal::CommonScalars;
+using internal::DeclareCommon;
 using internal::OptimizerScalars;
 
 // One update of `kind` on the weight's device: a loop over the elements on the CPU (the kind and type are
@@ -113,28 +116,6 @@ void PushUpdate(const char* op, OptimizerKind kind, const OptimizerScalars& scal
   weight.engine()->PushSync(
       [kind, scalars, tw, tg, ts](RunContext rctx) { StepOnDevice(kind, scalars, tw, tg, ts, rctx); },
       weight.ctx(), {g.var()}, writes, FnProperty::kNormal, 0, op);
-}
-
-// The scalars every rule reads (learning rate, weight decay, rescale_grad, clip_gradient) for an update with
-// parameters `p`; callers add their rule's own.
-template <typename P>
-OptimizerScalars CommonScalars(double lr, double wd, const P& p) {
-  OptimizerScalars sc;
-  sc.lr = lr;
-  sc.wd = wd;
-  sc.rescale = p.rescale_grad;
-  sc.clip = p.clip_gradient;
-  return sc;
-}
-
-// The parameters every optimizer takes besides its learning rate, declared once.
-template <typename P>
-void DeclareCommon(ParamSchema<P>& s) {
-  s.Field("wd", &P::wd).Default(0.f).Describe("Weight decay (L2 regularisation coefficient).");
-  s.Field("rescale_grad", &P::rescale_grad).Default(1.f).Describe("Gradients are multiplied by this.");
-  s.Field("clip_gradient", &P::clip_gradient)
-      .Default(-1.f)
-      .Describe("Clip the gradient to [-clip_gradient, clip_gradient]; < 0 turns clipping off.");
 }
 
 struct SgdParam : Params<SgdParam> {

@@ -20,6 +20,7 @@
 
 #include "op/internal/op_util.h"
 #include "op/internal/optimizer_kernels.h"
+#include "op/internal/optimizer_params.h"
 #include "op/operator.h"
 #include "op/param.h"
 
@@ -30,27 +31,17 @@ namespace {
 using internal::OptimizerKind;
 using internal::OptimizerScalars;
 
-// The fields every update operator has: lr (required, as in MXNet), wd, rescale_grad, clip_gradient.
+// The fields every update operator has: lr (required, as in MXNet), then the optimizers' common ones.
 template <typename P>
 void DeclareLrAndCommon(ParamSchema<P>& s) {
   s.Field("lr", &P::lr).Describe("Learning rate");
-  s.Field("wd", &P::wd).Default(0.f).Describe(
-      "Weight decay augments the objective function with a regularization term that penalizes large weights.");
-  s.Field("rescale_grad", &P::rescale_grad).Default(1.f).Describe("Rescale gradient to grad = rescale_grad*grad.");
-  s.Field("clip_gradient", &P::clip_gradient)
-      .Default(-1.f)
-      .Describe("Clip gradient to the range of [-clip_gradient, clip_gradient]; <= 0 turns clipping off.");
+  internal::DeclareCommon(s);
 }
 
 // The scalars of those fields.
 template <typename P>
 OptimizerScalars CommonScalars(const P& p) {
-  OptimizerScalars sc;
-  sc.lr = p.lr;
-  sc.wd = p.wd;
-  sc.rescale = p.rescale_grad;
-  sc.clip = p.clip_gradient;
-  return sc;
+  return internal::CommonScalars(p.lr, p.wd, p);
 }
 
 #define TROUPE_UPDATE_COMMON_FIELDS float lr = 0.f, wd = 0.f, rescale_grad = 1.f, clip_gradient = -1.f;
