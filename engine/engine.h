@@ -46,7 +46,7 @@ class Var {
   // Number of writes pushed on this variable so far, counted when each push is made (version() counts them as
   // they complete). Two readings on the pushing thread tell whether that thread, or one ordered before it,
   // pushed a write in between.
-  std::uint64_t writes_pushed() const noexcept { return pushed_.load(std::memory_order_acquire); }
+  std::uint64_t writes_pushed() const noexcept { return pushed_.load(std::memory_order_relaxed); }
   // Unique among every variable this process has had: an engine recycles deleted variables' memory, never
   // their ids. (id, version) names one state of one variable; operators key caches with it.
   std::uint64_t id() const noexcept { return id_; }
@@ -56,7 +56,8 @@ class Var {
   ~Var() = default;
   // A fresh id, for an engine that hands out a recycled variable.
   static std::uint64_t NextId() noexcept;
-  void CountPushedWrite() noexcept { pushed_.fetch_add(1, std::memory_order_acq_rel); }
+  // A counter only (it orders nothing): relaxed, one uncontended add per written variable of a push.
+  void CountPushedWrite() noexcept { pushed_.fetch_add(1, std::memory_order_relaxed); }
   std::atomic<std::uint64_t> version_{0};
   std::atomic<std::uint64_t> pushed_{0};
   std::uint64_t id_;
