@@ -16,6 +16,8 @@ done
 ls build/devlibs
 files="$bins $(find build -path build/tests/install -prune -o -name 'libtroupe*.so*' -print) $(find build -name CTestTestfile.cmake) build/devlibs"
 XZ_OPT=-9 tar cJf .devrun/bundle.tar.xz $files
+# The build's RPATHs and test-data paths are absolute: the device must see the tree at this same path.
+pwd > .devrun/build_root
 # The carried tree must stay under 64 MiB: the test set whole, the first 30,000 training images (a valid idx
 # file with its count rewritten).
 mkdir -p .devrun/fashion; cp /usr/share/datasets/fashion-mnist/t10k-*.gz .devrun/fashion/

@@ -7,7 +7,7 @@ LOG=$OUT/gpu.log
 exec > >(tee -a $LOG) 2>&1
 echo "== root $R"; date
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-# unpack into /work/main (the build's absolute paths), CUDA libraries on LD_LIBRARY_PATH
+# unpack at the build's own path (.devrun/build_root), CUDA libraries on LD_LIBRARY_PATH
 source "$R/bench/gpu/devrun_env.sh"
 devrun_setup || exit 1
 mkdir -p /usr/share/datasets/fashion-mnist && cp .devrun/fashion/* /usr/share/datasets/fashion-mnist/

@@ -14,7 +14,7 @@
 #     bash bench/gpu/perf.sh
 # Here, a dry run on the CPU: this tree's build/tools/troupe (or $TROUPE) with --ctx cpu --batch-size 2 --quick,
 # PyTorch on the CPU at batch 2, one warm-up step and one timed step a mode; OUT defaults to /tmp/perf-dry-run:
-#     TORCH_PY=/work/torch-venv/bin/python bench/gpu/perf.sh --dry-run
+#     TORCH_PY=torch-venv/bin/python bench/gpu/perf.sh --dry-run
 # TORCH_PY: the Python that has torch and torchvision (default python3, which has them on the device).
 set -u
 R=$(cd "$(dirname "$0")/../.." && pwd)
