@@ -85,12 +85,19 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // Pushes the forward pass. is_train: operators run in training mode (Dropout drops, BatchNorm uses batch
-  // statistics); Backward needs the preceding Forward to have been is_train.
+  // statistics).
   void Forward(bool is_train);
-  // Pushes the backward pass after Forward(true). head_grads: one per output, the gradient arriving at it;
-  // empty means ones for every output (what loss outputs such as SoftmaxOutput ignore). Throws
-  // troupe::Error when the executor was bound without gradients or Forward(true) did not come first.
+  // Pushes the backward pass of the preceding Forward (usually Forward(true); after Forward(false) it is the
+  // gradient of the prediction-mode pass, as MXNet's autograd.record(train_mode=False) gives). head_grads:
+  // one per output, the gradient arriving at it; empty means ones for every output (what loss outputs such as
+  // SoftmaxOutput ignore). Throws troupe::Error when the executor was bound without gradients or no Forward
+  // came since the last Backward.
   void Backward(const std::vector<NDArray>& head_grads = {});
+  // Binds argument i (ListArguments order) / auxiliary state i to another array of the same shape, type,
+  // device and engine (troupe::Error otherwise): the following passes read and write it instead, without a
+  // copy (outputs that are views of the argument follow). Call between passes, from the driving thread.
+  void SetArgArray(std::size_t i, const NDArray& array);
+  void SetAuxArray(std::size_t i, const NDArray& array);
   // The loss scale the following Backward calls start the gradient with (dynamic loss scaling of mixed-precision
   // training, train/loss_scaler.h: OpContext::loss_scale of the loss outputs). 1 after Bind. Call between
   // steps, from the thread that calls Backward.

@@ -85,6 +85,9 @@ class OperatorRunner {
 // Returns without waiting; read the outputs to wait. Throws troupe::Error for an unknown operator, a bad
 // parameter, the wrong number of inputs or inconsistent shapes.
 std::vector<NDArray> Invoke(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs = {});
+// The same for an initialised property (a graph node's, say), which is shared and must not change afterwards:
+// no parameter parsing per call.
+std::vector<NDArray> Invoke(std::shared_ptr<const OperatorProperty> prop, const std::vector<NDArray>& inputs);
 // The same, writing into given outputs (one per visible output) with req (kWriteTo or kAddTo). Not while
 // recording (troupe::Error): the graph follows the arrays Invoke returns.
 void Invoke(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs,

@@ -110,7 +110,26 @@ struct Executor::Impl {
   std::vector<std::string> fused_names;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> argument_views;  // (output entry, argument entry)
   std::vector<NDArray> storage;
-  bool forward_train_done = false;
+  bool forward_done = false;
+
+  // Binds plan entry e (an argument's or auxiliary state's) to `a`, with the views of it and the outputs.
+  void Rebind(std::uint32_t e, const NDArray& a) {
+    arr[e] = a;
+    for (const auto& [out, in] : argument_views) {
+      if (in == e) arr[out] = a.Reshape(shape[out]);
+    }
+    for (std::size_t k = 0; k < g.heads.size(); ++k) outputs[k] = arr[g.entry_id(g.heads[k])];
+  }
+  void CheckSame(const NDArray& have, const NDArray& a, const std::string& what) const {
+    if (a.is_none() || a.shape() != have.shape() || a.dtype() != have.dtype() || a.ctx() != have.ctx() ||
+        a.engine() != have.engine()) {
+      throw Error(what + ": the new array must have the bound one's shape " + have.shape().ToString() + ", type " +
+                  DTypeName(have.dtype()) + ", device " + have.ctx().ToString() + " and engine" +
+                  (a.is_none() ? std::string(" (it is empty)")
+                               : ", it has " + a.shape().ToString() + " " + DTypeName(a.dtype()) + " on " +
+                                     a.ctx().ToString()));
+    }
+  }
 
   std::string NodeDesc(std::uint32_t n) const {
     const graph::Node* node = g.nodes[n];
@@ -1018,7 +1037,7 @@ void Executor::Forward(bool is_train) {
              m.is_fused.empty() || !m.is_fused[f.node] ? nullptr : &m.g.nodes[f.node]->name);
   }
   bulk.Flush();
-  m.forward_train_done = is_train;
+  m.forward_done = true;
 }
 
 void Executor::Backward(const std::vector<NDArray>& head_grads) {
@@ -1028,9 +1047,9 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
         "Backward: the executor was bound without gradients (every grad_req is kNullOp); bind with "
         "gradient arrays and kWriteTo or kAddTo");
   }
-  if (!m.forward_train_done) {
+  if (!m.forward_done) {
     throw Error(
-        "Backward: call Forward(true) first (once per Backward: the memory plan lets Backward reuse "
+        "Backward: call Forward first (once per Backward: the memory plan lets Backward reuse "
         "the buffers of the forward pass)");
   }
   const auto out_names = m.symbol.ListOutputs();
@@ -1110,7 +1129,27 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
   }
   bulk.Flush();
   for (std::size_t i : m.zero_fill_args) m.grads[i] = 0.0;
-  m.forward_train_done = false;
+  m.forward_done = false;
+}
+
+void Executor::SetArgArray(std::size_t i, const NDArray& array) {
+  Impl& m = *impl_;
+  if (i >= m.args.size()) {
+    throw Error("SetArgArray: argument " + std::to_string(i) + " of " + std::to_string(m.args.size()));
+  }
+  m.CheckSame(m.args[i], array, "SetArgArray: argument '" + m.arg_names[i] + "'");
+  m.args[i] = array;
+  m.Rebind(m.g.entry_id(m.g.arg_nodes[i], 0), array);
+}
+
+void Executor::SetAuxArray(std::size_t i, const NDArray& array) {
+  Impl& m = *impl_;
+  if (i >= m.aux.size()) {
+    throw Error("SetAuxArray: auxiliary state " + std::to_string(i) + " of " + std::to_string(m.aux.size()));
+  }
+  m.CheckSame(m.aux[i], array, "SetAuxArray: auxiliary state '" + m.aux_names[i] + "'");
+  m.aux[i] = array;
+  m.Rebind(m.g.entry_id(m.g.aux_nodes[i], 0), array);
 }
 
 const Symbol& Executor::symbol() const { return impl_->symbol; }

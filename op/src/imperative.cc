@@ -264,15 +264,15 @@ OperatorRunner::Call OperatorRunner::PrepareBackward(const std::vector<NDArray>&
 namespace {
 
 struct Prepared {
-  std::shared_ptr<OperatorProperty> prop;
+  std::shared_ptr<const OperatorProperty> prop;
   std::shared_ptr<OperatorRunner> runner;
   std::vector<NDArray> args, aux;
 };
 
-Prepared Prepare(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs) {
+Prepared PrepareWith(std::shared_ptr<const OperatorProperty> prop, const std::vector<NDArray>& inputs) {
   Prepared p;
-  p.prop = OperatorProperty::Create(op);
-  p.prop->Init(kwargs);
+  p.prop = std::move(prop);
+  const std::string op = p.prop->TypeString();
   const auto args = p.prop->ListArguments();
   const auto aux = p.prop->ListAuxiliaryStates();
   if (inputs.size() != args.size() + aux.size()) {
@@ -300,10 +300,13 @@ Prepared Prepare(const std::string& op, const std::vector<NDArray>& inputs, cons
   return p;
 }
 
-}  // namespace
+Prepared Prepare(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs) {
+  std::shared_ptr<OperatorProperty> prop = OperatorProperty::Create(op);
+  prop->Init(kwargs);
+  return PrepareWith(std::move(prop), inputs);
+}
 
-std::vector<NDArray> Invoke(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs) {
-  Prepared p = Prepare(op, inputs, kwargs);
+std::vector<NDArray> RunPrepared(const Prepared& p, const std::vector<NDArray>& inputs) {
   std::vector<NDArray> out;
   for (std::size_t i = 0; i < p.runner->out_shapes().size(); ++i) {
     out.emplace_back(p.runner->out_shapes()[i], p.runner->ctx(), static_cast<DType>(p.runner->out_types()[i]),
@@ -314,6 +317,17 @@ std::vector<NDArray> Invoke(const std::string& op, const std::vector<NDArray>& i
   if (autograd::IsRecording()) autograd::RecordOp(p.runner, p.args, p.aux, &out);
   out.resize(static_cast<std::size_t>(p.prop->NumVisibleOutputs()));
   return out;
+}
+
+}  // namespace
+
+std::vector<NDArray> Invoke(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs) {
+  return RunPrepared(Prepare(op, inputs, kwargs), inputs);
+}
+
+std::vector<NDArray> Invoke(std::shared_ptr<const OperatorProperty> prop, const std::vector<NDArray>& inputs) {
+  if (prop == nullptr) throw Error("Invoke: no operator property given");
+  return RunPrepared(PrepareWith(std::move(prop), inputs), inputs);
 }
 
 void Invoke(const std::string& op, const std::vector<NDArray>& inputs, const Kwargs& kwargs,
