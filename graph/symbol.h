@@ -76,6 +76,10 @@ class Symbol {
 
   // The outputs of several symbols as one symbol (MXNet's mx.sym.Group).
   static Symbol Group(const std::vector<Symbol>& symbols);
+  // This symbol with the named variables replaced by other symbols of one output each (MXNet's composition,
+  // net(data=x)): a copy of the nodes between them and the outputs; this symbol is unchanged. A name that is
+  // no variable of the graph, or a replacement with several outputs, is a troupe::Error naming it.
+  Symbol Substitute(const std::map<std::string, Symbol>& vars) const;
 
   bool empty() const { return outputs_.empty(); }
   std::size_t NumOutputs() const { return outputs_.size(); }

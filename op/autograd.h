@@ -92,6 +92,9 @@ void MarkVariables(const std::vector<NDArray*>& vars, const std::vector<NDArray>
                    const std::vector<OpReqType>& reqs);
 // The gradient buffer of a variable; a none array for an array that is not one.
 NDArray GradOf(const NDArray& var);
+// Whether `a` belongs to a graph: a variable, or an array computed while recording (a gradient can flow to
+// or through it).
+bool InGraph(const NDArray& a);
 
 // Computes the gradients of the heads with respect to every variable they were computed from and writes them
 // into the variables' buffers (pushed; reading a buffer waits). head_grads: one per head (the head's shape),

@@ -7,7 +7,7 @@
 //   fan_in = shape[1] * prod(shape[2:]), fan_out = shape[0] * prod(shape[2:]), factor by factor_type,
 //   scale = sqrt(magnitude / factor): uniform(-scale, scale) or normal(0, scale);
 //   "uniform" (scale 0.07): uniform(-scale, scale); "normal" (sigma 0.01): normal(0, sigma);
-//   "constant" (value): value; "zero", "one".
+//   "constant" (value): value; "zero", "one" (also spelt "zeros", "ones", as Gluon does).
 // Random draws come from the device's random generator (ResourceManager::SeedRandom makes them
 // reproducible). Arrays are filled through the engine; the call returns at once.
 #pragma once

@@ -119,6 +119,13 @@ class Optimizer {
   // How many indices a caller hands to one UpdateMulti (MXNet's MXNET_OPTIMIZER_AGGREGATION_SIZE): for sgd
   // TROUPE_OPTIMIZER_AGGREGATION_SIZE (default 4, as MXNet), 1 for the others.
   virtual int aggregation_size() const { return 1; }
+  // UpdateMulti over consecutive groups of up to aggregation_size() (MXNet's Updater grouping).
+  void UpdateGrouped(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                     const std::vector<NDArray>& grads);
+  // A factor on rescale_grad for the following updates, 1 after Create: Gluon's Trainer sets rescale_grad to
+  // the configured value over the batch size at every step. Throws troupe::Error unless positive and finite.
+  void SetGradScale(float scale);
+  float grad_scale() const { return grad_scale_; }
 
   // Per-index multipliers of the learning rate and weight decay (MXNet's lr_mult / wd_mult), default 1.
   void SetMultipliers(int index, float lr_mult, float wd_mult);
@@ -170,6 +177,7 @@ class Optimizer {
 
  protected:
   explicit Optimizer(OptimizerConfig config) : config_(std::move(config)) {}
+  float grad_scale_ = 1.0f;  // SetGradScale
   // The type's update of one index (Update, after multi_precision's substitution of the float32 copy) and of
   // several (UpdateMulti; the default runs UpdateOne on each).
   virtual void UpdateOne(int index, const NDArray& weight, const NDArray& grad) = 0;

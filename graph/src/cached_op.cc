@@ -11,7 +11,6 @@
 #include "graph/internal/graph.h"
 #include "op/autograd.h"
 #include "op/imperative.h"
-#include "tensor/detail/ndarray_access.h"
 
 namespace troupe {
 
@@ -209,7 +208,7 @@ std::vector<NDArray> CachedOp::operator()(const std::vector<NDArray>& inputs) {
   bool record = false;
   if (autograd::IsRecording()) {
     for (std::size_t i = 0; i < m.num_args; ++i) {
-      needs_grad[i] = NDArrayAccess::Entry(inputs[i]) != nullptr;
+      needs_grad[i] = autograd::InGraph(inputs[i]);
       record = record || needs_grad[i];
     }
   }

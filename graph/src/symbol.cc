@@ -466,6 +466,64 @@ Symbol Symbol::GetInternals() const {
   return Symbol(std::move(outs));
 }
 
+Symbol Symbol::Substitute(const std::map<std::string, Symbol>& vars) const {
+  const IndexedGraph g = graph::IndexGraph(outputs_);
+  std::unordered_map<std::string, NodeEntry> repl;
+  for (const auto& [name, sym] : vars) {
+    if (sym.outputs_.size() != 1) {
+      throw Error("Symbol::Substitute: the replacement of '" + name + "' has " + std::to_string(sym.outputs_.size()) +
+                  " outputs; give one");
+    }
+    repl[name] = sym.outputs_[0];
+  }
+  std::unordered_map<const Node*, std::shared_ptr<Node>> copy;  // node -> its copy (or its replacement's node)
+  std::unordered_map<const Node*, std::uint32_t> index_shift;   // replaced variables: their replacement's output
+  std::size_t used = 0;
+  for (const Node* n : g.nodes) {  // inputs come first
+    if (n->is_variable()) {
+      auto it = repl.find(n->name);
+      if (it != repl.end()) {
+        copy[n] = it->second.node;
+        index_shift[n] = it->second.index;
+        ++used;
+      }
+      continue;
+    }
+    bool changed = false;
+    for (const auto& e : n->inputs) changed = changed || copy.count(e.node.get()) > 0;
+    if (!changed) continue;
+    auto c = std::make_shared<Node>(*n);
+    for (auto& e : c->inputs) {
+      auto it = copy.find(e.node.get());
+      if (it == copy.end()) continue;
+      auto sh = index_shift.find(e.node.get());
+      if (sh != index_shift.end()) e.index = sh->second;
+      e.node = it->second;
+    }
+    copy[n] = std::move(c);
+  }
+  if (used != repl.size()) {
+    std::vector<std::string> vars_here;
+    for (const Node* n : g.nodes) {
+      if (n->is_variable()) vars_here.push_back(n->name);
+    }
+    for (const auto& [name, e] : repl) {
+      if (std::find(vars_here.begin(), vars_here.end(), name) == vars_here.end()) {
+        throw Error("Symbol::Substitute: '" + name + "' is no variable of the symbol");
+      }
+    }
+  }
+  std::vector<NodeEntry> outs = outputs_;
+  for (auto& e : outs) {
+    auto it = copy.find(e.node.get());
+    if (it == copy.end()) continue;
+    auto sh = index_shift.find(e.node.get());
+    if (sh != index_shift.end()) e.index = sh->second;
+    e.node = it->second;
+  }
+  return Symbol(std::move(outs));
+}
+
 std::string Symbol::name() const { return SingleNode(outputs_, "name").name; }
 
 std::optional<std::string> Symbol::GetAttr(const std::string& key) const {

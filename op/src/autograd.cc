@@ -125,6 +125,8 @@ NDArray GradOf(const NDArray& var) {
   return e && e->node->variable ? e->node->grad : NDArray();
 }
 
+bool InGraph(const NDArray& a) { return NDArrayAccess::Entry(a) != nullptr; }
+
 void RecordOp(std::shared_ptr<OperatorRunner> runner, const std::vector<NDArray>& args,
               const std::vector<NDArray>& aux, std::vector<NDArray>* outputs) {
   const OperatorProperty& prop = runner->prop();

@@ -152,6 +152,8 @@ std::unique_ptr<Initializer> Initializer::Create(const std::string& name, const 
   if (name == "uniform") return std::make_unique<UniformInit>(params);
   if (name == "normal") return std::make_unique<NormalInit>(params);
   if (name == "constant" || name == "zero" || name == "one") return std::make_unique<ConstantInit>(name, params);
+  // Gluon's spellings (mx.init.Zero() registers as "zeros", One() as "ones").
+  if (name == "zeros" || name == "ones") return std::make_unique<ConstantInit>(name == "zeros" ? "zero" : "one", params);
   const auto names = ListNames();
   std::string msg = "unknown initializer '" + name + "'; known initializers: ";
   for (std::size_t i = 0; i < names.size(); ++i) msg += (i ? ", " : "") + names[i];
@@ -161,7 +163,7 @@ std::unique_ptr<Initializer> Initializer::Create(const std::string& name, const 
 }
 
 std::vector<std::string> Initializer::ListNames() {
-  return {"constant", "normal", "one", "uniform", "xavier", "zero"};
+  return {"constant", "normal", "one", "ones", "uniform", "xavier", "zero", "zeros"};
 }
 
 void Initializer::operator()(const std::string& name, NDArray* arr) const {

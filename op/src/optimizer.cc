@@ -205,6 +205,7 @@ class SgdOptimizer : public Optimizer {
     std::vector<NDArray> g(grads);
     for (std::size_t i = 0; i < n; ++i) {
       OptimizerScalars sc = CommonScalars(lr_of(indices[i]), wd_of(indices[i], param_.wd), param_);
+      sc.rescale *= grad_scale_;
       sc.momentum = param_.momentum;
       args.push_back(sc);
       for (const NDArray& w : weights) {
@@ -254,6 +255,7 @@ class AdamOptimizer : public Optimizer {
     const double coef2 = 1.0 - std::pow(param_.beta2, static_cast<double>(t));
     const double lr_t = static_cast<double>(lr_of(index)) * std::sqrt(coef2) / coef1;
     OptimizerScalars sc = CommonScalars(lr_t, wd_of(index, param_.wd), param_);
+    sc.rescale *= grad_scale_;
     sc.beta1 = param_.beta1;
     sc.beta2 = param_.beta2;
     sc.epsilon = param_.epsilon;
@@ -331,6 +333,7 @@ class NagOptimizer : public Optimizer {
     const std::vector<NDArray> states = StateOf(index, weight, use_mom ? kMom : kNone);
     CountUpdate(index);
     OptimizerScalars sc = CommonScalars(lr_of(index), wd_of(index, param_.wd), param_);
+    sc.rescale *= grad_scale_;
     sc.momentum = param_.momentum;
     // MXNet's NAG falls back to sgd_update without momentum.
     if (use_mom) {
@@ -362,6 +365,7 @@ class AdaGradOptimizer : public Optimizer {
     const std::vector<NDArray> states = StateOf(index, weight, kNames);
     CountUpdate(index);
     OptimizerScalars sc = CommonScalars(lr_of(index), wd_of(index, param_.wd), param_);
+    sc.rescale *= grad_scale_;
     sc.epsilon = param_.eps;
     PushUpdate("adagrad_update", OptimizerKind::kAdaGrad, sc, weight, grad, states);
   }
@@ -387,6 +391,7 @@ class RmsPropOptimizer : public Optimizer {
     const std::vector<NDArray> states = StateOf(index, weight, param_.centered ? kCentered : kPlain);
     CountUpdate(index);
     OptimizerScalars sc = CommonScalars(lr_of(index), wd_of(index, param_.wd), param_);
+    sc.rescale *= grad_scale_;
     sc.gamma1 = param_.gamma1;
     sc.gamma2 = param_.gamma2;
     sc.epsilon = param_.epsilon;
@@ -758,6 +763,29 @@ std::int64_t Optimizer::CountUpdate(int index) {
   const std::int64_t t = ++steps_[index];
   num_update_ = std::max(num_update_, t);
   return t;
+}
+
+void Optimizer::UpdateGrouped(const std::vector<int>& indices, const std::vector<NDArray>& weights,
+                              const std::vector<NDArray>& grads) {
+  if (weights.size() != indices.size() || grads.size() != indices.size()) {
+    throw Error("Optimizer::UpdateGrouped: " + std::to_string(indices.size()) + " indices, " +
+                std::to_string(weights.size()) + " weights and " + std::to_string(grads.size()) + " gradients");
+  }
+  const std::size_t group = static_cast<std::size_t>(std::max(1, aggregation_size()));
+  for (std::size_t b = 0; b < indices.size(); b += group) {
+    const auto e = static_cast<std::ptrdiff_t>(std::min(indices.size(), b + group));
+    const auto s = static_cast<std::ptrdiff_t>(b);
+    UpdateMulti(std::vector<int>(indices.begin() + s, indices.begin() + e),
+                std::vector<NDArray>(weights.begin() + s, weights.begin() + e),
+                std::vector<NDArray>(grads.begin() + s, grads.begin() + e));
+  }
+}
+
+void Optimizer::SetGradScale(float scale) {
+  if (!(scale > 0) || !std::isfinite(scale)) {
+    throw Error("Optimizer::SetGradScale: the scale must be positive and finite, got " + std::to_string(scale));
+  }
+  grad_scale_ = scale;
 }
 
 void Optimizer::SetMultipliers(int index, float lr_mult, float wd_mult) { multipliers_[index] = {lr_mult, wd_mult}; }

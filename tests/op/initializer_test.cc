@@ -165,8 +165,8 @@ TEST(InitializerTest, ReproducibleWithSeedRandom) {
 
 TEST(InitializerTest, Errors) {
   ExpectError([] { Initializer::Create("xavierr"); },
-              {"xavierr", "constant, normal, one, uniform, xavier, zero"});
-  EXPECT_EQ(Initializer::ListNames().size(), 6u);
+              {"xavierr", "constant, normal, one, ones, uniform, xavier, zero, zeros"});
+  EXPECT_EQ(Initializer::ListNames().size(), 8u);
   ExpectError([] { Initializer::Create("xavier", {{"rnd_type", "cauchy"}}); }, {"xavier", "rnd_type"});
   ExpectError([] { Initializer::Create("xavier", {{"factor_type", "sum"}}); }, {"xavier", "factor_type"});
   ExpectError([] { Initializer::Create("uniform", {{"sigma", "1"}}); }, {"uniform", "sigma"});

@@ -102,19 +102,6 @@ bool StatelessSgd(const OptimizerConfig& c) {
   return true;
 }
 
-// The updates of (index, weight, gradient) triples, up to the optimizer's aggregation_size() per
-// UpdateMulti call (MXNet's Updater grouping: one engine function per group for sgd).
-void UpdateInGroups(Optimizer* opt, const std::vector<int>& indices, const std::vector<NDArray>& weights,
-                    const std::vector<NDArray>& grads) {
-  const std::size_t group = static_cast<std::size_t>(std::max(1, opt->aggregation_size()));
-  for (std::size_t b = 0; b < indices.size(); b += group) {
-    const std::size_t e = std::min(indices.size(), b + group);
-    opt->UpdateMulti(std::vector<int>(indices.begin() + b, indices.begin() + e),
-                     std::vector<NDArray>(weights.begin() + b, weights.begin() + e),
-                     std::vector<NDArray>(grads.begin() + b, grads.begin() + e));
-  }
-}
-
 }  // namespace
 
 struct Module::Impl {
@@ -731,7 +718,7 @@ void Module::Update() {
       weights.push_back(args[i]);
       gs.push_back(grads[i]);
     }
-    UpdateInGroups(m.optimizer.get(), indices, weights, gs);
+    m.optimizer->UpdateGrouped(indices, weights, gs);
     return;
   }
   const std::size_t k = m.contexts.size();
@@ -789,7 +776,7 @@ void Module::Update() {
         weights.push_back(ca[i]);
         gs.push_back(cg[i]);
       }
-      UpdateInGroups(m.optimizer.get(), indices, weights, gs);
+      m.optimizer->UpdateGrouped(indices, weights, gs);
     }
   }
   // Auxiliary states are not reduced (as MXNet's update does not touch them); keep the contexts equal.

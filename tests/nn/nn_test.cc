@@ -1,0 +1,296 @@
+// The module API (nn/): against MXNet 1.9.1's Gluon on the same inputs (tests/nn/data/make_nn.py): every loss,
+// a small network's training-mode outputs, loss and parameter gradients (imperative and hybridized), two
+// Trainer steps, loading Gluon's save_parameters file and importing Gluon's export; plus deferred shapes,
+// names, save/load and export round trips, stale gradients, Sequential of imperative blocks, and the
+// DataLoader's batches.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "nn/basic_layers.h"
+#include "nn/block.h"
+#include "nn/conv_layers.h"
+#include "nn/data_loader.h"
+#include "nn/loss.h"
+#include "nn/trainer.h"
+#include "op/autograd.h"
+#include "op/imperative.h"
+#include "tests/common/op_test_util.h"
+
+namespace troupe {
+namespace {
+
+using test::ExpectError;
+
+std::string Data(const std::string& f) { return std::string(TROUPE_TEST_DATA_DIR) + "/" + f; }
+
+std::map<std::string, NDArray> Fixture() {
+  std::vector<NDArray> arrays;
+  std::vector<std::string> names;
+  NDArray::Load(Data("nn.params"), &arrays, &names);
+  std::map<std::string, NDArray> out;
+  for (std::size_t i = 0; i < arrays.size(); ++i) out[names[i]] = arrays[i];
+  return out;
+}
+
+void ExpectClose(const NDArray& got, const NDArray& want, const std::string& what, double tol = 1e-5) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const auto g = got.ToVector<float>(), w = want.ToVector<float>();
+  double biggest = 0;
+  for (float v : w) biggest = std::max(biggest, std::abs(static_cast<double>(v)));
+  ASSERT_GT(biggest, 0.0) << what << ": the reference is all zero, nothing compared";
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    EXPECT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(static_cast<double>(w[i])))) << what << " [" << i << "]";
+  }
+}
+
+class NNTest : public ::testing::Test {
+ protected:
+  std::map<std::string, NDArray> f_ = Fixture();
+};
+
+TEST_F(NNTest, LossesMatchGluon) {
+  const NDArray pred = f_.at("loss:in:pred"), label = f_.at("loss:in:label");
+  const NDArray p01 = f_.at("loss:in:pred01"), l01 = f_.at("loss:in:label01");
+  ExpectClose(nn::SoftmaxCrossEntropyLoss()(pred, label), f_.at("loss:softmax_ce"), "softmax_ce");
+  ExpectClose(nn::SoftmaxCrossEntropyLoss(-1, false)(pred, f_.at("loss:in:dist")), f_.at("loss:softmax_ce_dense"),
+              "softmax_ce dense labels");
+  ExpectClose(nn::SoftmaxCrossEntropyLoss(-1, true, false, 0.5f)(pred, label), f_.at("loss:softmax_ce_weighted"),
+              "softmax_ce weight 0.5");
+  ExpectClose(nn::L2Loss()(p01, l01), f_.at("loss:l2"), "l2");
+  ExpectClose(nn::L1Loss()(p01, l01), f_.at("loss:l1"), "l1");
+  ExpectClose(nn::HuberLoss(0.5f)(p01, l01), f_.at("loss:huber"), "huber");
+  ExpectClose(nn::SigmoidBinaryCrossEntropyLoss()(p01, l01), f_.at("loss:sigmoid_bce"), "sigmoid_bce");
+  ExpectClose(nn::SigmoidBinaryCrossEntropyLoss(true)(Invoke("sigmoid", {p01})[0], l01), f_.at("loss:sigmoid_bce_prob"),
+              "sigmoid_bce from probabilities");
+  ExpectError([&] { nn::L2Loss()(std::vector<NDArray>{p01}); }, {"L2Loss", "two inputs"});
+}
+
+// Gluon's network of the fixture, loaded from its save_parameters file (structural names).
+std::shared_ptr<nn::HybridSequential> FixtureNet() {
+  auto net = std::make_shared<nn::HybridSequential>();
+  net->Add(std::make_shared<nn::Conv2D>(4, std::vector<int>{3, 3}, std::vector<int>{}, std::vector<int>{1, 1}));
+  net->Add(std::make_shared<nn::BatchNorm>());
+  net->Add(std::make_shared<nn::Activation>("relu"));
+  net->Add(std::make_shared<nn::MaxPool2D>());
+  net->Add(std::make_shared<nn::Flatten>());
+  net->Add(std::make_shared<nn::Dense>(5));
+  net->LoadParameters(Data("nn_net_init.params"));
+  return net;
+}
+
+// One training step of the fixture: outputs, loss and gradients equal Gluon's, imperative and hybridized;
+// then a second step, and the parameters after two Trainer steps equal Gluon's.
+TEST_F(NNTest, NetworkTrainsAsGluonDoes) {
+  for (bool hybrid : {false, true}) {
+    SCOPED_TRACE(hybrid ? "hybridized" : "imperative");
+    auto net = FixtureNet();
+    if (hybrid) net->Hybridize();
+    nn::SoftmaxCrossEntropyLoss loss_fn;
+    nn::Trainer trainer(net->CollectParams(), {"sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}, {"wd", "1e-3"}}});
+    const NDArray x = f_.at("net:in:x"), y = f_.at("net:in:y");
+    NDArray out, loss;
+    {
+      autograd::RecordScope record;
+      out = (*net)(x);
+      loss = loss_fn(out, y);
+    }
+    autograd::Backward({loss});
+    ExpectClose(out, f_.at("net:out"), "output");
+    ExpectClose(loss, f_.at("net:loss"), "loss");
+    std::vector<std::pair<std::string, std::shared_ptr<nn::Parameter>>> named;
+    for (std::size_t c = 0; c < net->children().size(); ++c) {
+      for (const auto& [n, p] : net->children()[c].second->params()) named.emplace_back(std::to_string(c) + "." + n, p);
+    }
+    ASSERT_EQ(named.size(), 8u);
+    for (const auto& [n, p] : named) {
+      if (p->grad_req() != kNullOp) ExpectClose(p->Grad(), f_.at("net:grad:" + n), "d/d" + n);
+    }
+    trainer.Step(2);
+    {
+      autograd::RecordScope record;
+      loss = loss_fn((*net)(x), y);
+    }
+    autograd::Backward({loss});
+    trainer.Step(2);
+    for (const auto& [n, p] : named) ExpectClose(p->Data(), f_.at("net:after:" + n), n + " after two steps");
+  }
+}
+
+TEST_F(NNTest, GluonExportImportsAsASymbolBlock) {
+  auto block = nn::SymbolBlock::Imports(Data("nn_export-symbol.json"), {"data"}, Data("nn_export-0000.params"));
+  EXPECT_EQ(block->CollectParams().size(), 8u);
+  ExpectClose((*block)(f_.at("net:in:x")), f_.at("net:export_out"), "imported output (imperative)");
+  block->Hybridize();
+  ExpectClose((*block)(f_.at("net:in:x")), f_.at("net:export_out"), "imported output (hybridized)");
+  // Fine-tuning: gradients flow to the imported parameters.
+  NDArray loss;
+  {
+    autograd::RecordScope record;
+    loss = nn::SoftmaxCrossEntropyLoss()((*block)(f_.at("net:in:x")), f_.at("net:in:y"));
+  }
+  autograd::Backward({loss});
+  const auto g = block->CollectParams().Get("conv0_weight")->Grad().ToVector<float>();
+  EXPECT_TRUE(std::any_of(g.begin(), g.end(), [](float v) { return v != 0; }));
+  ExpectError([&] { nn::SymbolBlock::Imports(Data("nn_export-symbol.json"), {"input"}); }, {"'input'", "data"});
+}
+
+TEST_F(NNTest, ExportedBlockReadsBackWithTheSameOutputs) {
+  auto net = FixtureNet();
+  const NDArray x = f_.at("net:in:x");
+  const NDArray want = (*net)(x);
+  const std::string prefix = (std::filesystem::temp_directory_path() / "troupe_nn_test_export").string();
+  net->Hybridize();
+  net->Export(prefix, 3);
+  auto back = nn::SymbolBlock::Imports(prefix + "-symbol.json", {"data"}, prefix + "-0003.params");
+  ExpectClose((*back)(x), want, "re-imported");
+  // Structural save / load round trip into a fresh network of the same shape.
+  net->SaveParameters(prefix + ".params");
+  auto again = FixtureNet();
+  for (const auto& p : again->CollectParams()) p->SetData(NDArray::Zeros(p->shape(), Context::CPU()));
+  again->LoadParameters(prefix + ".params");
+  ExpectClose((*again)(x), want, "loaded");
+  for (const char* f : {"-symbol.json", "-0003.params", ".params"}) std::filesystem::remove(prefix + f);
+}
+
+TEST(NNBlockTest, DeferredShapesNamesAndErrors) {
+  nn::Dense fc(3, "relu", true, true, 0, {}, "zeros", "fc_");
+  EXPECT_EQ(fc.weight()->name(), "fc_weight");
+  EXPECT_EQ(fc.weight()->shape(), (TShape{3, 0}));
+  fc.Initialize("xavier");
+  EXPECT_TRUE(fc.weight()->deferred());
+  ExpectError([&] { fc.weight()->Data(); }, {"fc_weight", "forward pass"});
+  NDArray x(TShape{2, 4, 5}, Context::CPU());
+  x.SampleUniform(-1, 1);
+  const NDArray y = fc(x);  // flattens to (2, 20)
+  EXPECT_EQ(fc.weight()->shape(), (TShape{3, 20}));
+  EXPECT_EQ(y.shape(), (TShape{2, 3}));
+  const NDArray want = Invoke("Activation",
+                              {Invoke("FullyConnected", {x, fc.weight()->Data(), fc.bias()->Data()},
+                                      {{"num_hidden", "3"}})[0]},
+                              {{"act_type", "relu"}})[0];
+  EXPECT_EQ(y.ToVector<float>(), want.ToVector<float>());
+  // Automatic prefixes count per kind.
+  nn::Dense a(2), b(2);
+  EXPECT_NE(a.prefix(), b.prefix());
+  EXPECT_EQ(a.prefix().rfind("dense", 0), 0u);
+  // An uninitialised block, a bad initializer, a Dropout rate.
+  nn::Dense c(2, {}, true, true, 4);
+  ExpectError([&] { c(NDArray::Ones({1, 4}, Context::CPU())); }, {"weight", "Initialize"});
+  ExpectError([&] { c.Initialize("xavierr"); }, {"xavierr"});
+  ExpectError([] { nn::Dropout(1.5f); }, {"rate"});
+  ExpectError([] { nn::Conv2D(4, {3}); }, {"kernel", "2"});
+  // A shape the layer cannot take.
+  c.Initialize();
+  ExpectError([&] { c(NDArray::Ones({1, 5}, Context::CPU())); }, {"FullyConnected"});
+}
+
+// A block written with NDArray code (not hybrid), in a Sequential with hybrid layers.
+class Scale : public nn::Block {
+ public:
+  Scale() : Block("", "scale") { w_ = AddParameter("w", TShape{1}, "ones"); }
+  std::vector<NDArray> Forward(const std::vector<NDArray>& x) override {
+    return {Invoke("broadcast_mul", {x[0], w_->Data()})[0] * 2.0};
+  }
+
+ private:
+  std::shared_ptr<nn::Parameter> w_;
+};
+
+TEST(NNBlockTest, SequentialOfImperativeBlocksTrainsAndRefusesStaleGradients) {
+  nn::Sequential seq;
+  auto fc = seq.Add(std::make_shared<nn::Dense>(1, "", false, true, 2, "ones"));
+  auto scale = seq.Add(std::make_shared<Scale>());
+  seq.Initialize();
+  const NDArray x = NDArray::FromVector<float>({1, 2, 3, 4}, {2, 2});
+  NDArray y;
+  {
+    autograd::RecordScope record;
+    y = seq(x);  // 2 * w * (x0 + x1) = (6, 14)
+  }
+  EXPECT_EQ(y.ToVector<float>(), (std::vector<float>{6, 14}));
+  autograd::Backward({y});
+  // d/dw = sum 2 (x0 + x1) = 20; d/dweight_j = sum 2 w x_j = (8, 12).
+  EXPECT_EQ(scale->params()[0].second->Grad().ToVector<float>(), std::vector<float>{20});
+  EXPECT_EQ(fc->weight()->Grad().ToVector<float>(), (std::vector<float>{8, 12}));
+  nn::Trainer trainer(seq.CollectParams(), {"sgd", {{"learning_rate", "0.5"}}});
+  trainer.Step(2);  // w = 1 - 0.5 * 20 / 2 = -4
+  EXPECT_EQ(scale->params()[0].second->Data().ToVector<float>(), std::vector<float>{-4});
+  // No backward since: every gradient is stale.
+  ExpectError([&] { trainer.Step(2); }, {"was not written by a backward pass", "ignore_stale_grad"});
+  trainer.Step(2, /*ignore_stale_grad=*/true);
+  EXPECT_EQ(scale->params()[0].second->Data().ToVector<float>(), std::vector<float>{-4});
+}
+
+TEST(DataLoaderTest, BatchesInOrderShuffledAndWithWorkers) {
+  const std::int64_t n = 10;
+  std::vector<float> xs, ys;
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (int j = 0; j < 3; ++j) xs.push_back(static_cast<float>(10 * i + j));
+    ys.push_back(static_cast<float>(i));
+  }
+  auto ds = std::make_shared<nn::ArrayDataset>(
+      std::vector<NDArray>{NDArray::FromVector(xs, {n, 3}), NDArray::FromVector(ys, {n})});
+  auto labels_of = [](nn::DataLoader& dl) {
+    std::vector<std::vector<float>> out;
+    std::vector<NDArray> b;
+    for (dl.Reset(); dl.Next(&b);) {
+      EXPECT_EQ(b.size(), 2u);
+      const auto l = b[1].ToVector<float>(), x = b[0].ToVector<float>();
+      for (std::size_t k = 0; k < l.size(); ++k) EXPECT_EQ(x[3 * k + 1], 10 * l[k] + 1);  // rows stay together
+      out.push_back(l);
+    }
+    return out;
+  };
+  nn::DataLoader keep(ds, 4);
+  EXPECT_EQ(labels_of(keep), (std::vector<std::vector<float>>{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}));
+  nn::DataLoader discard(ds, 4, false, "discard");
+  EXPECT_EQ(labels_of(discard).size(), 2u);
+  nn::DataLoader roll(ds, 4, false, "rollover");
+  EXPECT_EQ(labels_of(roll), (std::vector<std::vector<float>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(labels_of(roll), (std::vector<std::vector<float>>{{8, 9, 0, 1}, {2, 3, 4, 5}, {6, 7, 8, 9}}));
+  // Shuffled: every sample once, another order per epoch; workers give the same batches as none.
+  nn::DataLoader shuffled(ds, 3, true, "keep", 0, 7), workers(ds, 3, true, "keep", 3, 7, 2);
+  const auto e1 = labels_of(shuffled), w1 = labels_of(workers);
+  EXPECT_EQ(e1, w1);
+  std::multiset<float> seen;
+  for (const auto& b : e1) seen.insert(b.begin(), b.end());
+  EXPECT_EQ(seen.size(), static_cast<std::size_t>(n));
+  EXPECT_EQ(std::set<float>(seen.begin(), seen.end()).size(), static_cast<std::size_t>(n));
+  const auto e2 = labels_of(shuffled), w2 = labels_of(workers);
+  EXPECT_NE(e2, e1);
+  EXPECT_EQ(w2, e2);
+  ExpectError([&] { nn::DataLoader(ds, 0); }, {"batch_size"});
+  ExpectError([&] { nn::DataLoader(ds, 2, false, "pad"); }, {"last_batch"});
+}
+
+// A dataset whose sample 5 fails: the error reaches Next, from a worker too.
+class Failing : public nn::Dataset {
+ public:
+  std::size_t size() const override { return 8; }
+  std::vector<NDArray> Get(std::size_t i) const override {
+    if (i == 5) throw Error("sample 5 is unreadable");
+    return {NDArray::Full({2}, static_cast<double>(i), Context::CPU())};
+  }
+};
+
+TEST(DataLoaderTest, ErrorsOfTheDatasetSurfaceAtNext) {
+  for (int workers : {0, 2}) {
+    nn::DataLoader dl(std::make_shared<Failing>(), 2, false, "keep", workers);
+    std::vector<NDArray> b;
+    ASSERT_TRUE(dl.Next(&b));
+    ASSERT_TRUE(dl.Next(&b));
+    ExpectError([&] { dl.Next(&b); }, {"sample 5 is unreadable"});
+  }
+}
+
+}  // namespace
+}  // namespace troupe
