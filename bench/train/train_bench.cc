@@ -28,6 +28,10 @@
 #include "engine/engine.h"
 #include "io/io.h"
 #include "graph/amp.h"
+#include "nn/block.h"
+#include "nn/loss.h"
+#include "nn/trainer.h"
+#include "op/autograd.h"
 #include "graph/models.h"
 #include "graph/symbol.h"
 #include "op/initializer.h"
@@ -231,6 +235,67 @@ DType TargetDType(const std::string& dtype) {
   return dtype == "bfloat16" ? DType::kBfloat16 : dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
 }
 
+// The logits of a model network: the input of its SoftmaxOutput (the last FullyConnected's output).
+Symbol Logits(const Symbol& net) {
+  const Symbol internals = net.GetInternals();
+  const std::vector<std::string> outs = internals.ListOutputs();
+  for (std::size_t i = outs.size(); i-- > 0;) {
+    const std::string& n = outs[i];
+    if (n.size() > 7 && n.compare(n.size() - 7, 7, "_output") == 0 && n != "softmax_output" &&
+        n.rfind("fc", 0) == 0) {
+      return internals[i];
+    }
+  }
+  throw Error("troupe bench train: no fully connected output before the softmax");
+}
+
+// The step through the module API (--api hybrid / imperative): the network as a SymbolBlock of its logits (a
+// HybridBlock: run operator by operator, or as one CachedOp when hybridized), softmax cross-entropy, autograd
+// and a Trainer with the Module's optimizer. Returns the body and, through *accuracy, a check of the block
+// over the batches.
+struct NNStep {
+  Body step;
+  std::function<double(const std::vector<DataBatch>&)> accuracy;
+};
+NNStep MakeNNStep(const Symbol& net, const std::string& api, int batch, Context ctx,
+                  const std::vector<DataBatch>& batches) {
+  auto block = std::make_shared<nn::SymbolBlock>(Logits(net), std::vector<std::string>{"data"});
+  ResourceManager::Get()->SeedRandom(1);
+  block->Initialize("xavier", {ctx});
+  (*block)(batches[0].data[0]);  // completes the deferred shapes
+  auto loss_fn = std::make_shared<nn::SoftmaxCrossEntropyLoss>();
+  if (api == "hybrid") {
+    block->Hybridize();
+    loss_fn->Hybridize();
+  }
+  auto trainer = std::make_shared<nn::Trainer>(
+      block->CollectParams(), OptimizerConfig{"sgd", {{"learning_rate", "0.05"}, {"momentum", "0.9"}}});
+  auto next = std::make_shared<std::size_t>(0);
+  NNStep s;
+  s.step = [=](std::int64_t calls, Clock::time_point deadline) {
+    return TimedLoop(
+        calls, deadline,
+        [&] {
+          const DataBatch& b = batches[*next];
+          *next = (*next + 1) % batches.size();
+          NDArray loss;
+          {
+            autograd::RecordScope record;
+            loss = (*loss_fn)((*block)(b.data[0]), b.label[0]);
+          }
+          autograd::Backward({loss});
+          trainer->Step(batch);
+        },
+        [] { Engine::Get()->WaitForAll(); });
+  };
+  s.accuracy = [block](const std::vector<DataBatch>& bs) {
+    auto metric = EvalMetric::Create("acc");
+    for (const DataBatch& b : bs) metric->Update(b.label, {(*block)(b.data[0])});
+    return metric->Get();
+  };
+  return s;
+}
+
 // One training workload on `ctx`. `mnist`: the preloaded Fashion-MNIST batches (unused with --synthetic, which
 // makes the workload's own). On a GPU there is no anchor (the GEMM anchor is the CPU's sgemm).
 void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOptions& o, Context ctx,
@@ -268,6 +333,27 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
     r->details["blas_threads"] = openblas_get_num_threads();
   }
 
+  if (o.api != "module") {
+    r->details["api"] = o.api == "hybrid"
+                            ? "module API (nn/): the network as a SymbolBlock and the loss, both hybridized (CachedOp), "
+                              "autograd::Backward, Trainer::Step"
+                            : "module API (nn/): the network as a SymbolBlock and the loss run operator by operator "
+                              "(recorded by autograd), autograd::Backward, Trainer::Step";
+    NNStep nn_step = MakeNNStep(net, o.api, batch, ctx, batches);
+    r->figure = MakeSeries(o.api == "hybrid" ? "hybridized block step" : "imperative block step",
+                           "record the block and the loss, Backward, Trainer::Step (sgd), then wait");
+    MeasureAgainstGemms(r, nn_step.step, plan, ctx, o.repeat,
+                        "the network's FullyConnected / Convolution GEMMs for one step, alone (" + SgemmLibrary() + ")");
+    const double accuracy = nn_step.accuracy(batches);
+    r->details["train_accuracy_after"] = accuracy;
+    r->details["train_accuracy_after_meaning"] = "the block's predictions (prediction mode) over the batches after the "
+                                                 "timed steps; must be > 0.5 (not checked for ResNets or --synthetic)";
+    if (!o.quick && !o.synthetic && model.rfind("resnet", 0) != 0 && accuracy <= kChance) {
+      r->errors.push_back("training accuracy over the preloaded batches is " + Fmt("%.3f", accuracy) +
+                          " after the timed steps (must be above 0.5); training does not work");
+    }
+    return;
+  }
   ResourceManager::Get()->SeedRandom(1);
   auto module = std::make_shared<Module>(net, std::vector<std::string>{"data"},
                                          std::vector<std::string>{"softmax_label"}, ctx);
@@ -433,6 +519,7 @@ Json TrainBench::BuildJson() const {
                     {"batch_size", opt_.batch_size},
                     {"ctx", ctx_.ToString()},
                     {"dtype", opt_.dtype},
+                    {"api", opt_.api},
                     {"synthetic", opt_.synthetic},
                     {"mnist_dir", opt_.synthetic ? Json() : Json(opt_.mnist_dir)}};
   if (ctx_.is_gpu()) root["machine"]["gpus"] = Runtime::GpuCount();
@@ -544,6 +631,10 @@ int TrainBench::Run() {
   }
   if (opt_.dtype != "float32" && opt_.dtype != "bfloat16" && opt_.dtype != "float16") {
     return bad("--dtype must be float32, bfloat16 or float16, not '" + opt_.dtype + "'");
+  }
+  if (opt_.api != "module" && std::find(opt_.workloads.begin(), opt_.workloads.end(), std::string(kInference)) !=
+                                  opt_.workloads.end()) {
+    return bad("--api " + opt_.api + " applies to the training workloads; leave resnet18-infer out");
   }
   try {
     ctx_ = Context::Parse(opt_.ctx);
@@ -706,6 +797,14 @@ void DeclareTrainBenchmarkOptions(TrainBenchOptions* o, BenchOptionList* options
             "convolutions and fully connected layers in that type, float32 parameters and optimizer)")
       .Choices({"float32", "bfloat16", "float16"})
       .TypeName("TYPE")
+      .ShowDefault();
+  options
+      ->Add("--api", &o->api,
+            "How the training step is written: module (Module Forward/Backward/Update), or the module API (nn/): "
+            "hybrid (the network as a hybridized block, softmax cross-entropy loss, autograd, Trainer) or "
+            "imperative (the same run operator by operator)")
+      .Choices({"module", "hybrid", "imperative"})
+      .TypeName("API")
       .ShowDefault();
   options->Add("--mnist-dir", &o->mnist_dir, "Folder of the Fashion-MNIST t10k-* .gz files")
       .TypeName("DIR")

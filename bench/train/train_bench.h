@@ -54,6 +54,10 @@ struct TrainBenchOptions {
   // The training workloads' arithmetic: "float32", or "bfloat16" / "float16" (the network converted by
   // amp::ConvertSymbol; parameters and the optimizer stay float32).
   std::string dtype = "float32";
+  // How the training step is written: "module" (Module: Forward, Backward, Update), or with the module API
+  // (nn/): the same network as a block, softmax cross-entropy, autograd and a Trainer, "hybrid" (block and loss
+  // hybridized into CachedOps) or "imperative" (operator by operator).
+  std::string api = "module";
   std::string mnist_dir = "/usr/share/datasets/fashion-mnist";
 };
 
