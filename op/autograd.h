@@ -8,8 +8,10 @@
 // MarkVariables) and pushes each operator's own Backward (the same gradient definitions the symbolic executor
 // runs) to the engine, summing the gradients of an array used several times, then writes each variable's
 // gradient into its buffer under its request (kWriteTo replaces, kAddTo accumulates across Backward calls,
-// kNullOp skips). Nothing is recomputed: the nodes hold the forward pass's arrays until a Backward without
-// retain_graph frees them.
+// kNullOp skips). Nothing is recomputed: the nodes hold the forward pass's arrays until a backward pass without
+// retain_graph releases them, each node's as soon as its gradient is pushed. Grad (MXNet's autograd.grad)
+// returns the gradients of given variables instead, and with create_graph records the gradient computation so
+// that it can be differentiated again.
 //
 //   NDArray x = ...;
 //   autograd::AttachGrad(&x);
@@ -27,9 +29,10 @@
 // handle it is given, so attach before making the copies you compute with.
 //
 // Errors (troupe::Error, at the call): Backward from an array that was not computed while recording and is not
-// a variable, through a graph a Backward without retain_graph already freed, through an operator without a
+// a variable, through a graph a backward pass without retain_graph already freed, through an operator without a
 // backward pass, or after an array the backward pass reads was written in place since it was recorded (a
-// write pushed on its engine variable since); head gradients of the wrong count or shape. While recording, an
+// write pushed on its engine variable since); head gradients of the wrong count or shape; Grad with an array
+// that is not a variable, or with create_graph through a node that has no higher-order gradient. While recording, an
 // in-place operation on an array of a graph (a += b, fills, CopyFromTo into it, or reading one into another
 // array in place) is an error, and so is Invoke into given outputs: the graph follows new arrays only.
 //
@@ -37,10 +40,10 @@
 // differentiated from several threads at once; different computations may run on different threads.
 #pragma once
 
-#include <vector>
-
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "op/operator.h"
 #include "tensor/ndarray.h"
@@ -98,11 +101,47 @@ bool InGraph(const NDArray& a);
 
 // Computes the gradients of the heads with respect to every variable they were computed from and writes them
 // into the variables' buffers (pushed; reading a buffer waits). head_grads: one per head (the head's shape),
-// or empty for ones. retain_graph false frees the graph's arrays afterwards (a second Backward through it is
-// an error); true keeps it for another. The operators' backward passes run in training mode (MXNet's default
-// train_mode=True).
+// or empty for ones. retain_graph false frees the graph's arrays as the pass goes, each node's as soon as its
+// gradient is pushed (a second backward pass through it is an error); true keeps it for another.
+// train_mode (MXNet's): IsTraining() during the pass, which a Function's Backward sees. Operators' own
+// backward passes (OperatorRunner::Backward) are always given is_train true; no registered operator's backward
+// reads it.
 void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& head_grads = {},
-              bool retain_graph = false);
+              bool retain_graph = false, bool train_mode = true);
+
+// MXNet's autograd.grad: the gradients of the heads with respect to `variables` (each a variable: AttachGrad or
+// MarkVariables), as new arrays, one per variable (zeros for one the heads do not depend on). The variables'
+// gradient buffers are not touched. head_grads, retain_graph and train_mode as for Backward; train_mode is also
+// the mode of the operators create_graph invokes. Unlike MXNet's Python grad, retain_graph does not follow
+// create_graph: pass both to differentiate a gradient that reads the forward pass's outputs (tanh's, exp's).
+//
+// create_graph: the gradient computation is itself recorded, each node's gradient written as registered
+// operators invoked while recording (d sin(x) = og * cos(x), d tanh = og * (1 - y * y), the gradients of dot
+// as dots with transpose flags), so the returned arrays belong to a graph and Backward or Grad on them gives
+// second (and higher) derivatives:
+//
+//   NDArray dx;
+//   {
+//     autograd::RecordScope record;
+//     const NDArray y = Invoke("tanh", {x})[0];
+//     dx = autograd::Grad({y}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true)[0];  // 1 - tanh^2
+//   }
+//   autograd::Backward({dx});                                // GradOf(x): -2 tanh (1 - tanh^2)
+//
+// Without create_graph the gradients come from each operator's own backward pass, as Backward's do.
+// HigherOrderOperators() lists the operators create_graph covers.
+//
+// Throws troupe::Error, before anything is pushed, for what Backward refuses, for an array among `variables`
+// that is not a variable, and with create_graph for a node on the way to a variable that has no higher-order
+// gradient (an operator outside HigherOrderOperators(), an Activation act_type or dot operand rank it does not
+// cover, or a Function).
+std::vector<NDArray> Grad(const std::vector<NDArray>& heads, const std::vector<NDArray>& variables,
+                          const std::vector<NDArray>& head_grads = {}, bool retain_graph = false,
+                          bool create_graph = false, bool train_mode = true);
+
+// The operators Grad's create_graph can differentiate through, sorted. Activation: act_type relu, sigmoid,
+// tanh or softrelu; dot: 2-D operands.
+std::vector<std::string> HigherOrderOperators();
 
 // A differentiable function written in C++ (MXNet's autograd.Function): Forward computes the outputs from the
 // inputs with any NDArray code (recording is paused inside), Backward the inputs' gradients from the outputs'.

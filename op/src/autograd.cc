@@ -2,6 +2,7 @@
 #include "op/autograd.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -10,6 +11,7 @@
 
 #include "base/error.h"
 #include "op/imperative.h"
+#include "op/param.h"
 #include "tensor/detail/ndarray_access.h"
 
 namespace troupe::autograd {
@@ -234,88 +236,329 @@ std::string NodeName(const Node& n) {
 
 }  // namespace
 
-void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& head_grads, bool retain_graph) {
-  if (heads.empty()) throw Error("autograd::Backward: no heads given");
+// ---- Gradients as recorded operators (create_graph) ----
+//
+// With create_graph, a node's input gradients are computed by invoking registered operators while the thread
+// records, so the gradients join the graph and can be differentiated again. Each entry below writes one
+// operator's gradient that way; the first-order path (OperatorRunner::Backward) stays the definition the
+// entries are tested against.
+
+namespace {
+
+// What a gradient formula reads. in and out carry their graph entries (out: this node's own), so that the
+// formula's operators differentiate through them.
+struct GradArgs {
+  std::vector<NDArray> og;   // one per visible output
+  std::vector<NDArray> in;   // one per argument
+  std::vector<NDArray> out;  // every output
+  std::vector<bool> need;    // per argument: whether its gradient is wanted
+  Kwargs params;             // the operator's parameters, as GetParams prints them
+
+  std::string Param(const std::string& key, const std::string& fallback = "") const {
+    for (const auto& [k, v] : params) {
+      if (k == key) return v;
+    }
+    return fallback;
+  }
+  bool Flag(const std::string& key) const { return param_detail::ParseBool(Param(key, "false")); }
+};
+
+NDArray Call1(const char* op, const std::vector<NDArray>& in, const Kwargs& kwargs = {}) {
+  return Invoke(op, in, kwargs)[0];
+}
+NDArray Mul(const NDArray& a, const NDArray& b) { return Call1("elemwise_mul", {a, b}); }
+NDArray Neg(const NDArray& a) { return Call1("negative", {a}); }
+NDArray WithScalar(const char* op, const NDArray& a, const std::string& scalar) {
+  return Call1(op, {a}, {{"scalar", scalar}});
+}
+NDArray WithScalar(const char* op, const NDArray& a, double scalar) {
+  return WithScalar(op, a, param_detail::PrintReal(scalar));
+}
+double ScalarOf(const GradArgs& a) { return param_detail::ParseReal(a.Param("scalar", "0")); }
+
+// 1 where x > 0, else 0, as a constant: the derivative of the step is zero wherever it is defined.
+NDArray PositiveMask(const NDArray& x) {
+  PauseScope pause(IsTraining());
+  return WithScalar("_greater_scalar", x, 0.0);
+}
+
+std::vector<NDArray> TanhGrad(const GradArgs& a) {  // og (1 - y^2)
+  return {Mul(a.og[0], WithScalar("_rminus_scalar", Mul(a.out[0], a.out[0]), 1.0))};
+}
+std::vector<NDArray> SigmoidGrad(const GradArgs& a) {  // og y (1 - y)
+  return {Mul(a.og[0], Mul(a.out[0], WithScalar("_rminus_scalar", a.out[0], 1.0)))};
+}
+std::vector<NDArray> ReluGrad(const GradArgs& a) { return {Mul(a.og[0], PositiveMask(a.in[0]))}; }
+std::vector<NDArray> PassThrough(const GradArgs& a) { return {a.og[0]}; }
+std::vector<NDArray> Negated(const GradArgs& a) { return {Neg(a.og[0])}; }
+
+// op(A) op(B) of 2-D operands: each gradient is one more dot with transpose flags.
+std::vector<NDArray> DotGrad(const GradArgs& a) {
+  const bool ta = a.Flag("transpose_a"), tb = a.Flag("transpose_b");
+  const NDArray &A = a.in[0], &B = a.in[1], &g = a.og[0];
+  auto dot = [](const NDArray& l, const NDArray& r, bool tl, bool tr) {
+    return Call1("dot", {l, r}, {{"transpose_a", tl ? "True" : "False"}, {"transpose_b", tr ? "True" : "False"}});
+  };
+  std::vector<NDArray> out(2);
+  if (a.need[0]) out[0] = ta ? dot(B, g, tb, true) : dot(g, B, false, !tb);
+  if (a.need[1]) out[1] = tb ? dot(g, A, true, ta) : dot(A, g, !ta, false);
+  return out;
+}
+
+std::string Dims(const TShape& s) {
+  std::vector<std::int64_t> d;
+  for (int i = 0; i < s.ndim(); ++i) d.push_back(s[i]);
+  return param_detail::PrintTuple(d);
+}
+
+// y = x2 w^T + b with x2 = x as (rows, in) and y as (rows, hidden), whether flatten folds x's trailing
+// dimensions or its leading ones.
+std::vector<NDArray> FullyConnectedGrad(const GradArgs& a) {
+  const NDArray &x = a.in[0], &w = a.in[1];
+  const std::int64_t hidden = w.shape()[0], in = w.shape()[1], rows = x.shape().Size() / in;
+  const NDArray og2 = Call1("Reshape", {a.og[0]}, {{"shape", Dims(TShape{rows, hidden})}});
+  std::vector<NDArray> out(a.in.size());
+  if (a.need[0]) {
+    out[0] = Call1("Reshape", {Call1("dot", {og2, w})}, {{"shape", Dims(x.shape())}});
+  }
+  if (a.need[1]) {
+    const NDArray x2 = Call1("Reshape", {x}, {{"shape", Dims(TShape{rows, in})}});
+    out[1] = Call1("dot", {og2, x2}, {{"transpose_a", "True"}});
+  }
+  if (a.in.size() > 2 && a.need[2]) {  // the column sums of og2, as a product with a constant row of ones
+    const NDArray ones = NDArray::Full(TShape{1, rows}, 1.0, x.ctx(), x.dtype(), x.engine());
+    out[2] = Call1("Reshape", {Call1("dot", {ones, og2})}, {{"shape", Dims(TShape{hidden})}});
+  }
+  return out;
+}
+
+struct HigherOrder {
+  std::vector<NDArray> (*grad)(const GradArgs&);
+  // Why this node's parameters or shapes are not covered; empty when they are. May be null (always covered).
+  std::string (*unsupported)(const OperatorRunner&) = nullptr;
+};
+
+std::string ParamOf(const OperatorRunner& r, const std::string& key) {
+  for (const auto& [k, v] : r.prop().GetParams()) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
+const std::unordered_map<std::string, HigherOrder>& HigherOrderTable() {
+  static const std::unordered_map<std::string, HigherOrder> table = {
+      {"sin", {[](const GradArgs& a) -> std::vector<NDArray> { return {Mul(a.og[0], Call1("cos", {a.in[0]}))}; }}},
+      {"cos", {[](const GradArgs& a) -> std::vector<NDArray> { return {Neg(Mul(a.og[0], Call1("sin", {a.in[0]})))}; }}},
+      {"exp", {[](const GradArgs& a) -> std::vector<NDArray> { return {Mul(a.og[0], a.out[0])}; }}},
+      {"log", {[](const GradArgs& a) -> std::vector<NDArray> {
+         return {Call1("elemwise_div", {a.og[0], a.in[0]})};
+       }}},
+      {"square", {[](const GradArgs& a) -> std::vector<NDArray> {
+         return {Mul(a.og[0], WithScalar("_mul_scalar", a.in[0], 2.0))};
+       }}},
+      {"tanh", {TanhGrad}},
+      {"sigmoid", {SigmoidGrad}},
+      {"relu", {ReluGrad}},
+      {"negative", {Negated}},
+      {"_copy", {PassThrough}},
+      {"Activation",
+       {[](const GradArgs& a) -> std::vector<NDArray> {
+          const std::string act = a.Param("act_type");
+          if (act == "relu") return ReluGrad(a);
+          if (act == "sigmoid") return SigmoidGrad(a);
+          if (act == "tanh") return TanhGrad(a);
+          return {Mul(a.og[0], Call1("sigmoid", {a.in[0]}))};  // softrelu: log(1 + e^x)' = sigmoid(x)
+        },
+        [](const OperatorRunner& r) -> std::string {
+          const std::string act = ParamOf(r, "act_type");
+          if (act == "relu" || act == "sigmoid" || act == "tanh" || act == "softrelu") return "";
+          return "act_type " + act + " is not covered (relu, sigmoid, tanh and softrelu are)";
+        }}},
+      {"elemwise_add", {[](const GradArgs& a) -> std::vector<NDArray> {
+         return {a.og[0], a.og[0]};
+       }}},
+      {"elemwise_sub", {[](const GradArgs& a) -> std::vector<NDArray> {
+         return {a.og[0], a.need[1] ? Neg(a.og[0]) : NDArray()};
+       }}},
+      {"elemwise_mul", {[](const GradArgs& a) -> std::vector<NDArray> {
+         return {a.need[0] ? Mul(a.og[0], a.in[1]) : NDArray(), a.need[1] ? Mul(a.og[0], a.in[0]) : NDArray()};
+       }}},
+      {"elemwise_div", {[](const GradArgs& a) -> std::vector<NDArray> {  // a / b: og / b and -og a / b^2
+         const NDArray da = Call1("elemwise_div", {a.og[0], a.in[1]});
+         return {da, a.need[1] ? Neg(Call1("elemwise_div", {Mul(da, a.in[0]), a.in[1]})) : NDArray()};
+       }}},
+      {"_plus_scalar", {PassThrough}},
+      {"_minus_scalar", {PassThrough}},
+      {"_rminus_scalar", {Negated}},
+      {"_mul_scalar", {[](const GradArgs& a) -> std::vector<NDArray> {
+         return {WithScalar("_mul_scalar", a.og[0], a.Param("scalar"))};
+       }}},
+      {"_div_scalar", {[](const GradArgs& a) -> std::vector<NDArray> {
+         return {WithScalar("_div_scalar", a.og[0], a.Param("scalar"))};
+       }}},
+      {"_rdiv_scalar", {[](const GradArgs& a) -> std::vector<NDArray> {  // s / x: -og y / x
+         return {Neg(Call1("elemwise_div", {Mul(a.og[0], a.out[0]), a.in[0]}))};
+       }}},
+      {"_power_scalar", {[](const GradArgs& a) -> std::vector<NDArray> {  // x^s: og s x^(s-1)
+         const double s = ScalarOf(a);
+         return {Mul(a.og[0], WithScalar("_mul_scalar", WithScalar("_power_scalar", a.in[0], s - 1.0), s))};
+       }}},
+      {"_rpower_scalar", {[](const GradArgs& a) -> std::vector<NDArray> {  // s^x: og y log(s)
+         return {Mul(a.og[0], WithScalar("_mul_scalar", a.out[0], std::log(ScalarOf(a))))};
+       }}},
+      {"dot",
+       {DotGrad,
+        [](const OperatorRunner& r) -> std::string {
+          if (r.in_shapes()[0].ndim() == 2 && r.in_shapes()[1].ndim() == 2) return "";
+          return "operands " + r.in_shapes()[0].ToString() + " and " + r.in_shapes()[1].ToString() +
+                 " are not both 2-D";
+        }}},
+      {"FullyConnected", {FullyConnectedGrad}},
+      {"Reshape", {[](const GradArgs& a) -> std::vector<NDArray> {
+         return {Call1("Reshape", {a.og[0]}, {{"shape", Dims(a.in[0].shape())}})};
+       }}},
+      {"Cast", {[](const GradArgs& a) -> std::vector<NDArray> {
+         return {Call1("Cast", {a.og[0]}, {{"dtype", DTypeName(a.in[0].dtype())}})};
+       }}},
+  };
+  return table;
+}
+
+// Empty when create_graph can differentiate through the node, otherwise the error's text.
+std::string HigherOrderGap(const Node& n) {
+  if (n.function) return "a Function has no higher-order gradient (its Backward runs unrecorded)";
+  const auto& table = HigherOrderTable();
+  const auto it = table.find(n.runner->name());
+  if (it == table.end()) return "operator '" + n.runner->name() + "' has no higher-order gradient";
+  const std::string why = it->second.unsupported ? it->second.unsupported(*n.runner) : "";
+  return why.empty() ? why : "operator '" + n.runner->name() + "' has no higher-order gradient here: " + why;
+}
+
+void Release(Node* n) {
+  if (n->variable) return;
+  n->freed = true;
+  n->inputs.clear();
+  n->outputs.clear();
+  n->aux.clear();
+  n->function.reset();
+  // The runner stays: its name is in the error of a later Backward through this node.
+}
+
+}  // namespace
+
+std::vector<std::string> HigherOrderOperators() {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : HigherOrderTable()) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+namespace {
+
+// The backward pass of Backward (variables null: every variable's buffer) and Grad (the gradients of
+// *variables, returned).
+std::vector<NDArray> Run(const char* who, const std::vector<NDArray>& heads, const std::vector<NDArray>& head_grads,
+                         const std::vector<NDArray>* variables, bool retain_graph, bool create_graph, bool train_mode) {
+  const std::string me = who;
+  if (heads.empty()) throw Error(me + ": no heads given");
   if (!head_grads.empty() && head_grads.size() != heads.size()) {
-    throw Error("autograd::Backward: " + std::to_string(heads.size()) + " heads but " +
-                std::to_string(head_grads.size()) + " head gradients; give one per head, or none for ones");
+    throw Error(me + ": " + std::to_string(heads.size()) + " heads but " + std::to_string(head_grads.size()) +
+                " head gradients; give one per head, or none for ones");
   }
   std::vector<std::shared_ptr<Node>> head_nodes;
   for (std::size_t i = 0; i < heads.size(); ++i) {
     const auto& e = NDArrayAccess::Entry(heads[i]);
     if (!e) {
-      throw Error("autograd::Backward: head " + std::to_string(i) +
+      throw Error(me + ": head " + std::to_string(i) +
                   " was not computed while recording and is not a variable: nothing to differentiate");
     }
     if (!head_grads.empty() && head_grads[i].shape() != heads[i].shape()) {
-      throw Error("autograd::Backward: head gradient " + std::to_string(i) + " has shape " +
-                  head_grads[i].shape().ToString() + ", its head " + heads[i].shape().ToString());
+      throw Error(me + ": head gradient " + std::to_string(i) + " has shape " + head_grads[i].shape().ToString() +
+                  ", its head " + heads[i].shape().ToString());
     }
     head_nodes.push_back(e->node);
+  }
+  // Grad's variables: each must be one (MXNet differentiates with respect to variables only).
+  std::unordered_set<Node*> targets;
+  if (variables != nullptr) {
+    if (variables->empty()) throw Error(me + ": no variables given");
+    for (std::size_t i = 0; i < variables->size(); ++i) {
+      const auto& e = NDArrayAccess::Entry((*variables)[i]);
+      if (!e || !e->node->variable) {
+        throw Error(me + ": array " + std::to_string(i) + " of the variables is not a variable; give it a gradient " +
+                    "buffer with AttachGrad or MarkVariables before recording what uses it");
+      }
+      targets.insert(e->node.get());
+    }
   }
   const std::vector<std::shared_ptr<Node>> order = Topological(head_nodes);
   // Which nodes lead to a variable that wants a gradient (inputs come first in `order`).
   std::unordered_map<Node*, bool> wanted;
   for (const auto& n : order) {
     if (n->freed) {
-      throw Error("autograd::Backward: the graph through " + NodeName(*n) +
-                  " was freed by an earlier Backward; record it again, or pass retain_graph=true to the first");
+      throw Error(me + ": the graph through " + NodeName(*n) +
+                  " was freed by an earlier backward pass; record it again, or pass retain_graph=true to the first");
     }
-    bool w = n->variable && n->req != kNullOp;
+    bool w = variables != nullptr ? targets.count(n.get()) > 0 : n->variable && n->req != kNullOp;
     for (const Saved& in : n->inputs) {
       const auto& e = NDArrayAccess::Entry(in.array);
       w = w || (e && wanted[e->node.get()]);
     }
     wanted[n.get()] = w;
   }
-  // Every check before anything is pushed: operators without a backward pass and arrays written since.
+  // Every check before anything is pushed: operators without a (higher-order) gradient and arrays written
+  // since. With create_graph, a gradient formula may read any array the node saved.
   for (const auto& n : order) {
-    if (n->variable || n->function || !wanted[n.get()]) continue;
+    if (n->variable || !wanted[n.get()]) continue;
+    if (create_graph) {
+      const std::string gap = HigherOrderGap(*n);
+      if (!gap.empty()) throw Error(me + " with create_graph: " + gap + ", and a variable's gradient depends on it");
+    }
+    if (n->function) continue;
     if (!n->runner->prop().HasBackward()) {
-      throw Error("autograd::Backward: operator " + NodeName(*n) +
-                  " has no gradient, and a variable's gradient depends on it");
+      throw Error(me + ": operator " + NodeName(*n) + " has no gradient, and a variable's gradient depends on it");
     }
     for (const auto* list : {&n->inputs, &n->outputs}) {
       for (const Saved& s : *list) {
-        if (s.checked && s.array.var()->writes_pushed() != s.writes) {
-          throw Error("autograd::Backward: an array that operator " + NodeName(*n) +
+        if ((s.checked || create_graph) && s.array.var()->writes_pushed() != s.writes) {
+          throw Error(me + ": an array that operator " + NodeName(*n) +
                       "'s gradient reads was written in place after it was recorded");
         }
       }
     }
   }
-  // Backward runs unrecorded (its own arithmetic sums gradients).
-  const bool was_recording = SetRecording(false);
+  // The pass records only with create_graph (otherwise its own arithmetic, summing gradients, must not join a
+  // graph), in the mode asked for.
+  const bool was_recording = SetRecording(create_graph), was_training = SetTraining(train_mode);
   struct Restore {
-    bool was;
-    ~Restore() { SetRecording(was); }
-  } restore{was_recording};
+    bool recording, training;
+    ~Restore() {
+      SetRecording(recording);
+      SetTraining(training);
+    }
+  } restore{was_recording, was_training};
 
   std::unordered_map<Node*, std::vector<NDArray>> grads;  // per node, per output: the summed gradient
+  std::unordered_map<Node*, NDArray> found;               // Grad: per variable node, its gradient
   auto slot = [&](Node* n, std::size_t i) -> NDArray& {
     auto& v = grads[n];
     if (v.size() <= i) v.resize(std::max(i + 1, n->variable ? std::size_t{1} : n->outputs.size()));
     return v[i];
   };
-  for (std::size_t i = 0; i < heads.size(); ++i) {
-    const auto& e = NDArrayAccess::Entry(heads[i]);
-    const NDArray g = head_grads.empty()
-                          ? NDArray::Full(heads[i].shape(), 1.0, heads[i].ctx(), heads[i].dtype(), heads[i].engine())
-                          : head_grads[i];
-    Accumulate(&slot(e->node.get(), e->index), g);
-  }
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    Node* n = it->get();
-    if (!wanted[n]) continue;
+  // One node's backward: pushes its input gradients and adds them to its inputs' slots.
+  auto step = [&](const std::shared_ptr<Node>& node) {
+    Node* n = node.get();
     std::vector<NDArray>& out_grads = grads[n];
     if (n->variable) {
-      if (out_grads.empty() || out_grads[0].is_none() || n->req == kNullOp) continue;
-      if (n->req == kAddTo) {
+      if (out_grads.empty() || out_grads[0].is_none()) return;
+      if (variables != nullptr) {
+        found[n] = out_grads[0];
+      } else if (n->req == kAddTo) {
         n->grad += out_grads[0];
-      } else {
+      } else if (n->req == kWriteTo) {
         CopyFromTo(out_grads[0], n->grad);
       }
-      continue;
+      return;
     }
     out_grads.resize(n->outputs.size());
     std::vector<NDArray> og(n->visible), in_data, out_data, in_grad(n->inputs.size());
@@ -330,21 +573,41 @@ void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& hea
       const auto& e = NDArrayAccess::Entry(n->inputs[i].array);
       if (!e || !wanted[e->node.get()]) continue;
       req[i] = kWriteTo;
-      if (n->function) continue;
+      if (n->function || create_graph) continue;
       const NDArray& x = n->inputs[i].array;
       in_grad[i] = NDArray(x.shape(), x.ctx(), x.dtype(), x.engine());
     }
-    if (n->function) {
+    if (create_graph) {
+      GradArgs args;
+      args.og = og;
+      args.in = in_data;  // with their entries
+      for (std::size_t i = 0; i < out_data.size(); ++i) {
+        NDArray y = out_data[i];
+        NDArrayAccess::SetEntry(&y, std::make_shared<Entry>(Entry{node, i}));
+        args.out.push_back(std::move(y));
+      }
+      for (OpReqType r : req) args.need.push_back(r != kNullOp);
+      args.params = n->runner->prop().GetParams();
+      in_grad = HigherOrderTable().at(n->runner->name()).grad(args);
+      in_grad.resize(n->inputs.size());
+      for (std::size_t i = 0; i < in_grad.size(); ++i) {
+        if (req[i] == kNullOp) continue;
+        if (in_grad[i].is_none() || in_grad[i].shape() != n->inputs[i].array.shape()) {
+          throw Error(me + " with create_graph: the recorded gradient of " + NodeName(*n) + "'s input " +
+                      std::to_string(i) + " is missing or of the wrong shape");
+        }
+      }
+    } else if (n->function) {
       in_grad = n->function->Backward(og);
       if (in_grad.size() != n->inputs.size()) {
-        throw Error("autograd::Backward: a Function's Backward returned " + std::to_string(in_grad.size()) +
-                    " gradients for its " + std::to_string(n->inputs.size()) + " inputs");
+        throw Error(me + ": a Function's Backward returned " + std::to_string(in_grad.size()) + " gradients for its " +
+                    std::to_string(n->inputs.size()) + " inputs");
       }
       for (std::size_t i = 0; i < in_grad.size(); ++i) {
         if (in_grad[i].is_none()) {
           req[i] = kNullOp;
         } else if (in_grad[i].shape() != n->inputs[i].array.shape()) {
-          throw Error("autograd::Backward: a Function's gradient " + std::to_string(i) + " has shape " +
+          throw Error(me + ": a Function's gradient " + std::to_string(i) + " has shape " +
                       in_grad[i].shape().ToString() + ", its input " + n->inputs[i].array.shape().ToString());
         }
       }
@@ -356,18 +619,62 @@ void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& hea
       const auto& e = NDArrayAccess::Entry(n->inputs[i].array);
       Accumulate(&slot(e->node.get(), e->index), in_grad[i]);
     }
-    grads.erase(n);  // its output gradients are no longer needed
+  };
+
+  for (std::size_t i = 0; i < heads.size(); ++i) {
+    const auto& e = NDArrayAccess::Entry(heads[i]);
+    const NDArray g = head_grads.empty()
+                          ? NDArray::Full(heads[i].shape(), 1.0, heads[i].ctx(), heads[i].dtype(), heads[i].engine())
+                          : head_grads[i];
+    Accumulate(&slot(e->node.get(), e->index), g);
   }
-  if (retain_graph) return;
-  for (const auto& n : order) {
-    if (n->variable) continue;
-    n->freed = true;
-    n->inputs.clear();
-    n->outputs.clear();
-    n->aux.clear();
-    n->function.reset();
-    // The runner stays: its name is in the error of a later Backward through this node.
+  try {
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      if (wanted[it->get()]) step(*it);
+      grads.erase(it->get());  // its output gradients are no longer needed
+      // Without retain_graph the node's saved arrays go now, not at the end of the pass: the pushed backward
+      // holds what it reads until it has run, and nothing later in the pass reads them.
+      if (!retain_graph) Release(it->get());
+    }
+  } catch (...) {
+    // A pass without retain_graph consumes the graph even when it fails part-way.
+    if (!retain_graph) {
+      for (const auto& n : order) Release(n.get());
+    }
+    throw;
   }
+  if (variables == nullptr) return {};
+  std::vector<NDArray> out;
+  for (const NDArray& v : *variables) {
+    const auto& e = NDArrayAccess::Entry(v);
+    NDArray g = found.count(e->node.get()) ? found[e->node.get()] : NDArray();
+    if (g.is_none()) {  // the heads do not depend on it
+      g = NDArray::Zeros(v.shape(), v.ctx(), v.dtype(), v.engine());
+    } else {
+      // A new array, never a head gradient the caller passed in (the gradient of a head that is the variable).
+      for (const NDArray& hg : head_grads) {
+        if (g.SharesChunkWith(hg)) {
+          g = create_graph ? Call1("_copy", {g}) : g.CopyTo(g.ctx());
+          break;
+        }
+      }
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+}  // namespace
+
+void Backward(const std::vector<NDArray>& heads, const std::vector<NDArray>& head_grads, bool retain_graph,
+              bool train_mode) {
+  Run("autograd::Backward", heads, head_grads, nullptr, retain_graph, false, train_mode);
+}
+
+std::vector<NDArray> Grad(const std::vector<NDArray>& heads, const std::vector<NDArray>& variables,
+                          const std::vector<NDArray>& head_grads, bool retain_graph, bool create_graph,
+                          bool train_mode) {
+  return Run("autograd::Grad", heads, head_grads, &variables, retain_graph, create_graph, train_mode);
 }
 
 }  // namespace troupe::autograd
