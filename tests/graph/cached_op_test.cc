@@ -219,6 +219,7 @@ TEST(CachedOpTest, ErrorsNameTheInput) {
   }
   autograd::Backward({y}, {}, /*retain_graph=*/true);
   ExpectError([&] { autograd::Backward({y}); }, {"CachedOp", "once"});
+  autograd::GradOf(in[1]).WaitToRead();
 }
 
 }  // namespace
