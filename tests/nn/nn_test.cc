@@ -161,6 +161,52 @@ TEST_F(NNTest, ExportedBlockReadsBackWithTheSameOutputs) {
   for (const char* f : {"-symbol.json", "-0003.params", ".params"}) std::filesystem::remove(prefix + f);
 }
 
+// GluonCV's cifar_resnet20_v1 as GluonCV exports it (tests/graph/data/models): imported whole, and as a feature
+// extractor (its pooled features) under a new 5-class Dense head in a HybridSequential, fine-tuned on one batch
+// until it fits it, imperatively and hybridized.
+TEST(NNFineTuneTest, GluonCVExportImportsAndFineTunes) {
+  const std::string file = std::string(TROUPE_MODELS_DIR) + "/cifar_resnet20_v1-symbol.json";
+  auto whole = nn::SymbolBlock::Imports(file, {"data"});
+  whole->Initialize("xavier");
+  NDArray x(TShape{8, 1, 28, 28}, Context::CPU());
+  x.SampleUniform(0, 1);
+  EXPECT_EQ((*whole)(x).shape(), (TShape{8, 10}));
+  const std::vector<float> labels = {0, 1, 2, 3, 4, 0, 1, 2};
+  const NDArray y = NDArray::FromVector(labels, {8});
+  for (bool hybrid : {false, true}) {
+    SCOPED_TRACE(hybrid ? "hybridized" : "imperative");
+    const Symbol all = Symbol::Load(file).GetInternals();
+    const auto names = all.ListOutputs();
+    const auto pool = std::find(names.begin(), names.end(), "cifarresnetv10_pool0_fwd_output");
+    ASSERT_NE(pool, names.end());
+    auto features = std::make_shared<nn::SymbolBlock>(all[static_cast<std::size_t>(pool - names.begin())],
+                                                      std::vector<std::string>{"data"});
+    auto net = std::make_shared<nn::HybridSequential>();
+    net->Add(features);
+    net->Add(std::make_shared<nn::Flatten>());
+    net->Add(std::make_shared<nn::Dense>(5));
+    net->Initialize("xavier");
+    if (hybrid) net->Hybridize();
+    EXPECT_EQ(net->CollectParams().size(), features->CollectParams().size() + 2);
+    nn::SoftmaxCrossEntropyLoss loss_fn;
+    nn::Trainer trainer(net->CollectParams(), {"sgd", {{"learning_rate", "0.1"}, {"momentum", "0.9"}}});
+    double first = 0, last = 0;
+    for (int step = 0; step < 30; ++step) {
+      NDArray loss;
+      {
+        autograd::RecordScope record;
+        loss = loss_fn((*net)(x), y);
+      }
+      autograd::Backward({loss});
+      trainer.Step(8);
+      double mean = 0;
+      for (float v : loss.ToVector<float>()) mean += v / 8;
+      (step == 0 ? first : last) = mean;
+    }
+    EXPECT_LT(last, 0.25 * first) << "loss " << first << " -> " << last;
+  }
+}
+
 TEST(NNBlockTest, DeferredShapesNamesAndErrors) {
   nn::Dense fc(3, "relu", true, true, 0, {}, "zeros", "fc_");
   EXPECT_EQ(fc.weight()->name(), "fc_weight");
