@@ -7,13 +7,20 @@
 // SymbolBlock.imports and by nn::SymbolBlock::Imports), with PREFIX-check.params: a test batch and the block's
 // outputs on it.
 //
+// --kvstore dist_sync (or dist_device_sync / dist_async) trains on a cluster started by `troupe launch`: each
+// worker takes its part of the training images and batch / workers of every batch, and the Trainer pushes the
+// gradients and pulls the weights the servers updated, so that a step is the single process's step over the
+// whole batch:
+//   troupe launch -n 2 -s 1 -- gluon_style_cnn --kvstore dist_sync
+//
 // --compare-module trains the same network with the Module (graph/models.h's LeNet symbol) from the same
 // initial parameters over the same batches, epoch by epoch, and prints both test accuracies: the two paths
 // compute the same model.
 //
 // Usage: gluon_style_cnn [--epochs N] [--batch-size B] [--lr X] [--momentum M] [--train-images N (0 = all)]
 //                        [--test-images N (0 = all)] [--seed S] [--workers W] [--imperative]
-//                        [--export PREFIX] [--compare-module] [--data-dir DIR] [--min-accuracy A]
+//                        [--export PREFIX] [--compare-module] [--kvstore TYPE] [--data-dir DIR]
+//                        [--min-accuracy A]
 // Exit status 0 when the final test accuracy reaches --min-accuracy (and, with --compare-module, the two
 // accuracies are within 0.005).
 #include <chrono>
@@ -26,6 +33,8 @@
 
 #include "graph/models.h"
 #include "io/io.h"
+#include "kvstore/dist.h"
+#include "kvstore/kvstore.h"
 #include "nn/basic_layers.h"
 #include "nn/block.h"
 #include "nn/conv_layers.h"
@@ -77,11 +86,14 @@ void Usage() {
   std::puts(
       "usage: gluon_style_cnn [--epochs N] [--batch-size B] [--lr X] [--momentum M] [--train-images N (0 = all)]\n"
       "                       [--test-images N (0 = all)] [--seed S] [--workers W] [--imperative]\n"
-      "                       [--export PREFIX] [--compare-module] [--data-dir DIR] [--min-accuracy A]\n"
+      "                       [--export PREFIX] [--compare-module] [--kvstore TYPE] [--data-dir DIR]\n"
+      "                       [--min-accuracy A]\n"
       "Trains a LeNet block on Fashion-MNIST with autograd and a Trainer (sgd), hybridized unless --imperative,\n"
       "with W DataLoader workers (default 1); prints the test accuracy every epoch. --export writes\n"
       "PREFIX-symbol.json and PREFIX-%04d.params after the last epoch. --compare-module trains the Module on\n"
-      "the same batches from the same start and prints its accuracy too.\n"
+      "the same batches from the same start and prints its accuracy too. --kvstore dist_sync: a worker of a\n"
+      "cluster started by `troupe launch -n W -s S -- gluon_style_cnn ...` (each worker trains on its part of\n"
+      "the images with batch B / W; worker 0 exports).\n"
       "Exits 1 when the final test accuracy is below --min-accuracy, or the Module's differs by more than 0.005.");
 }
 
@@ -117,7 +129,7 @@ int main(int argc, char** argv) {
   std::int64_t train_images = 0, test_images = 0;
   std::uint64_t seed = 1;
   bool hybridize = true, compare = false;
-  std::string data_dir = troupe::kFashionMnistDir, export_prefix;
+  std::string data_dir = troupe::kFashionMnistDir, export_prefix, kvstore = "device";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -137,6 +149,8 @@ int main(int argc, char** argv) {
       seed = std::strtoull(argv[++i], nullptr, 10);
     } else if (arg == "--workers" && has_value) {
       workers = std::atoi(argv[++i]);
+    } else if (arg == "--kvstore" && has_value) {
+      kvstore = argv[++i];
     } else if (arg == "--export" && has_value) {
       export_prefix = argv[++i];
     } else if (arg == "--data-dir" && has_value) {
@@ -156,12 +170,52 @@ int main(int argc, char** argv) {
     Usage();
     return 2;
   }
+  const bool dist = kvstore.rfind("dist", 0) == 0;
+  if (dist) {
+    // Scheduler or server (MXNet's habit: one program for every role): run the role until the cluster ends.
+    const int role_status = troupe::RunDistRoleFromEnv();
+    if (role_status >= 0) return role_status;
+    if (std::getenv("DMLC_ROLE") == nullptr) {
+      std::fprintf(stderr, "gluon_style_cnn: --kvstore %s is for a worker of a cluster; start it with\n"
+                           "  troupe launch -n 2 -s 1 -- %s --kvstore %s\n", kvstore.c_str(), argv[0], kvstore.c_str());
+      return 2;
+    }
+    if (compare) {
+      std::fprintf(stderr, "gluon_style_cnn: --compare-module runs in one process; leave out --kvstore %s\n",
+                   kvstore.c_str());
+      return 2;
+    }
+  }
   try {
+    // On a cluster: join it first (rank and worker count decide this worker's part of the data).
+    std::shared_ptr<troupe::KVStore> store;
+    int rank = 0, num_workers = 1;
+    if (dist) {
+      store = troupe::KVStore::Create(kvstore);
+      rank = store->rank();
+      num_workers = store->num_workers();
+      if (batch_size % num_workers != 0) {
+        throw troupe::Error("--batch-size " + std::to_string(batch_size) + " is not a multiple of the " +
+                            std::to_string(num_workers) + " workers");
+      }
+    }
     auto train = Load(data_dir, "train", 60000, train_images);
+    if (dist) {
+      // This worker's contiguous part of the training images.
+      const auto [begin, end] = troupe::ShardRange(train->size(), num_workers, rank, "gluon_style_cnn");
+      std::vector<NDArray> part;
+      for (const NDArray& f : train->fields()) {
+        part.push_back(f.Slice(static_cast<std::int64_t>(begin), static_cast<std::int64_t>(end)));
+      }
+      train = std::make_shared<nn::ArrayDataset>(part);
+    }
     auto test = Load(data_dir, "t10k", 10000, test_images);
-    std::printf("gluon_style_cnn: %zu training and %zu test images, %d epochs, batch %d, sgd lr %g momentum %g, %s\n",
-                train->size(), test->size(), epochs, batch_size, lr, momentum,
-                hybridize ? "hybridized" : "imperative");
+    const int local_batch = batch_size / num_workers;
+    std::printf("gluon_style_cnn: %zu training and %zu test images, %d epochs, batch %d, sgd lr %g momentum %g, %s%s\n",
+                train->size(), test->size(), epochs, batch_size, lr, momentum, hybridize ? "hybridized" : "imperative",
+                dist ? (", worker " + std::to_string(rank) + " of " + std::to_string(num_workers) + " (" + kvstore +
+                        ", batch " + std::to_string(local_batch) + " here)").c_str()
+                     : "");
 
     auto net = std::make_shared<LeNet>();
     troupe::ResourceManager::Get()->SeedRandom(seed);
@@ -169,7 +223,7 @@ int main(int argc, char** argv) {
     (*net)(NDArray::Zeros({1, 1, 28, 28}, troupe::Context::CPU()));  // completes the deferred shapes
     if (hybridize) net->Hybridize();
     const troupe::OptimizerConfig sgd{"sgd", {{"learning_rate", std::to_string(lr)}, {"momentum", std::to_string(momentum)}}};
-    nn::Trainer trainer(net->CollectParams(), sgd);
+    nn::Trainer trainer(net->CollectParams(), sgd, kvstore, store);
     nn::SoftmaxCrossEntropyLoss loss_fn;
 
     // The Module on the same symbol-level network, from the block's initial parameters.
@@ -188,7 +242,7 @@ int main(int argc, char** argv) {
     double accuracy = 0, module_accuracy = 0;
     for (int epoch = 0; epoch < epochs; ++epoch) {
       // The same order for both paths: a loader per path and epoch, seeded by the epoch.
-      nn::DataLoader loader(train, batch_size, true, "discard", workers, seed + static_cast<std::uint64_t>(epoch));
+      nn::DataLoader loader(train, local_batch, true, "discard", workers, seed + static_cast<std::uint64_t>(epoch));
       auto metric = troupe::EvalMetric::Create("acc");
       std::vector<NDArray> b;
       const auto t0 = std::chrono::steady_clock::now();
@@ -200,13 +254,13 @@ int main(int argc, char** argv) {
           loss = loss_fn(out, b[1]);
         }
         troupe::autograd::Backward({loss});
-        trainer.Step(batch_size);
+        trainer.Step(batch_size);  // the whole batch: on a cluster the servers sum every worker's gradients
         metric->Update({b[1]}, {out});
       }
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       accuracy = Accuracy(test, batch_size, [&](const std::vector<NDArray>& t) { return (*net)(t[0]); });
       std::printf("Epoch[%d] Train-accuracy=%f Validation-accuracy=%f Time cost=%.3f (%.0f images/s)\n", epoch,
-                  metric->Get(), accuracy, secs, static_cast<double>(loader.num_batches() * batch_size) / secs);
+                  metric->Get(), accuracy, secs, static_cast<double>(loader.num_batches() * local_batch) / secs);
       if (mod) {
         nn::DataLoader same(train, batch_size, true, "discard", workers, seed + static_cast<std::uint64_t>(epoch));
         const auto m0 = std::chrono::steady_clock::now();
@@ -232,7 +286,8 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     }
-    if (!export_prefix.empty()) {
+    if (store) store->Finalize();  // leaves the cluster in order
+    if (!export_prefix.empty() && rank == 0) {
       net->Hybridize();
       net->Export(export_prefix, epochs);
       // A test batch and this block's outputs on it, for checking the export elsewhere (MXNet's

@@ -23,6 +23,7 @@
 #include "nn/trainer.h"
 #include "op/autograd.h"
 #include "op/imperative.h"
+#include "tensor/resource.h"
 #include "tests/common/op_test_util.h"
 
 namespace troupe {
@@ -274,6 +275,52 @@ TEST(NNBlockTest, SequentialOfImperativeBlocksTrainsAndRefusesStaleGradients) {
   ExpectError([&] { trainer.Step(2); }, {"was not written by a backward pass", "ignore_stale_grad"});
   trainer.Step(2, /*ignore_stale_grad=*/true);
   EXPECT_EQ(scale->params()[0].second->Data().ToVector<float>(), std::vector<float>{-4});
+}
+
+// Data parallel over two CPU devices: each device runs half the batch on its copy of the parameters, the
+// Trainer sums the gradients through the store and updates both copies: the same parameters as one device on
+// the whole batch.
+TEST(NNBlockTest, TrainerOverTwoDevicesEqualsOneDevice) {
+  NDArray x(TShape{8, 6}, Context::CPU());
+  x.SampleUniform(-1, 1);
+  const NDArray y = NDArray::FromVector<float>({0, 1, 2, 0, 1, 2, 0, 1}, {8});
+  auto make = [](const std::vector<Context>& ctx) {
+    auto net = std::make_shared<nn::HybridSequential>();
+    net->Add(std::make_shared<nn::Dense>(5, "tanh", true, true, 6, "", "zeros", "a_"));
+    net->Add(std::make_shared<nn::Dense>(3, "", true, true, 5, "", "zeros", "b_"));
+    ResourceManager::Get()->SeedRandom(3);
+    net->Initialize("xavier", ctx);
+    return net;
+  };
+  const std::vector<Context> two = {Context::CPU(0), Context::CPU(1)};
+  auto one_net = make({Context::CPU()}), two_net = make(two);
+  nn::SoftmaxCrossEntropyLoss loss_fn;
+  const OptimizerConfig sgd{"sgd", {{"learning_rate", "0.3"}, {"momentum", "0.9"}}};
+  nn::Trainer one(one_net->CollectParams(), sgd), both(two_net->CollectParams(), sgd, "device");
+  for (int step = 0; step < 3; ++step) {
+    NDArray l1;
+    {
+      autograd::RecordScope record;
+      l1 = loss_fn((*one_net)(x), y);
+    }
+    autograd::Backward({l1});
+    one.Step(8);
+    std::vector<NDArray> losses;
+    {
+      autograd::RecordScope record;
+      for (std::size_t d = 0; d < 2; ++d) {
+        const auto lo = static_cast<std::int64_t>(4 * d);
+        losses.push_back(loss_fn((*two_net)(x.Slice(lo, lo + 4).CopyTo(two[d])), y.Slice(lo, lo + 4).CopyTo(two[d])));
+      }
+    }
+    autograd::Backward(losses);
+    both.Step(8);
+  }
+  ASSERT_NE(both.kvstore(), nullptr);
+  const auto p1 = one_net->CollectParams(), p2 = two_net->CollectParams();
+  for (std::size_t i = 0; i < p1.size(); ++i) {
+    for (const Context& c : two) ExpectClose(p2.list()[i]->Data(c), p1.list()[i]->Data(), p1.list()[i]->name() + " on " + c.ToString());
+  }
 }
 
 TEST(DataLoaderTest, BatchesInOrderShuffledAndWithWorkers) {
