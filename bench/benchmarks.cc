@@ -6,6 +6,7 @@
 #include "bench/kvstore/kvstore_bench.h"
 #include "bench/kvstore/kvstore_dist_bench.h"
 #include "bench/ndarray/ndarray_bench.h"
+#include "bench/nn/nn_bench.h"
 #include "bench/ops/ops_bench.h"
 #include "bench/train/train_bench.h"
 #include "bench/train/train_dist_bench.h"
@@ -14,7 +15,8 @@ namespace troupe::bench {
 
 std::vector<Benchmark> AllBenchmarks() {
   return {EngineBenchmark(), NDArrayBenchmark(),      OpsBenchmark(),         IoBenchmark(),
-          TrainBenchmark(),  KVStoreLocalBenchmark(), KVStoreDistBenchmark(), TrainDistBenchmark()};
+          TrainBenchmark(),  KVStoreLocalBenchmark(), KVStoreDistBenchmark(), TrainDistBenchmark(),
+          NNBenchmark()};
 }
 
 }  // namespace troupe::bench

@@ -128,6 +128,11 @@ class ResourceManager {
   // A resource of type req.type on ctx. kTempSpace and kParallelRandom requests cycle through the
   // device's copies. Throws troupe::Error for a device that does not exist.
   Resource Request(Context ctx, ResourceRequest req);
+  // The same, with kTempSpace from copy `key` % copies: requests of one key share a copy. An operator asking
+  // with a key of what it is (its type and shapes) keeps to one copy however often it is made again (each
+  // imperative call makes it anew), so each copy grows only to what its operators need, not to the largest
+  // request of the process. Other types as Request.
+  Resource Request(Context ctx, ResourceRequest req, std::uint64_t key);
   // Reseeds every device's generators (those created later too). Ordered after every random operation
   // pushed before, and before every one pushed after: a seeded sequence is reproducible.
   void SeedRandom(std::uint64_t seed);
@@ -138,6 +143,7 @@ class ResourceManager {
   struct Impl;
 
  private:
+  Resource Pick(Context ctx, ResourceRequest req, const std::uint64_t* key);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -97,6 +97,8 @@ class Storage {
 
   StorageStats Stats(Context ctx) const;
   std::vector<StorageStats> AllStats() const;
+  // Starts `ctx`'s peak_bytes_in_use afresh at its bytes in use now (to measure the peak of one piece of work).
+  void ResetPeak(Context ctx);
   const StorageConfig& config() const;
 
   struct Impl;

@@ -5,6 +5,7 @@
 #include "bench/train/train_bench.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +39,7 @@
 #include "tensor/kernel_stats.h"
 #include "tensor/ndarray.h"
 #include "tensor/resource.h"
+#include "tensor/storage.h"
 #include "train/train.h"
 
 // OpenBLAS's own call (openblas_config.h is not in every cblas.h): the anchors record the thread count.
@@ -235,6 +237,27 @@ DType TargetDType(const std::string& dtype) {
   return dtype == "bfloat16" ? DType::kBfloat16 : dtype == "float16" ? DType::kFloat16 : DType::kFloat32;
 }
 
+// The storage's peak bytes in use on ctx over one more step (everything held counts: parameters, optimizer
+// states, bound executors, and what the step allocates), and the bytes in use before it.
+std::pair<std::uint64_t, std::uint64_t> PeakOfOneStep(const Body& step, Context ctx) {
+  Engine::Get()->WaitForAll();
+  Storage* storage = Storage::Get().get();
+  storage->ResetPeak(ctx);
+  const std::uint64_t before = storage->Stats(ctx).bytes_in_use;
+  step(1, Clock::now() + std::chrono::hours(1));
+  Engine::Get()->WaitForAll();
+  return {storage->Stats(ctx).peak_bytes_in_use, before};
+}
+
+void RecordPeak(WorkloadReport* r, const Body& step, Context ctx) {
+  const auto [peak, before] = PeakOfOneStep(step, ctx);
+  r->details["step_peak_bytes"] = peak;
+  r->details["step_bytes_in_use_before"] = before;
+  r->details["step_peak_meaning"] =
+      "the storage pool's peak bytes in use on the device over one step after the timed runs (parameters, "
+      "optimizer states, bound executors and everything the step allocates), and the bytes in use before it";
+}
+
 // The logits of a model network: the input of its SoftmaxOutput (the last FullyConnected's output).
 Symbol Logits(const Symbol& net) {
   const Symbol internals = net.GetInternals();
@@ -344,6 +367,7 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
                            "record the block and the loss, Backward, Trainer::Step (sgd), then wait");
     MeasureAgainstGemms(r, nn_step.step, plan, ctx, o.repeat,
                         "the network's FullyConnected / Convolution GEMMs for one step, alone (" + SgemmLibrary() + ")");
+    RecordPeak(r, nn_step.step, ctx);
     const double accuracy = nn_step.accuracy(batches);
     r->details["train_accuracy_after"] = accuracy;
     r->details["train_accuracy_after_meaning"] = "the block's predictions (prediction mode) over the batches after the "
@@ -398,6 +422,7 @@ void RunWorkload(WorkloadReport* r, const std::string& model, const TrainBenchOp
     r->details["inrun_gemm_bound_images_per_s"] = batch / MedianOf(gemm);
     r->details["inrun_ratio"] = MedianOf(ratios);
   }
+  RecordPeak(r, step, ctx);  // after the in-run figures: its call adds an entry to gemm_per_step
 
   // Checks: probabilities, and that the steps trained the network (accuracy over the preloaded batches).
   // The ResNets are judged with each batch's own BatchNorm statistics: after the dozen or so steps of a run their
@@ -758,6 +783,9 @@ constexpr const char* kTrainBenchmarkExamples =
     "      ResNet-18 training steps at batch 64 (about a second each on 2 cores)\n"
     "  troupe bench train --workloads resnet18 --batch-size 64 --dtype bfloat16 --json r18-bf16.json\n"
     "      the same in bfloat16 mixed precision\n"
+    "  troupe bench train --workloads lenet,resnet18 --api hybrid --json nn.json\n"
+    "      the same networks written with the module API (a hybridized block, a loss, autograd, a Trainer);\n"
+    "      compare with --api module; the JSON's step_peak_bytes is a step's peak memory\n"
     "  troupe bench train --workloads resnet50 --synthetic --ctx gpu:0 --batch-size 128 --json r50.json\n"
     "      ResNet-50 training steps on GPU 0 on random ImageNet-shaped batches\n"
     "  troupe bench train --workloads resnet18-infer --json infer.json\n"

@@ -2,6 +2,7 @@
 #include "op/autograd.h"
 
 #include <algorithm>
+#include <deque>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -17,6 +18,9 @@
 namespace troupe::autograd {
 
 namespace {
+
+// Gradient bytes a backward pass allocates between two fences (see Run).
+constexpr std::size_t kBackwardWindowBytes = std::size_t{4} << 20;
 
 thread_local bool training = false;
 
@@ -545,12 +549,12 @@ std::vector<NDArray> Run(const char* who, const std::vector<NDArray>& heads, con
     if (v.size() <= i) v.resize(std::max(i + 1, n->variable ? std::size_t{1} : n->outputs.size()));
     return v[i];
   };
-  // One node's backward: pushes its input gradients and adds them to its inputs' slots.
-  auto step = [&](const std::shared_ptr<Node>& node) {
+  // One node's backward: pushes its input gradients, adds them to its inputs' slots and returns them.
+  auto step = [&](const std::shared_ptr<Node>& node) -> std::vector<NDArray> {
     Node* n = node.get();
     std::vector<NDArray>& out_grads = grads[n];
     if (n->variable) {
-      if (out_grads.empty() || out_grads[0].is_none()) return;
+      if (out_grads.empty() || out_grads[0].is_none()) return {};
       if (variables != nullptr) {
         found[n] = out_grads[0];
       } else if (n->req == kAddTo) {
@@ -558,7 +562,7 @@ std::vector<NDArray> Run(const char* who, const std::vector<NDArray>& heads, con
       } else if (n->req == kWriteTo) {
         CopyFromTo(out_grads[0], n->grad);
       }
-      return;
+      return {};
     }
     out_grads.resize(n->outputs.size());
     std::vector<NDArray> og(n->visible), in_data, out_data, in_grad(n->inputs.size());
@@ -619,6 +623,7 @@ std::vector<NDArray> Run(const char* who, const std::vector<NDArray>& heads, con
       const auto& e = NDArrayAccess::Entry(n->inputs[i].array);
       Accumulate(&slot(e->node.get(), e->index), in_grad[i]);
     }
+    return in_grad;
   };
 
   for (std::size_t i = 0; i < heads.size(); ++i) {
@@ -628,9 +633,51 @@ std::vector<NDArray> Run(const char* who, const std::vector<NDArray>& heads, con
                           : head_grads[i];
     Accumulate(&slot(e->node.get(), e->index), g);
   }
+  // Each node's input gradients are allocated when it is pushed, and memory goes back to the pool once the
+  // functions reading it have run. Pushed all at once, the pass would allocate every gradient before the engine
+  // freed any. So once the gradients pushed since the last fence reach kBackwardWindowBytes, the pass pushes a
+  // fence (an empty function reading them, writing a scratch variable) and waits for the fence before: it stays
+  // about two windows of gradient memory ahead of the engine, while a pass of small arrays never waits. It holds
+  // the window's gradients only until their fence is pushed (their variables must live until then).
+  Engine* engine = heads[0].engine();
+  std::vector<NDArray> window;
+  std::deque<VarHandle> fences;
+  std::size_t window_bytes = 0;
+  Context fence_ctx = heads[0].ctx();
+  auto fence = [&] {
+    std::vector<VarHandle> reads;
+    for (const NDArray& g : window) reads.push_back(g.var());
+    std::sort(reads.begin(), reads.end());
+    reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
+    VarHandle f = engine->NewVariable(Engine::VarKind::kScratch);
+    engine->PushSync([](RunContext) {}, fence_ctx, reads, {f}, FnProperty::kNormal, 0, "autograd:fence");
+    fences.push_back(f);
+    window.clear();
+    window_bytes = 0;
+    while (fences.size() > 1) {
+      engine->WaitForVar(fences.front());
+      engine->DeleteVariable([](RunContext) {}, fence_ctx, fences.front());
+      fences.pop_front();
+    }
+  };
+  struct DropFences {
+    Engine* engine;
+    Context ctx;
+    std::deque<VarHandle>* fences;
+    ~DropFences() {
+      for (VarHandle f : *fences) engine->DeleteVariable([](RunContext) {}, ctx, f);
+    }
+  } drop_fences{engine, fence_ctx, &fences};
   try {
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      if (wanted[it->get()]) step(*it);
+      if (wanted[it->get()]) {
+        for (const NDArray& g : step(*it)) {
+          if (g.is_none() || g.engine() != engine) continue;
+          window.push_back(g);
+          window_bytes += static_cast<std::size_t>(g.shape().Size()) * DTypeSize(g.dtype());
+        }
+        if (window_bytes >= kBackwardWindowBytes) fence();
+      }
       grads.erase(it->get());  // its output gradients are no longer needed
       // Without retain_graph the node's saved arrays go now, not at the end of the pass: the pushed backward
       // holds what it reads until it has run, and nothing later in the pass reads them.

@@ -47,11 +47,18 @@ struct OperatorRunner::Impl {
 
 namespace {
 
-std::vector<Resource> RequestAll(Engine* engine, Context ctx, const std::vector<ResourceRequest>& reqs) {
+// The resources an operator asks for; temporary space keyed by what the operator is (its type and input
+// shapes), so that the same operator made again (every imperative call makes its runner anew) uses the same
+// copy and the copies do not all grow to the largest workspace of the process.
+std::vector<Resource> RequestAll(Engine* engine, Context ctx, const std::vector<ResourceRequest>& reqs,
+                                 const std::string& type, const std::vector<TShape>& in_shapes) {
   std::vector<Resource> out;
   if (reqs.empty()) return out;
+  std::string what = type;
+  for (const TShape& s : in_shapes) what += s.ToString();
+  const std::uint64_t key = std::hash<std::string>{}(what);
   ResourceManager* rm = ResourceManager::Get(engine);
-  for (const auto& r : reqs) out.push_back(rm->Request(ctx, r));
+  for (std::size_t i = 0; i < reqs.size(); ++i) out.push_back(rm->Request(ctx, reqs[i], key + i));
   return out;
 }
 
@@ -98,8 +105,10 @@ OperatorRunner::OperatorRunner(std::shared_ptr<const OperatorProperty> prop, Con
   m.aux_types.resize(m.aux_shapes.size(), m.in_types.empty() ? 0 : m.in_types[0]);
 
   m.op = m.prop->CreateOperator(ctx);
-  m.forward_res = RequestAll(m.engine, ctx, m.prop->ForwardResource(m.in_shapes));
-  if (m.prop->HasBackward()) m.backward_res = RequestAll(m.engine, ctx, m.prop->BackwardResource(m.in_shapes));
+  m.forward_res = RequestAll(m.engine, ctx, m.prop->ForwardResource(m.in_shapes), m.name, m.in_shapes);
+  if (m.prop->HasBackward()) {
+    m.backward_res = RequestAll(m.engine, ctx, m.prop->BackwardResource(m.in_shapes), m.name, m.in_shapes);
+  }
   m.op_var = m.engine->NewVariable();
 
   // Ids: out_grad i -> i, in_data i -> V + i, out_data i -> V + N + i.

@@ -203,7 +203,13 @@ ResourceManager* ResourceManager::Get(Engine* engine) {
   return static_cast<ResourceManager*>(ext.get());
 }
 
-Resource ResourceManager::Request(Context ctx, ResourceRequest req) {
+Resource ResourceManager::Request(Context ctx, ResourceRequest req) { return Pick(ctx, req, nullptr); }
+
+Resource ResourceManager::Request(Context ctx, ResourceRequest req, std::uint64_t key) {
+  return Pick(ctx, req, &key);
+}
+
+Resource ResourceManager::Pick(Context ctx, ResourceRequest req, const std::uint64_t* key) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   DeviceResources* d = impl_->Device(ctx);
   const Guarded* g = nullptr;
@@ -215,7 +221,7 @@ Resource ResourceManager::Request(Context ctx, ResourceRequest req) {
       g = &d->parallel[d->next_parallel++ % d->parallel.size()];
       break;
     case ResourceRequest::kTempSpace:
-      g = &d->temp[d->next_temp++ % d->temp.size()];
+      g = &d->temp[(key != nullptr ? *key : d->next_temp++) % d->temp.size()];
       break;
     default:
       throw Error("ResourceManager::Request: unknown resource type " + std::to_string(static_cast<int>(req.type)));

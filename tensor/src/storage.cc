@@ -247,6 +247,11 @@ class DevicePool {
     return bytes;
   }
 
+  void ResetPeak() {
+    std::lock_guard<SpinLock> lock(mu_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
+
   StorageStats Stats() const {
     std::lock_guard<SpinLock> lock(mu_);
     StorageStats s = stats_;
@@ -482,6 +487,11 @@ StorageStats Storage::Stats(Context ctx) const {
   s.ctx = ctx;
   s.policy = ctx.dev_type == DeviceType::kGPU ? impl_->config.gpu_policy : impl_->config.cpu_policy;
   return s;
+}
+
+void Storage::ResetPeak(Context ctx) {
+  DevicePool* p = impl_->Existing(ctx);
+  if (p != nullptr) p->ResetPeak();
 }
 
 std::vector<StorageStats> Storage::AllStats() const {

@@ -19,7 +19,7 @@ TEST(BenchRegistryTest, EveryWorkloadOnceInHelpOrder) {
   std::vector<std::string> names;
   for (const Benchmark& b : AllBenchmarks()) names.push_back(b.name);
   EXPECT_EQ(names, (std::vector<std::string>{"engine", "ndarray", "ops", "io", "train", "kvstore-local",
-                                             "kvstore-dist", "train-dist"}));
+                                             "kvstore-dist", "train-dist", "nn"}));
 }
 
 TEST(BenchRegistryTest, EachDeclaresHelpAndDistinctOptions) {

@@ -166,6 +166,10 @@ TEST_P(ResourceTest, TempSpaceGrowsAndCopiesAreSerialised) {
   EXPECT_NE(r0.var(), r1.var());
   EXPECT_EQ(r0.var(), r2.var());  // two copies, handed out in turn
   EXPECT_THROW(r0.get_random(), Error);
+  // By key: one key always gets the same copy (key % copies), whatever came before.
+  EXPECT_EQ(rm->Request(kCpu, ResourceRequest::kTempSpace, 7).var(), rm->Request(kCpu, ResourceRequest::kTempSpace, 9).var());
+  EXPECT_NE(rm->Request(kCpu, ResourceRequest::kTempSpace, 7).var(), rm->Request(kCpu, ResourceRequest::kTempSpace, 8).var());
+  EXPECT_EQ(rm->Request(kCpu, ResourceRequest::kTempSpace, 4).var(), rm->Request(kCpu, ResourceRequest::kTempSpace, 4).var());
 
   // Many functions on the same copy, on up to 4 workers: never two at once, and the space they see grows.
   std::atomic<int> inside{0}, max_inside{0};

@@ -108,6 +108,20 @@ TEST(StorageTest, StatisticsAddUp) {
   EXPECT_NE(s.ToString().find("hit rate"), std::string::npos);
 }
 
+TEST(StorageTest, ResetPeakStartsThePeakAtTheBytesInUse) {
+  auto storage = Storage::Create(Policy(PoolPolicy::kExact));
+  StorageHandle a = storage->Alloc(4096, kCpu), b = storage->Alloc(8192, kCpu);
+  storage->Free(b);
+  EXPECT_EQ(storage->Stats(kCpu).peak_bytes_in_use, 4096u + 8192u);
+  storage->ResetPeak(kCpu);
+  EXPECT_EQ(storage->Stats(kCpu).peak_bytes_in_use, 4096u);
+  StorageHandle c = storage->Alloc(1024, kCpu);
+  storage->Free(c);
+  EXPECT_EQ(storage->Stats(kCpu).peak_bytes_in_use, 4096u + 1024u);
+  storage->Free(a);
+  storage->ResetPeak(Context::CPU(3));  // a device without a pool: nothing to do
+}
+
 TEST(StorageTest, ReleaseAllReturnsCachedMemoryAndKeepsBlocksInUse) {
   auto storage = Storage::Create(Policy(PoolPolicy::kExact));
   StorageHandle keep = storage->Alloc(100000, kCpu);
