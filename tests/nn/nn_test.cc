@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -73,6 +74,57 @@ TEST_F(NNTest, LossesMatchGluon) {
   ExpectClose(nn::SigmoidBinaryCrossEntropyLoss(true)(Invoke("sigmoid", {p01})[0], l01), f_.at("loss:sigmoid_bce_prob"),
               "sigmoid_bce from probabilities");
   ExpectError([&] { nn::L2Loss()(std::vector<NDArray>{p01}); }, {"L2Loss", "two inputs"});
+}
+
+// Each layer of the fixture's single-layer cases, with Gluon's parameter values: outputs, the input's gradient
+// and every parameter's gradient under a head gradient, imperatively and hybridized.
+TEST_F(NNTest, LayersMatchGluon) {
+  using V = std::vector<int>;
+  const std::vector<std::pair<std::string, std::function<std::shared_ptr<nn::HybridBlock>()>>> cases = {
+      {"conv1d", [] { return std::make_shared<nn::Conv1D>(3, V{3}, V{2}, V{1}); }},
+      {"conv2d_transpose", [] { return std::make_shared<nn::Conv2DTranspose>(3, V{3, 3}, V{2, 2}, V{1, 1}, V{1, 1}); }},
+      {"conv2d_groups", [] { return std::make_shared<nn::Conv2D>(4, V{3, 3}, V{}, V{1, 1}, V{2, 2}, 2); }},
+      {"avgpool2d", [] { return std::make_shared<nn::AvgPool2D>(V{3, 3}, V{2, 2}, V{1, 1}, false, false); }},
+      {"maxpool1d_ceil", [] { return std::make_shared<nn::MaxPool1D>(V{2}, V{}, V{}, true); }},
+      {"global_avg2d", [] { return std::make_shared<nn::GlobalAvgPool2D>(); }},
+      {"global_max1d", [] { return std::make_shared<nn::GlobalMaxPool1D>(); }},
+      {"embedding", [] { return std::make_shared<nn::Embedding>(10, 4); }},
+      {"layernorm", [] { return std::make_shared<nn::LayerNorm>(); }},
+      {"leakyrelu", [] { return std::make_shared<nn::LeakyReLU>(0.1f); }},
+      {"dense_noflatten", [] { return std::make_shared<nn::Dense>(5, "sigmoid", true, false); }},
+      {"softrelu", [] { return std::make_shared<nn::Activation>("softrelu"); }},
+      {"batchnorm_last_axis", [] { return std::make_shared<nn::BatchNorm>(-1, 0.5f); }},
+  };
+  for (bool hybrid : {false, true}) {
+    for (const auto& [c, make] : cases) {
+      SCOPED_TRACE(c + (hybrid ? " hybridized" : " imperative"));
+      const std::string k = "layer:" + c + ":";
+      auto layer = make();
+      for (const auto& [n, p] : layer->params()) p->SetData(f_.at(k + "param:" + n));
+      if (hybrid) layer->Hybridize();
+      NDArray x = f_.at(k + "in").CopyTo(Context::CPU());
+      const bool integer = !f_.count(k + "grad:in");
+      if (!integer) autograd::AttachGrad(&x);
+      NDArray y;
+      {
+        autograd::RecordScope record;
+        y = (*layer)(x);
+      }
+      autograd::Backward({y}, {f_.at(k + "head")});
+      ExpectClose(y, f_.at(k + "out"), "output");
+      if (!integer) ExpectClose(autograd::GradOf(x), f_.at(k + "grad:in"), "input gradient");
+      for (const auto& [n, p] : layer->params()) {
+        if (p->grad_req() != kNullOp) ExpectClose(p->Grad(), f_.at(k + "pgrad:" + n), "d/d" + n);
+      }
+    }
+  }
+}
+
+// The Convolution operator does 1-D and 2-D: a Conv3D says so at its first forward pass, naming the layer.
+TEST_F(NNTest, Conv3DIsRefusedByTheOperator) {
+  nn::Conv3D conv(2, {2, 2, 2}, {}, {}, {}, 1, "relu");
+  conv.Initialize();
+  ExpectError([&] { conv(f_.at("layer:conv3d:in")); }, {"Convolution", "1-D and 2-D"});
 }
 
 // Gluon's network of the fixture, loaded from its save_parameters file (structural names).

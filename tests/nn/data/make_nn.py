@@ -8,6 +8,11 @@ nn.params holds, under these names:
   net:grad:<structural name>           every parameter's gradient from that loss's backward pass
   net:after:<structural name>          every parameter after two Trainer steps (sgd, momentum, wd)
   net:export_out                       the trained network's prediction-mode output on net:in:x
+  layer:<case>:{in, out, head, grad:in, param:<name>, pgrad:<name>}
+                                       single layers (Conv1D, Conv3D, Conv2DTranspose, grouped and dilated
+                                       Conv2D, pooling, Embedding, LayerNorm, LeakyReLU, Dense without flatten,
+                                       softrelu, BatchNorm on the last axis): input, output, head gradient, the
+                                       input's and the parameters' gradients
 nn_net_init.params is the network's initial parameters as Gluon's save_parameters writes them (structural
 names); nn_export-symbol.json / nn_export-0000.params what Gluon's export writes after the two steps.
 
@@ -82,5 +87,48 @@ for name, p in params.items():
 net.hybridize()
 saved['net:export_out'] = net(x)
 net.export(os.path.join(HERE, 'nn_export'))
+
+# Single layers: each initialised (Xavier, the seeded generator), run on an input under record with a random
+# head gradient: layer:<case>:{in, out, head, grad:in (not for integer inputs), param:<short>, pgrad:<short>}.
+def layer_case(case, layer, shape, integer=False, lo=-1.0, hi=1.0):
+    layer.initialize(mx.init.Xavier())
+    if integer:
+        x = mx.nd.array(rng.randint(0, 10, shape).astype(np.float32))
+    else:
+        x = arr(shape, lo, hi)
+        x.attach_grad()
+    layer(x)  # deferred shapes
+    for name, p in layer._collect_params_with_prefix().items():
+        p.set_data(mx.nd.array(rng.uniform(-0.5, 0.5, p.shape).astype(np.float32)))
+    with autograd.record():
+        y = layer(x)
+    head = arr(y.shape)
+    y.backward(head)
+    saved['layer:%s:in' % case] = x.copy()
+    saved['layer:%s:out' % case] = y
+    saved['layer:%s:head' % case] = head
+    if not integer:
+        saved['layer:%s:grad:in' % case] = x.grad.copy()
+    for name, p in layer._collect_params_with_prefix().items():
+        saved['layer:%s:param:%s' % (case, name)] = p.data().copy()
+        if p.grad_req != 'null':
+            saved['layer:%s:pgrad:%s' % (case, name)] = p.grad().copy()
+
+
+layer_case('conv1d', nn.Conv1D(3, 3, strides=2, padding=1), (2, 4, 9))
+layer_case('conv3d', nn.Conv3D(2, (2, 2, 2), activation='relu'), (1, 2, 4, 4, 4))
+layer_case('conv2d_transpose', nn.Conv2DTranspose(3, 3, strides=2, padding=1, output_padding=1), (2, 2, 5, 5))
+layer_case('conv2d_groups', nn.Conv2D(4, 3, padding=1, groups=2, dilation=2), (2, 4, 6, 6))
+layer_case('avgpool2d', nn.AvgPool2D(3, strides=2, padding=1, count_include_pad=False), (2, 3, 7, 7))
+layer_case('maxpool1d_ceil', nn.MaxPool1D(2, ceil_mode=True), (2, 3, 9))
+layer_case('global_avg2d', nn.GlobalAvgPool2D(), (2, 3, 5, 5))
+layer_case('global_max1d', nn.GlobalMaxPool1D(), (2, 3, 6))
+layer_case('embedding', nn.Embedding(10, 4), (3, 5), integer=True)
+layer_case('layernorm', nn.LayerNorm(), (3, 6))
+layer_case('leakyrelu', nn.LeakyReLU(0.1), (3, 6))
+layer_case('dense_noflatten', nn.Dense(5, flatten=False, activation='sigmoid'), (2, 3, 4))
+layer_case('softrelu', nn.Activation('softrelu'), (3, 6))
+layer_case('batchnorm_last_axis', nn.BatchNorm(axis=-1, momentum=0.5), (4, 3, 5))
+
 mx.nd.save(os.path.join(HERE, 'nn.params'), saved)
 print('wrote', len(saved), 'arrays')
