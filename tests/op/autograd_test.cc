@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -828,6 +831,62 @@ TEST(AutogradGradTest, SavedArraysAreFreedDuringThePass) {
       EXPECT_LE(at_probe + 6 * mib, after_forward) << "the tanh outputs are still held";
     }
   }
+}
+
+// One call of each operator family the other fixtures leave out (tests/op/data/autograd/make_families.py:
+// reductions, broadcasting, layout, joining and splitting, batch_dot, take, clip, the loss outputs, tiling,
+// slicing, normalisation, padding, upsampling, where), recorded through Invoke with every non-integer input a
+// variable and a head gradient per output: outputs and gradients equal MXNet 1.9.1's.
+TEST(AutogradFamiliesTest, EveryFamilyMatchesMXNet) {
+  const std::string dir = std::string(TROUPE_TEST_DATA_DIR) + "/autograd/";
+  std::ifstream file(dir + "families.json");
+  ASSERT_TRUE(file) << dir << "families.json";
+  const nlohmann::json index = nlohmann::json::parse(file);
+  std::vector<NDArray> arrays;
+  std::vector<std::string> names;
+  NDArray::Load(dir + "families.params", &arrays, &names);
+  std::map<std::string, NDArray> f;
+  for (std::size_t i = 0; i < arrays.size(); ++i) f[names[i]] = arrays[i];
+  int cases = 0;
+  for (const auto& c : index.at("cases")) {
+    const std::string name = c.at("name");
+    SCOPED_TRACE(name);
+    Kwargs kwargs;
+    for (const auto& [k, v] : c.at("kwargs").items()) kwargs.emplace_back(k, v.get<std::string>());
+    std::vector<NDArray> in;
+    std::vector<std::size_t> variables;
+    for (std::size_t i = 0; i < c.at("inputs").size(); ++i) {
+      NDArray a = f.at(name + ":in:" + std::to_string(i)).CopyTo(Context::CPU());
+      if (!c.at("inputs")[i].at("integer").get<bool>()) {
+        autograd::AttachGrad(&a);
+        variables.push_back(i);
+      }
+      in.push_back(a);
+    }
+    std::vector<NDArray> out, heads;
+    {
+      autograd::RecordScope record;
+      out = Invoke(c.at("op").get<std::string>(), in, kwargs);
+    }
+    ASSERT_EQ(out.size(), c.at("outputs").get<std::size_t>());
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      heads.push_back(f.at(name + ":head:" + std::to_string(k)));
+      ExpectClose(out[k], f.at(name + ":out:" + std::to_string(k)), name + " output " + std::to_string(k));
+    }
+    autograd::Backward(out, heads);
+    for (std::size_t i : variables) {
+      const NDArray want = f.at(name + ":grad:" + std::to_string(i));
+      const auto w = want.ToVector<float>();
+      if (std::all_of(w.begin(), w.end(), [](float v) { return v == 0; })) {
+        // No gradient for this input (LinearRegressionOutput's label): zeros here too.
+        EXPECT_EQ(autograd::GradOf(in[i]).ToVector<float>(), w) << name << " d/d input " << i;
+        continue;
+      }
+      ExpectClose(autograd::GradOf(in[i]), want, name + " d/d input " + std::to_string(i));
+    }
+    ++cases;
+  }
+  EXPECT_GE(cases, 29);
 }
 
 // On the default (actor) engine, where the calling thread pushes faster than the workers run: a backward pass
