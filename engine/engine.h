@@ -137,7 +137,9 @@ class Engine {
  public:
   virtual ~Engine() = default;
 
-  // The process-wide engine, created on first use from EngineConfig::FromEnv().
+  // The process-wide engine, created on first use from EngineConfig::FromEnv(). When the main thread has used it,
+  // its pending work is finished as the main thread ends (before the process's static objects are destroyed), so
+  // a program may end without waiting for its last results.
   static Engine* Get();
   // An independent engine (tests, several nodes in one process).
   static std::unique_ptr<Engine> Create(const EngineConfig& config);

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <mutex>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "engine/internal/engines.h"
 #include "engine/profiler.h"
 
@@ -98,12 +101,40 @@ void Engine::DestroyExtensions() {
   }
 }
 
+namespace {
+
+// Finishes the process-wide engine's pending work when the main thread ends (main returns, or it calls exit):
+// the main thread's thread-local objects are destroyed before any object of static storage duration. Without
+// it the work would run in the engine's own destructor, after the statics that libraries create on first use
+// (after the engine: oneDNN's generated kernels, for one) were destroyed, so a program that ends without
+// reading its last results would run freed code.
+struct DrainAtMainExit {
+  Engine* engine;
+  ~DrainAtMainExit() {
+    try {
+      engine->WaitForAll();
+    } catch (...) {
+      // Errors are dropped here: nobody is left to see them (the engine's destructor drops them too).
+    }
+  }
+};
+
+bool IsMainThread() { return static_cast<pid_t>(::syscall(SYS_gettid)) == ::getpid(); }
+
+}  // namespace
+
 Engine* Engine::Get() {
-  // Destroyed at exit, after main returns: its destructor finishes pending work and stops its actors.
+  // Destroyed at exit, after main returns: its destructor stops its actors (DrainAtMainExit has finished the
+  // pending work by then when the main thread used the engine).
   static std::unique_ptr<Engine> engine = Create(EngineConfig::FromEnv());
   // After the engine (so that the profile is written at exit before the engine is destroyed).
   static const bool autostart = (Profiler::AutostartFromEnv(engine.get()), true);
   (void)autostart;
+  thread_local const bool main_thread = IsMainThread();
+  if (main_thread) {
+    thread_local DrainAtMainExit drain{engine.get()};
+    (void)drain;
+  }
   return engine.get();
 }
 

@@ -219,7 +219,8 @@ TEST(CachedOpTest, ErrorsNameTheInput) {
   }
   autograd::Backward({y}, {}, /*retain_graph=*/true);
   ExpectError([&] { autograd::Backward({y}); }, {"CachedOp", "once"});
-  autograd::GradOf(in[1]).WaitToRead();
+  // The suite ends with the first Backward's work possibly still running: the process-wide engine finishes it
+  // when main ends, before oneDNN's kernels go (a crash at exit otherwise).
 }
 
 }  // namespace
