@@ -26,9 +26,12 @@ class OperatorRunner {
   // prop must be initialised. in_shapes/in_types: one per argument; types may be kTypeUnknown when
   // inferable. out_shapes: what is known of the outputs' shapes from elsewhere (a graph's consumers), or
   // empty. Throws troupe::Error when shapes/types cannot be inferred or the device is not supported.
+  // one_call: the runner serves one imperative call (Invoke makes one per call): its temporary space comes from
+  // the copy that the operator's type and input shapes key, so that calling the same operator again and again
+  // does not grow every copy to the largest workspace (bound runners, an executor's, take the copies in turn).
   OperatorRunner(std::shared_ptr<const OperatorProperty> prop, Context ctx, const std::vector<TShape>& in_shapes,
                  const std::vector<int>& in_types, Engine* engine = nullptr,
-                 const std::vector<TShape>& out_shapes = {});
+                 const std::vector<TShape>& out_shapes = {}, bool one_call = false);
   ~OperatorRunner();
   OperatorRunner(const OperatorRunner&) = delete;
   OperatorRunner& operator=(const OperatorRunner&) = delete;

@@ -47,17 +47,21 @@ struct OperatorRunner::Impl {
 
 namespace {
 
-// The resources an operator asks for; temporary space keyed by what the operator is (its type and input
-// shapes), so that the same operator made again (every imperative call makes its runner anew) uses the same
-// copy and the copies do not all grow to the largest workspace of the process.
-std::vector<Resource> RequestAll(Engine* engine, Context ctx, const std::vector<ResourceRequest>& reqs,
+// The resources an operator asks for. keyed (a runner of one imperative call): temporary space from the copy
+// its type and input shapes key, so that the same operator made again uses the same copy and the copies do not
+// all grow to the largest workspace of the process; otherwise the copies in turn.
+std::vector<Resource> RequestAll(Engine* engine, Context ctx, const std::vector<ResourceRequest>& reqs, bool keyed,
                                  const std::string& type, const std::vector<TShape>& in_shapes) {
   std::vector<Resource> out;
   if (reqs.empty()) return out;
+  ResourceManager* rm = ResourceManager::Get(engine);
+  if (!keyed) {
+    for (const auto& r : reqs) out.push_back(rm->Request(ctx, r));
+    return out;
+  }
   std::string what = type;
   for (const TShape& s : in_shapes) what += s.ToString();
   const std::uint64_t key = std::hash<std::string>{}(what);
-  ResourceManager* rm = ResourceManager::Get(engine);
   for (std::size_t i = 0; i < reqs.size(); ++i) out.push_back(rm->Request(ctx, reqs[i], key + i));
   return out;
 }
@@ -68,7 +72,7 @@ TBlob BlobOf(const NDArray& a) { return a.is_none() ? TBlob() : a.data(); }
 
 OperatorRunner::OperatorRunner(std::shared_ptr<const OperatorProperty> prop, Context ctx,
                                const std::vector<TShape>& in_shapes, const std::vector<int>& in_types,
-                               Engine* engine, const std::vector<TShape>& out_shapes)
+                               Engine* engine, const std::vector<TShape>& out_shapes, bool one_call)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   if (prop == nullptr) throw Error("OperatorRunner: no operator property given");
@@ -105,9 +109,10 @@ OperatorRunner::OperatorRunner(std::shared_ptr<const OperatorProperty> prop, Con
   m.aux_types.resize(m.aux_shapes.size(), m.in_types.empty() ? 0 : m.in_types[0]);
 
   m.op = m.prop->CreateOperator(ctx);
-  m.forward_res = RequestAll(m.engine, ctx, m.prop->ForwardResource(m.in_shapes), m.name, m.in_shapes);
+  m.forward_res = RequestAll(m.engine, ctx, m.prop->ForwardResource(m.in_shapes), one_call, m.name, m.in_shapes);
   if (m.prop->HasBackward()) {
-    m.backward_res = RequestAll(m.engine, ctx, m.prop->BackwardResource(m.in_shapes), m.name, m.in_shapes);
+    m.backward_res =
+        RequestAll(m.engine, ctx, m.prop->BackwardResource(m.in_shapes), one_call, m.name, m.in_shapes);
   }
   m.op_var = m.engine->NewVariable();
 
@@ -305,7 +310,8 @@ Prepared PrepareWith(std::shared_ptr<const OperatorProperty> prop, const std::ve
     p.args.push_back(inputs[i]);
   }
   for (std::size_t i = args.size(); i < inputs.size(); ++i) p.aux.push_back(inputs[i]);
-  p.runner = std::make_shared<OperatorRunner>(p.prop, inputs[0].ctx(), shapes, types, inputs[0].engine());
+  p.runner = std::make_shared<OperatorRunner>(p.prop, inputs[0].ctx(), shapes, types, inputs[0].engine(),
+                                              std::vector<TShape>{}, /*one_call=*/true);
   return p;
 }
 

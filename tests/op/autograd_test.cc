@@ -890,11 +890,11 @@ TEST(AutogradFamiliesTest, EveryFamilyMatchesMXNet) {
 }
 
 // On the default (actor) engine, where the calling thread pushes faster than the workers run: a backward pass
-// through a chain of 32 sin nodes on 1 MiB arrays keeps to a few nodes' gradients beyond what the forward pass
-// holds, rather than allocating all 32 gradients before the engine frees any.
+// through a chain of 96 sin nodes on 1 MiB arrays keeps to a few windows of gradients beyond what the forward
+// pass holds, rather than allocating most of the 96 gradients before the engine frees them.
 TEST(AutogradGradTest, ABackwardPassKeepsFewGradientsInFlight) {
   const std::uint64_t mib = std::uint64_t{1} << 20;
-  const int chain = 32;
+  const int chain = 96;
   Engine::Get()->WaitForAll();
   NDArray x = NDArray::Full(TShape{1 << 18}, 0.1, Context::CPU());  // 1 MiB
   autograd::AttachGrad(&x);
@@ -911,7 +911,7 @@ TEST(AutogradGradTest, ABackwardPassKeepsFewGradientsInFlight) {
   autograd::Backward({y});
   autograd::GradOf(x).WaitToRead();
   const std::uint64_t extra = storage->Stats(Context::CPU()).peak_bytes_in_use - before;
-  EXPECT_LE(extra, 16 * mib) << "the pass held " << extra / mib << " MiB beyond the forward pass's arrays";
+  EXPECT_LE(extra, 32 * mib) << "the pass held " << extra / mib << " MiB beyond the forward pass's arrays";
   // And the gradient is right: d/dx of sin applied 32 times.
   double v = 0.1, d = 1;
   for (int i = 0; i < chain; ++i) {
