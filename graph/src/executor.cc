@@ -120,6 +120,14 @@ struct Executor::Impl {
     }
     for (std::size_t k = 0; k < g.heads.size(); ++k) outputs[k] = arr[g.entry_id(g.heads[k])];
   }
+  // SetArgArray / SetAuxArray: entry i of `bound` (variables `nodes`, named `names`) becomes `a`.
+  void SetBound(const char* what, std::vector<NDArray>& bound, const std::vector<std::string>& names,
+                const std::vector<std::uint32_t>& nodes, std::size_t i, const NDArray& a) {
+    if (i >= bound.size()) throw Error(std::string(what) + " " + std::to_string(i) + " of " + std::to_string(bound.size()));
+    CheckSame(bound[i], a, std::string(what) + " '" + names[i] + "'");
+    bound[i] = a;
+    Rebind(g.entry_id(nodes[i], 0), a);
+  }
   void CheckSame(const NDArray& have, const NDArray& a, const std::string& what) const {
     if (a.is_none() || a.shape() != have.shape() || a.dtype() != have.dtype() || a.ctx() != have.ctx() ||
         a.engine() != have.engine()) {
@@ -1133,23 +1141,11 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
 }
 
 void Executor::SetArgArray(std::size_t i, const NDArray& array) {
-  Impl& m = *impl_;
-  if (i >= m.args.size()) {
-    throw Error("SetArgArray: argument " + std::to_string(i) + " of " + std::to_string(m.args.size()));
-  }
-  m.CheckSame(m.args[i], array, "SetArgArray: argument '" + m.arg_names[i] + "'");
-  m.args[i] = array;
-  m.Rebind(m.g.entry_id(m.g.arg_nodes[i], 0), array);
+  impl_->SetBound("SetArgArray: argument", impl_->args, impl_->arg_names, impl_->g.arg_nodes, i, array);
 }
 
 void Executor::SetAuxArray(std::size_t i, const NDArray& array) {
-  Impl& m = *impl_;
-  if (i >= m.aux.size()) {
-    throw Error("SetAuxArray: auxiliary state " + std::to_string(i) + " of " + std::to_string(m.aux.size()));
-  }
-  m.CheckSame(m.aux[i], array, "SetAuxArray: auxiliary state '" + m.aux_names[i] + "'");
-  m.aux[i] = array;
-  m.Rebind(m.g.entry_id(m.g.aux_nodes[i], 0), array);
+  impl_->SetBound("SetAuxArray: auxiliary state", impl_->aux, impl_->aux_names, impl_->g.aux_nodes, i, array);
 }
 
 const Symbol& Executor::symbol() const { return impl_->symbol; }

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -116,6 +117,29 @@ void ExpectError(F&& fn, const std::vector<std::string>& parts) {
   } catch (const Error& e) {
     const std::string msg = e.what();
     for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  }
+}
+
+// The arrays of an MXNet .params file by name (fixtures written by MXNet's scripts).
+inline std::map<std::string, NDArray> LoadNamed(const std::string& path) {
+  std::vector<NDArray> arrays;
+  std::vector<std::string> names;
+  NDArray::Load(path, &arrays, &names);
+  std::map<std::string, NDArray> out;
+  for (std::size_t i = 0; i < arrays.size() && i < names.size(); ++i) out[names[i]] = arrays[i];
+  return out;
+}
+
+// |got - want| <= tol * max(1, |want|) element by element, as float32; a reference of all zeros is a failure
+// (nothing would be compared).
+inline void ExpectCloseArrays(const NDArray& got, const NDArray& want, const std::string& what, double tol = 1e-5) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const auto g = got.ToVector<float>(), w = want.ToVector<float>();
+  double biggest = 0;
+  for (float v : w) biggest = std::max(biggest, std::abs(static_cast<double>(v)));
+  ASSERT_GT(biggest, 0.0) << what << ": the reference is all zero, nothing compared";
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    EXPECT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(static_cast<double>(w[i])))) << what << " [" << i << "]";
   }
 }
 

@@ -18,23 +18,13 @@
 namespace troupe {
 namespace {
 
+using test::ExpectCloseArrays;
 using test::ExpectError;
 
 NDArray Random(const TShape& shape, double lo = -1, double hi = 1) {
   NDArray a(shape, Context::CPU());
   a.SampleUniform(lo, hi);
   return a;
-}
-
-void ExpectNear(const NDArray& got, const NDArray& want, const std::string& what, double tol = 1e-5) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const auto g = got.ToVector<float>(), w = want.ToVector<float>();
-  double biggest = 0;
-  for (float v : w) biggest = std::max(biggest, std::abs(static_cast<double>(v)));
-  ASSERT_GT(biggest, 0.0) << what << ": the reference is all zero";
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    EXPECT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(static_cast<double>(w[i])))) << what << " [" << i << "]";
-  }
 }
 
 // data (4, 6) -> FullyConnected(5) -> tanh -> FullyConnected(3): arguments data, w1, b1, w2, b2.
@@ -59,7 +49,7 @@ TEST(CachedOpTest, ForwardIsTheExecutorsAndOutputsSurviveLaterCalls) {
   const NDArray y = op(in)[0];
   auto exec = Executor::Bind(net, Context::CPU(), in, {}, {kNullOp}, {});
   exec->Forward(false);
-  ExpectNear(y, exec->outputs()[0], "output");
+  ExpectCloseArrays(y, exec->outputs()[0], "output");
   const auto first = y.ToVector<float>();
   // A second call with other data runs on the same executor (bound by reference) and leaves y alone.
   std::vector<NDArray> in2 = in;
@@ -69,9 +59,9 @@ TEST(CachedOpTest, ForwardIsTheExecutorsAndOutputsSurviveLaterCalls) {
   EXPECT_EQ(y.ToVector<float>(), first);
   auto exec2 = Executor::Bind(net, Context::CPU(), in2, {}, {kNullOp}, {});
   exec2->Forward(false);
-  ExpectNear(y2, exec2->outputs()[0], "second output");
+  ExpectCloseArrays(y2, exec2->outputs()[0], "second output");
   // The same as the symbol run operator by operator.
-  ExpectNear(RunImperative(net, in2)[0], exec2->outputs()[0], "RunImperative");
+  ExpectCloseArrays(RunImperative(net, in2)[0], exec2->outputs()[0], "RunImperative");
 }
 
 TEST(CachedOpTest, RecordedGradientsEqualTheOperatorByOperatorOnes) {
@@ -98,7 +88,7 @@ TEST(CachedOpTest, RecordedGradientsEqualTheOperatorByOperatorOnes) {
   }
   autograd::Backward({y}, {head});
   for (std::size_t i = 1; i < in.size(); ++i) {
-    ExpectNear(autograd::GradOf(in[i]), autograd::GradOf(ref[i]), op.ListInputs()[i]);
+    ExpectCloseArrays(autograd::GradOf(in[i]), autograd::GradOf(ref[i]), op.ListInputs()[i]);
   }
   // The data was not in a graph: no gradient was bound for it.
   EXPECT_TRUE(autograd::GradOf(in[0]).is_none());
@@ -132,10 +122,10 @@ TEST(CachedOpTest, UsedTwiceInOneGraphBindsASecondExecutor) {
       rz = RunImperative(f, {RunImperative(f, {rx, rw})[0], rw})[0];
     }
     EXPECT_EQ(op.num_executors(), 2u);  // both calls' forward passes are held by the graph
-    ExpectNear(z, rz, "z");
+    ExpectCloseArrays(z, rz, "z");
     autograd::Backward({z, rz});
-    ExpectNear(autograd::GradOf(x), autograd::GradOf(rx), "dx");
-    ExpectNear(autograd::GradOf(w), autograd::GradOf(rw), "dw (both uses summed)");
+    ExpectCloseArrays(autograd::GradOf(x), autograd::GradOf(rx), "dx");
+    ExpectCloseArrays(autograd::GradOf(w), autograd::GradOf(rw), "dw (both uses summed)");
     // Freed graph: static_alloc keeps both executors, otherwise one stays.
     EXPECT_EQ(op.num_executors(), static_alloc ? 2u : 1u);
   }
@@ -152,7 +142,7 @@ TEST(CachedOpTest, BatchNormUpdatesItsMovingStatisticsInTrainingModeOnly) {
   NDArray mean = NDArray::Zeros({3}, Context::CPU()), var = NDArray::Ones({3}, Context::CPU());
   // Predicting: normalised with the moving statistics (0, 1): the output is the data (up to eps).
   NDArray y = op({data, gamma, beta, mean, var})[0];
-  ExpectNear(y, data, "prediction with mean 0, var 1", 1e-3);
+  ExpectCloseArrays(y, data, "prediction with mean 0, var 1", 1e-3);
   EXPECT_EQ(mean.ToVector<float>(), std::vector<float>(3, 0.0f));
   // Training: the batch's statistics, and the moving mean moves halfway to the batch mean (about 2). The
   // gradient of gamma equals the one of BatchNorm recorded as one imperative call.
@@ -169,9 +159,9 @@ TEST(CachedOpTest, BatchNormUpdatesItsMovingStatisticsInTrainingModeOnly) {
   }
   autograd::Backward({y, ry}, {head, head});
   for (float m : mean.ToVector<float>()) EXPECT_GT(m, 0.5f);
-  ExpectNear(mean, rmean, "moving mean");
-  ExpectNear(y, ry, "training output");
-  ExpectNear(autograd::GradOf(gamma), autograd::GradOf(rgamma), "dgamma");
+  ExpectCloseArrays(mean, rmean, "moving mean");
+  ExpectCloseArrays(y, ry, "training output");
+  ExpectCloseArrays(autograd::GradOf(gamma), autograd::GradOf(rgamma), "dgamma");
 }
 
 TEST(CachedOpTest, StaticShapeKeepsOneSignature) {

@@ -30,29 +30,12 @@
 namespace troupe {
 namespace {
 
+using test::ExpectCloseArrays;
 using test::ExpectError;
 
 std::string Data(const std::string& f) { return std::string(TROUPE_TEST_DATA_DIR) + "/" + f; }
 
-std::map<std::string, NDArray> Fixture() {
-  std::vector<NDArray> arrays;
-  std::vector<std::string> names;
-  NDArray::Load(Data("nn.params"), &arrays, &names);
-  std::map<std::string, NDArray> out;
-  for (std::size_t i = 0; i < arrays.size(); ++i) out[names[i]] = arrays[i];
-  return out;
-}
-
-void ExpectClose(const NDArray& got, const NDArray& want, const std::string& what, double tol = 1e-5) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const auto g = got.ToVector<float>(), w = want.ToVector<float>();
-  double biggest = 0;
-  for (float v : w) biggest = std::max(biggest, std::abs(static_cast<double>(v)));
-  ASSERT_GT(biggest, 0.0) << what << ": the reference is all zero, nothing compared";
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    EXPECT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(static_cast<double>(w[i])))) << what << " [" << i << "]";
-  }
-}
+std::map<std::string, NDArray> Fixture() { return test::LoadNamed(Data("nn.params")); }
 
 class NNTest : public ::testing::Test {
  protected:
@@ -62,16 +45,16 @@ class NNTest : public ::testing::Test {
 TEST_F(NNTest, LossesMatchGluon) {
   const NDArray pred = f_.at("loss:in:pred"), label = f_.at("loss:in:label");
   const NDArray p01 = f_.at("loss:in:pred01"), l01 = f_.at("loss:in:label01");
-  ExpectClose(nn::SoftmaxCrossEntropyLoss()(pred, label), f_.at("loss:softmax_ce"), "softmax_ce");
-  ExpectClose(nn::SoftmaxCrossEntropyLoss(-1, false)(pred, f_.at("loss:in:dist")), f_.at("loss:softmax_ce_dense"),
+  ExpectCloseArrays(nn::SoftmaxCrossEntropyLoss()(pred, label), f_.at("loss:softmax_ce"), "softmax_ce");
+  ExpectCloseArrays(nn::SoftmaxCrossEntropyLoss(-1, false)(pred, f_.at("loss:in:dist")), f_.at("loss:softmax_ce_dense"),
               "softmax_ce dense labels");
-  ExpectClose(nn::SoftmaxCrossEntropyLoss(-1, true, false, 0.5f)(pred, label), f_.at("loss:softmax_ce_weighted"),
+  ExpectCloseArrays(nn::SoftmaxCrossEntropyLoss(-1, true, false, 0.5f)(pred, label), f_.at("loss:softmax_ce_weighted"),
               "softmax_ce weight 0.5");
-  ExpectClose(nn::L2Loss()(p01, l01), f_.at("loss:l2"), "l2");
-  ExpectClose(nn::L1Loss()(p01, l01), f_.at("loss:l1"), "l1");
-  ExpectClose(nn::HuberLoss(0.5f)(p01, l01), f_.at("loss:huber"), "huber");
-  ExpectClose(nn::SigmoidBinaryCrossEntropyLoss()(p01, l01), f_.at("loss:sigmoid_bce"), "sigmoid_bce");
-  ExpectClose(nn::SigmoidBinaryCrossEntropyLoss(true)(Invoke("sigmoid", {p01})[0], l01), f_.at("loss:sigmoid_bce_prob"),
+  ExpectCloseArrays(nn::L2Loss()(p01, l01), f_.at("loss:l2"), "l2");
+  ExpectCloseArrays(nn::L1Loss()(p01, l01), f_.at("loss:l1"), "l1");
+  ExpectCloseArrays(nn::HuberLoss(0.5f)(p01, l01), f_.at("loss:huber"), "huber");
+  ExpectCloseArrays(nn::SigmoidBinaryCrossEntropyLoss()(p01, l01), f_.at("loss:sigmoid_bce"), "sigmoid_bce");
+  ExpectCloseArrays(nn::SigmoidBinaryCrossEntropyLoss(true)(Invoke("sigmoid", {p01})[0], l01), f_.at("loss:sigmoid_bce_prob"),
               "sigmoid_bce from probabilities");
   ExpectError([&] { nn::L2Loss()(std::vector<NDArray>{p01}); }, {"L2Loss", "two inputs"});
 }
@@ -111,10 +94,10 @@ TEST_F(NNTest, LayersMatchGluon) {
         y = (*layer)(x);
       }
       autograd::Backward({y}, {f_.at(k + "head")});
-      ExpectClose(y, f_.at(k + "out"), "output");
-      if (!integer) ExpectClose(autograd::GradOf(x), f_.at(k + "grad:in"), "input gradient");
+      ExpectCloseArrays(y, f_.at(k + "out"), "output");
+      if (!integer) ExpectCloseArrays(autograd::GradOf(x), f_.at(k + "grad:in"), "input gradient");
       for (const auto& [n, p] : layer->params()) {
-        if (p->grad_req() != kNullOp) ExpectClose(p->Grad(), f_.at(k + "pgrad:" + n), "d/d" + n);
+        if (p->grad_req() != kNullOp) ExpectCloseArrays(p->Grad(), f_.at(k + "pgrad:" + n), "d/d" + n);
       }
     }
   }
@@ -157,15 +140,15 @@ TEST_F(NNTest, NetworkTrainsAsGluonDoes) {
       loss = loss_fn(out, y);
     }
     autograd::Backward({loss});
-    ExpectClose(out, f_.at("net:out"), "output");
-    ExpectClose(loss, f_.at("net:loss"), "loss");
+    ExpectCloseArrays(out, f_.at("net:out"), "output");
+    ExpectCloseArrays(loss, f_.at("net:loss"), "loss");
     std::vector<std::pair<std::string, std::shared_ptr<nn::Parameter>>> named;
     for (std::size_t c = 0; c < net->children().size(); ++c) {
       for (const auto& [n, p] : net->children()[c].second->params()) named.emplace_back(std::to_string(c) + "." + n, p);
     }
     ASSERT_EQ(named.size(), 8u);
     for (const auto& [n, p] : named) {
-      if (p->grad_req() != kNullOp) ExpectClose(p->Grad(), f_.at("net:grad:" + n), "d/d" + n);
+      if (p->grad_req() != kNullOp) ExpectCloseArrays(p->Grad(), f_.at("net:grad:" + n), "d/d" + n);
     }
     trainer.Step(2);
     {
@@ -174,16 +157,16 @@ TEST_F(NNTest, NetworkTrainsAsGluonDoes) {
     }
     autograd::Backward({loss});
     trainer.Step(2);
-    for (const auto& [n, p] : named) ExpectClose(p->Data(), f_.at("net:after:" + n), n + " after two steps");
+    for (const auto& [n, p] : named) ExpectCloseArrays(p->Data(), f_.at("net:after:" + n), n + " after two steps");
   }
 }
 
 TEST_F(NNTest, GluonExportImportsAsASymbolBlock) {
   auto block = nn::SymbolBlock::Imports(Data("nn_export-symbol.json"), {"data"}, Data("nn_export-0000.params"));
   EXPECT_EQ(block->CollectParams().size(), 8u);
-  ExpectClose((*block)(f_.at("net:in:x")), f_.at("net:export_out"), "imported output (imperative)");
+  ExpectCloseArrays((*block)(f_.at("net:in:x")), f_.at("net:export_out"), "imported output (imperative)");
   block->Hybridize();
-  ExpectClose((*block)(f_.at("net:in:x")), f_.at("net:export_out"), "imported output (hybridized)");
+  ExpectCloseArrays((*block)(f_.at("net:in:x")), f_.at("net:export_out"), "imported output (hybridized)");
   // Fine-tuning: gradients flow to the imported parameters.
   NDArray loss;
   {
@@ -204,13 +187,13 @@ TEST_F(NNTest, ExportedBlockReadsBackWithTheSameOutputs) {
   net->Hybridize();
   net->Export(prefix, 3);
   auto back = nn::SymbolBlock::Imports(prefix + "-symbol.json", {"data"}, prefix + "-0003.params");
-  ExpectClose((*back)(x), want, "re-imported");
+  ExpectCloseArrays((*back)(x), want, "re-imported");
   // Structural save / load round trip into a fresh network of the same shape.
   net->SaveParameters(prefix + ".params");
   auto again = FixtureNet();
   for (const auto& p : again->CollectParams()) p->SetData(NDArray::Zeros(p->shape(), Context::CPU()));
   again->LoadParameters(prefix + ".params");
-  ExpectClose((*again)(x), want, "loaded");
+  ExpectCloseArrays((*again)(x), want, "loaded");
   for (const char* f : {"-symbol.json", "-0003.params", ".params"}) std::filesystem::remove(prefix + f);
 }
 
@@ -376,7 +359,7 @@ TEST(NNBlockTest, TrainerOverTwoDevicesEqualsOneDevice) {
   ASSERT_NE(both.kvstore(), nullptr);
   const auto p1 = one_net->CollectParams(), p2 = two_net->CollectParams();
   for (std::size_t i = 0; i < p1.size(); ++i) {
-    for (const Context& c : two) ExpectClose(p2.list()[i]->Data(c), p1.list()[i]->Data(), p1.list()[i]->name() + " on " + c.ToString());
+    for (const Context& c : two) ExpectCloseArrays(p2.list()[i]->Data(c), p1.list()[i]->Data(), p1.list()[i]->name() + " on " + c.ToString());
   }
 }
 

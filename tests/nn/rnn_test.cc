@@ -24,30 +24,12 @@
 namespace troupe {
 namespace {
 
+using test::ExpectCloseArrays;
 using test::ExpectError;
 
 std::string Data(const std::string& f) { return std::string(TROUPE_TEST_DATA_DIR) + "/" + f; }
 
-std::map<std::string, NDArray> Fixture() {
-  std::vector<NDArray> arrays;
-  std::vector<std::string> names;
-  NDArray::Load(Data("rnn.params"), &arrays, &names);
-  std::map<std::string, NDArray> out;
-  for (std::size_t i = 0; i < arrays.size(); ++i) out[names[i]] = arrays[i];
-  return out;
-}
-
-// |got - want| <= tol * max(1, |want|) element by element.
-void ExpectClose(const NDArray& got, const NDArray& want, const std::string& what, double tol = 1e-5) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const auto g = got.ToVector<float>(), w = want.ToVector<float>();
-  double biggest = 0;
-  for (float v : w) biggest = std::max(biggest, std::abs(static_cast<double>(v)));
-  ASSERT_GT(biggest, 0.0) << what << ": the reference is all zero, nothing compared";
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    EXPECT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(static_cast<double>(w[i])))) << what << " [" << i << "]";
-  }
-}
+std::map<std::string, NDArray> Fixture() { return test::LoadNamed(Data("rnn.params")); }
 
 NDArray Copy(const NDArray& a) { return a.CopyTo(Context::CPU()); }
 
@@ -119,13 +101,13 @@ TEST_F(RnnLayersTest, LayersMatchGluon) {
       for (std::size_t i = 1; i < out.size(); ++i)
         heads.push_back(f_.at(c.name + ":head:state" + std::to_string(i - 1)));
       autograd::Backward(out, heads);
-      ExpectClose(out[0], f_.at(c.name + ":out"), "output");
+      ExpectCloseArrays(out[0], f_.at(c.name + ":out"), "output");
       for (std::size_t i = 1; i < out.size(); ++i) {
-        ExpectClose(out[i], f_.at(c.name + ":state" + std::to_string(i - 1)), "final state " + std::to_string(i - 1));
+        ExpectCloseArrays(out[i], f_.at(c.name + ":state" + std::to_string(i - 1)), "final state " + std::to_string(i - 1));
       }
-      ExpectClose(autograd::GradOf(inputs[0]), f_.at(c.name + ":grad:x"), "d/dx");
+      ExpectCloseArrays(autograd::GradOf(inputs[0]), f_.at(c.name + ":grad:x"), "d/dx");
       for (std::size_t i = 1; i < inputs.size(); ++i) {
-        ExpectClose(autograd::GradOf(inputs[i]), f_.at(c.name + ":grad:state" + std::to_string(i - 1)),
+        ExpectCloseArrays(autograd::GradOf(inputs[i]), f_.at(c.name + ":grad:state" + std::to_string(i - 1)),
                     "d/dstate" + std::to_string(i - 1));
       }
       std::size_t grads = 0;
@@ -133,7 +115,7 @@ TEST_F(RnnLayersTest, LayersMatchGluon) {
       const auto names = ShortNames(*layer);
       EXPECT_EQ(names.size(), grads);
       for (const auto& n : names) {
-        ExpectClose(layer->param(n)->Grad(), f_.at(c.name + ":grad:" + Structural(n, layer->bidirectional())),
+        ExpectCloseArrays(layer->param(n)->Grad(), f_.at(c.name + ":grad:" + Structural(n, layer->bidirectional())),
                     "d/d" + n);
       }
     }

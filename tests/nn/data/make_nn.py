@@ -88,7 +88,7 @@ net.hybridize()
 saved['net:export_out'] = net(x)
 net.export(os.path.join(HERE, 'nn_export'))
 
-# Single layers: each initialised (Xavier, the seeded generator), run on an input under record with a random
+# Single layers: each initialised (Xavier), given parameter values drawn from rng, run on an input under record with a random
 # head gradient: layer:<case>:{in, out, head, grad:in (not for integer inputs), param:<short>, pgrad:<short>}.
 def layer_case(case, layer, shape, integer=False, lo=-1.0, hi=1.0):
     layer.initialize(mx.init.Xavier())
