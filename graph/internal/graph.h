@@ -52,6 +52,20 @@ struct IndexedGraph {
   std::uint32_t entry_id(std::uint32_t node, std::uint32_t index) const { return entry_offset[node] + index; }
 };
 
+namespace detail {
+// Keys of the form "__name__" (MXNet's hidden attributes: user attributes, never operator parameters).
+bool IsHiddenKey(const std::string& key);
+// Creates and initialises the operator `op` for node `name`; hidden keys of params go to *attrs. subgraphs: a
+// control-flow operator's (graph/internal/control_flow.h), checked; any other operator takes none. Throws
+// troupe::Error naming the node.
+std::shared_ptr<const OperatorProperty> MakeOperator(const std::string& op, const Kwargs& params,
+                                                     const std::string& name, SymbolAttrs* attrs,
+                                                     std::vector<Symbol> subgraphs = {});
+std::shared_ptr<Node> MakeVariable(const std::string& name, const SymbolAttrs& attrs);
+// The automatic name of a node of operator `op`: "<lower-case op><counter>", counting per op in this process.
+std::string AutoName(const std::string& op);
+}  // namespace detail
+
 // Indexes the graph of `outputs`. Throws troupe::Error when a variable is used both as an argument and as
 // an auxiliary state (naming it).
 IndexedGraph IndexGraph(const std::vector<NodeEntry>& outputs);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "graph/internal/control_flow.h"
 #include "graph/internal/graph.h"
 #include "op/autograd.h"
 #include "op/imperative.h"
@@ -227,6 +228,23 @@ std::vector<NDArray> CachedOp::operator()(const std::vector<NDArray>& inputs) {
   return m.Run(*state, inputs);
 }
 
+namespace {
+
+// A control-flow node (graph/internal/control_flow.h) runs its subgraphs through an executor: called
+// imperatively, it is a CachedOp of the node alone (recorded as one call while the thread records).
+std::vector<NDArray> RunControlFlowNode(const graph::Node& node, const std::vector<NDArray>& in) {
+  auto alone = std::make_shared<graph::Node>(node);
+  for (std::size_t i = 0; i < alone->inputs.size(); ++i) {
+    alone->inputs[i] = {graph::detail::MakeVariable("data" + std::to_string(i), {}), 0};
+  }
+  std::vector<graph::NodeEntry> outs;
+  for (std::uint32_t k = 0; k < alone->num_visible_outputs(); ++k) outs.push_back({alone, k});
+  CachedOp op{Symbol(std::move(outs))};
+  return op(in);
+}
+
+}  // namespace
+
 std::vector<NDArray> RunImperative(const Symbol& symbol, const std::vector<NDArray>& inputs) {
   const graph::IndexedGraph g = graph::IndexGraph(symbol.outputs());
   const std::size_t na = g.arg_nodes.size(), nx = g.aux_nodes.size();
@@ -250,7 +268,7 @@ std::vector<NDArray> RunImperative(const Symbol& symbol, const std::vector<NDArr
       in.push_back(v[e.index]);
     }
     try {
-      values[n] = Invoke(node->op, in);
+      values[n] = graph::AsControlFlow(*node->op) != nullptr ? RunControlFlowNode(*node, in) : Invoke(node->op, in);
     } catch (const Error& err) {
       throw Error("RunImperative: node '" + node->name + "': " + err.what());
     }

@@ -16,6 +16,7 @@
 #include "actors/config.h"
 #include "base/error.h"
 #include "engine/profiler.h"
+#include "graph/internal/control_flow.h"
 #include "graph/internal/graph.h"
 #include "graph/internal/memory_plan.h"
 #include "op/detail/fusion.h"
@@ -66,7 +67,10 @@ struct Executor::Impl {
   std::vector<TShape> shape;      // per plan entry
   std::vector<int> dtype;         // per plan entry
   std::vector<NDArray> arr;       // per plan entry: its array (views of planned storage, or external arrays)
-  std::vector<std::unique_ptr<OperatorRunner>> runners;  // per node; null for variables
+  std::vector<std::unique_ptr<OperatorRunner>> runners;  // per node; null for variables and control flow
+  // Per control-flow node (graph/internal/control_flow.h): its runner, and whether the backward pass runs it.
+  std::vector<std::unique_ptr<graph::ControlFlowRunner>> flow;
+  std::vector<char> flow_backward;
 
   // Forward: per operator node, in topological order.
   struct FwdStep {
@@ -202,6 +206,8 @@ struct Executor::Impl {
 
   void Build();
   void BuildRunners();
+  void BindControlFlow(std::uint32_t n, const graph::ControlFlowProperty& op, std::vector<TShape> in_shapes,
+                       std::vector<int> in_types);
   bool FuseForInference();
   // The visible outputs' shapes of node n as inference over the whole graph finds them, from the bound
   // arguments and auxiliary states (consumers fill in what a producer leaves open); empty when it knows
@@ -220,6 +226,8 @@ void Executor::Impl::BuildRunners() {
   dtype.assign(2 * N, kTypeUnknown);
   arr.assign(2 * N, NDArray());
   runners.resize(g.nodes.size());
+  flow.resize(g.nodes.size());
+  flow_backward.assign(g.nodes.size(), 0);
   for (std::size_t k = 0; k < g.arg_nodes.size(); ++k) {
     const std::uint32_t e = g.entry_id(g.arg_nodes[k], 0);
     arr[e] = args[k];
@@ -246,6 +254,10 @@ void Executor::Impl::BuildRunners() {
       const std::uint32_t e = g.entry_id(g.inputs[n][i]);
       in_shapes.push_back(shape[e]);
       in_types.push_back(dtype[e]);
+    }
+    if (const graph::ControlFlowProperty* cf = graph::AsControlFlow(*node->op)) {
+      BindControlFlow(n, *cf, in_shapes, in_types);
+      continue;
     }
     try {
       try {
@@ -302,6 +314,29 @@ void Executor::Impl::BuildRunners() {
       }
     }
   }
+}
+
+// A control-flow node: its outputs' shapes and types through its subgraphs, and its runner.
+void Executor::Impl::BindControlFlow(std::uint32_t n, const graph::ControlFlowProperty& op, std::vector<TShape> in_shapes,
+                                     std::vector<int> in_types) {
+  std::vector<TShape> out_shapes, aux_shapes;
+  std::vector<int> out_types, aux_types;
+  try {
+    if (!op.InferShape(&in_shapes, &out_shapes, &aux_shapes)) {
+      throw Error("the shapes of its outputs do not follow from its inputs' through its subgraphs");
+    }
+    if (!op.InferType(&in_types, &out_types, &aux_types)) {
+      throw Error("the types of its outputs do not follow from its inputs' through its subgraphs");
+    }
+  } catch (const Error& err) {
+    throw Error("Bind: " + NodeDesc(n) + ": " + err.what());
+  }
+  for (std::uint32_t j = 0; j < g.nodes[n]->num_outputs(); ++j) {
+    const std::uint32_t e = g.entry_id(n, j);
+    shape[e] = out_shapes.at(j);
+    dtype[e] = out_types.at(j);
+  }
+  flow[n] = op.CreateRunner(ctx, engine);
 }
 
 std::vector<TShape> Executor::Impl::OutputShapesFromGraph(std::uint32_t n) {
@@ -472,6 +507,7 @@ void Executor::Impl::BuildBackward(std::vector<graph::PlanEntry>* pe, std::vecto
   for (std::uint32_t n = static_cast<std::uint32_t>(g.nodes.size()); n-- > 0;) {
     if (!node_bw[n]) continue;
     bw_nodes.push_back(n);
+    flow_backward[n] = 1;
     for (std::size_t i = 0; i < g.nodes[n]->num_arguments(); ++i) {
       const std::uint32_t e = g.entry_id(g.inputs[n][i]);
       if (grad_needed[e]) contribs[e].push_back({false, n, i});
@@ -875,6 +911,7 @@ bool Executor::Impl::FuseForInference() {
     }
   }
   runners.clear();
+  flow.clear();
   return true;
 }
 
@@ -1040,6 +1077,12 @@ void Executor::Forward(bool is_train) {
     for (auto e : f.in) in.push_back(m.arr[e]);
     for (auto e : f.out) out.push_back(m.arr[e]);
     for (auto e : f.aux) aux.push_back(m.arr[e]);
+    if (m.flow[f.node] != nullptr) {
+      // Its subgraphs' passes are pushed from here, a condition waits for its inputs: what came before first.
+      bulk.Flush();
+      m.flow[f.node]->Forward(is_train, m.flow_backward[f.node] != 0, in, out, f.req);
+      continue;
+    }
     OperatorRunner& r = *m.runners[f.node];
     bulk.Add(r.PrepareForward(is_train, in, out, aux, f.req), r,
              m.is_fused.empty() || !m.is_fused[f.node] ? nullptr : &m.g.nodes[f.node]->name);
@@ -1128,6 +1171,11 @@ void Executor::Backward(const std::vector<NDArray>& head_grads) {
         for (int e : b.out_data) od.push_back(get(e));
         for (auto e : b.aux) aux.push_back(m.arr[e]);
         for (int e : b.in_grad) ig.push_back(get(e));
+        if (m.flow[b.node] != nullptr) {
+          bulk.Flush();
+          m.flow[b.node]->Backward(og, ig, b.req);
+          break;
+        }
         OperatorRunner& r = *m.runners[b.node];
         bulk.Add(r.PrepareBackward(og, id, od, aux, ig, b.req, m.loss_scale), r);
         if (m.bwd_writes_grad[step]) bulk.Flush();

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "graph/internal/control_flow.h"
 #include "graph/internal/graph.h"
 #include "op/param.h"
 
@@ -23,7 +24,8 @@ bool IsHiddenKey(const std::string& key) {
 
 // Creates and initialises the operator `op` for node `name`; hidden "__x__" keys of params go to *attrs.
 std::shared_ptr<const OperatorProperty> MakeOperator(const std::string& op, const Kwargs& params,
-                                                     const std::string& name, SymbolAttrs* attrs) {
+                                                     const std::string& name, SymbolAttrs* attrs,
+                                                     std::vector<Symbol> subgraphs) {
   std::unique_ptr<OperatorProperty> prop;
   try {
     prop = OperatorProperty::Create(op);
@@ -40,6 +42,11 @@ std::shared_ptr<const OperatorProperty> MakeOperator(const std::string& op, cons
   }
   try {
     prop->Init(op_params);
+    if (auto* cf = dynamic_cast<ControlFlowProperty*>(prop.get())) {
+      if (!subgraphs.empty()) cf->SetSubgraphs(std::move(subgraphs));
+    } else if (!subgraphs.empty()) {
+      throw Error("the operator takes no subgraphs, the node has " + std::to_string(subgraphs.size()));
+    }
   } catch (const Error& e) {
     throw Error("Symbol: node '" + name + "' (" + op + "): " + e.what());
   }
@@ -95,15 +102,6 @@ int ParseDTypeAttr(const std::string& text, const std::string& var) {
   }
 }
 
-}  // namespace detail
-}  // namespace graph
-
-using graph::IndexedGraph;
-using graph::Node;
-using graph::NodeEntry;
-
-namespace {
-
 std::string AutoName(const std::string& op) {
   static std::mutex mu;
   static std::unordered_map<std::string, int> counters;
@@ -112,6 +110,15 @@ std::string AutoName(const std::string& op) {
   std::lock_guard<std::mutex> lock(mu);
   return hint + std::to_string(counters[hint]++);
 }
+
+}  // namespace detail
+}  // namespace graph
+
+using graph::IndexedGraph;
+using graph::Node;
+using graph::NodeEntry;
+
+namespace {
 
 NodeEntry SingleOutput(const Symbol& s, const std::string& node, const std::string& op, const std::string& arg) {
   if (s.NumOutputs() != 1) {
@@ -145,7 +152,7 @@ Kwargs WithNumArgs(const std::string& op, const Kwargs& params, std::size_t ninp
 Symbol BuildOp(const std::string& op, const Kwargs& params, const std::string& given_name, const SymbolAttrs& attrs,
                const std::vector<std::optional<NodeEntry>>& positional,
                const std::map<std::string, Symbol>* named) {
-  const std::string name = given_name.empty() ? AutoName(op) : given_name;
+  const std::string name = given_name.empty() ? graph::detail::AutoName(op) : given_name;
   auto node = std::make_shared<Node>();
   node->name = name;
   node->attrs = attrs;

@@ -14,20 +14,11 @@
 #include <vector>
 
 #include "base/error.h"
+#include "graph/internal/control_flow.h"
 #include "graph/internal/graph.h"
 #include "graph/symbol.h"
 
 namespace troupe {
-
-namespace graph {
-namespace detail {
-// symbol.cc
-bool IsHiddenKey(const std::string& key);
-std::shared_ptr<const OperatorProperty> MakeOperator(const std::string& op, const Kwargs& params,
-                                                     const std::string& name, SymbolAttrs* attrs);
-std::shared_ptr<Node> MakeVariable(const std::string& name, const SymbolAttrs& attrs);
-}  // namespace detail
-}  // namespace graph
 
 namespace {
 
@@ -344,6 +335,8 @@ SymbolAttrs FixLegacyKeys(const SymbolAttrs& attrs, bool is_variable, std::vecto
   return out;
 }
 
+Symbol ParseGraph(const JValue& doc, int version, const std::string& what);
+
 }  // namespace
 
 std::string Symbol::ToJSON() const {
@@ -371,6 +364,11 @@ std::string Symbol::ToJSON() const {
       ins.push_back(EntryText(e.node, e.index, k >= nargs && g.nodes[e.node]->is_variable() ? 1 : 0));
     }
     fields.push_back("\"inputs\": " + Scope(ins, ins.size() > 10, 4, '[', ']'));
+    if (const auto* cf = n.is_variable() ? nullptr : graph::AsControlFlow(*n.op)) {
+      std::vector<std::string> subs;
+      for (const Symbol& sub : cf->subgraph_symbols()) subs.push_back(sub.ToJSON());
+      fields.push_back("\"subgraphs\": " + Scope(subs, true, 4, '[', ']'));
+    }
     nodes.push_back(Scope(fields, true, 3, '{', '}'));
     if (n.is_variable()) arg_nodes.push_back(std::to_string(i));
     rows += n.num_outputs();
@@ -390,10 +388,6 @@ std::string Symbol::ToJSON() const {
 Symbol Symbol::FromJSON(const std::string& json) {
   const JValue doc = JsonParser(json).ParseDocument();
   if (doc.kind != JValue::kObject) Bad(doc, "the top level must be a JSON object");
-  const JValue& jnodes = Need(doc, "nodes", JValue::kArray, "the symbol");
-  Need(doc, "arg_nodes", JValue::kArray, "the symbol");
-  const JValue& jheads = Need(doc, "heads", JValue::kArray, "the symbol");
-
   int version = 800;  // MXNet's default for files without one
   if (const JValue* attrs = doc.Find("attrs")) {
     if (attrs->kind != JValue::kObject) Bad(*attrs, "\"attrs\" must be a JSON object");
@@ -402,6 +396,17 @@ Symbol Symbol::FromJSON(const std::string& json) {
       version = static_cast<int>(ToInt(v->items[1], "mxnet_version"));
     }
   }
+  return ParseGraph(doc, version, "the symbol");
+}
+
+namespace {
+
+// A graph object (the symbol, or a control-flow node's subgraph): nodes, arg_nodes, heads.
+Symbol ParseGraph(const JValue& doc, int version, const std::string& what) {
+  if (doc.kind != JValue::kObject) Bad(doc, what + " must be a JSON object");
+  const JValue& jnodes = Need(doc, "nodes", JValue::kArray, what);
+  Need(doc, "arg_nodes", JValue::kArray, what);
+  const JValue& jheads = Need(doc, "heads", JValue::kArray, what);
 
   // Every unknown operator at once, each with the nodes that use it.
   std::map<std::string, std::vector<std::string>> unknown;
@@ -417,12 +422,6 @@ Symbol Symbol::FromJSON(const std::string& json) {
       std::string ns;
       for (const auto& n : names) ns += (ns.empty() ? "'" : ", '") + n + "'";
       list += (list.empty() ? "" : "; ") + op + " (used by " + ns + ")";
-      if (op == "_foreach" || op == "_while_loop" || op == "_cond") {
-        // MXNet's control-flow operators carry a subgraph; troupe's graph has none.
-        list += " [a control-flow operator with a subgraph, not supported: export the loop unrolled (a "
-                "hybridized block with a fixed number of steps) or as a fused operator such as RNN]";
-        continue;
-      }
       const std::string similar = SimilarNames(op, OperatorRegistry::Get().ListNames());
       if (!similar.empty()) list += " [did you mean: " + similar + "]";
     }
@@ -446,8 +445,12 @@ Symbol Symbol::FromJSON(const std::string& json) {
       }
     }
     if (const JValue* p = jn.Find("param")) ReadAttrs(*p, where, &attrs, false);
-    if (const JValue* sg = jn.Find("subgraphs"); sg != nullptr && !sg->items.empty()) {
-      Bad(*sg, where + ": subgraphs (control-flow operators) are not supported");
+    std::vector<Symbol> subgraphs;
+    if (const JValue* sg = jn.Find("subgraphs")) {
+      if (sg->kind != JValue::kArray) Bad(*sg, where + ": \"subgraphs\" must be a JSON array");
+      for (std::size_t k = 0; k < sg->items.size(); ++k) {
+        subgraphs.push_back(ParseGraph(sg->items[k], version, where + ": subgraph " + std::to_string(k)));
+      }
     }
     const JValue& jin = Need(jn, "inputs", JValue::kArray, where);
     std::vector<NodeEntry> inputs;
@@ -479,7 +482,7 @@ Symbol Symbol::FromJSON(const std::string& json) {
     auto node = std::make_shared<Node>();
     node->name = name;
     Kwargs params(attrs.begin(), attrs.end());
-    node->op = graph::detail::MakeOperator(op, params, name, &node->attrs);
+    node->op = graph::detail::MakeOperator(op, params, name, &node->attrs, std::move(subgraphs));
     const auto args = node->op->ListArguments();
     const auto aux = node->op->ListAuxiliaryStates();
     const std::size_t want = args.size() + aux.size();
@@ -526,9 +529,11 @@ Symbol Symbol::FromJSON(const std::string& json) {
     }
     heads.push_back({s, static_cast<std::uint32_t>(idx)});
   }
-  if (heads.empty()) Bad(jheads, "the symbol has no heads (outputs)");
+  if (heads.empty()) Bad(jheads, what + " has no heads (outputs)");
   return Symbol(std::move(heads));
 }
+
+}  // namespace
 
 void Symbol::Save(const std::string& path) const {
   const std::string text = ToJSON();

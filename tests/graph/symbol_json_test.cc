@@ -195,12 +195,6 @@ TEST(SymbolJsonTest, SaveAndLoadFiles) {
   ExpectError([&] { mlp.Save((dir / "no_such_dir" / "x.json").string()); }, {"no_such_dir"});
 }
 
-// MXNet's control-flow operators carry a subgraph troupe's graph cannot hold: the loader names the operator
-// and says what to export instead (data/foreach-symbol.json: mx.sym.contrib.foreach, saved by MXNet 1.9.1).
-TEST(SymbolJsonTest, ControlFlowSubgraphsAreRefusedByName) {
-  ExpectError([] { Symbol::Load(kDataDir + "/foreach-symbol.json"); }, {"_foreach", "control-flow", "unrolled"});
-}
-
 TEST(SymbolJsonTest, UnknownOperatorsAreListedTogether) {
   const std::string json = R"({
     "nodes": [

@@ -87,19 +87,7 @@ def shape_text(s):
     return ','.join(str(d) for d in s)
 
 
-def foreach_net():
-    """A control-flow symbol (contrib.foreach: a _foreach node with a subgraph), which troupe refuses by name."""
-    data, init = mx.sym.var('data'), mx.sym.var('init')
-
-    def step(x, states):
-        s = states[0] + x
-        return s, [s]
-    outs, states = mx.sym.contrib.foreach(step, data, [init])
-    return mx.sym.Group([outs] + states)
-
-
 def main():
-    foreach_net().save(os.path.join(HERE, 'foreach-symbol.json'))
     nets = {'mlp': mlp, 'lenet': lenet, 'bn': bn_net, 'attrs': attrs_net, 'group': group_net}
     for name, fn in nets.items():
         sym, known = fn()
