@@ -1,0 +1,21 @@
+"""troupe: MXNet 1.x's Python API over troupe's engine, operators and autograd.
+
+    import troupe as mx
+    a = mx.nd.array([[1, 2], [3, 4]])
+    with mx.autograd.record():
+        b = (a * a).sum()
+    b.backward()
+
+What is here: mx.nd (NDArray, every registered operator, creation, save/load, waitall, nd.random), mx.autograd
+(record, pause, backward, grad), contexts and MXNetError. python/README.md lists what is not here yet.
+"""
+from . import base
+from .base import MXNetError
+from .context import Context, cpu, gpu, current_context
+from . import ndarray
+from . import ndarray as nd
+from . import autograd
+from . import random
+
+__version__ = "0.3.0"
+__all__ = ["MXNetError", "Context", "cpu", "gpu", "current_context", "nd", "ndarray", "autograd", "random"]

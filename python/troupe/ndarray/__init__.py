@@ -1,0 +1,9 @@
+"""mx.nd: NDArray and one function per registered operator (MXNet 1.x's mxnet.ndarray)."""
+from .ndarray import (NDArray, array, empty, zeros, ones, full, arange, waitall, save, load, concatenate,
+                      _wrap)
+from .register import _make_operators
+from . import random
+
+_make_operators(globals())
+
+__all__ = ["NDArray", "array", "empty", "zeros", "ones", "full", "arange", "waitall", "save", "load", "random"]
