@@ -26,6 +26,7 @@
 #include "op/autograd.h"
 #include "op/imperative.h"
 #include "op/operator.h"
+#include "python/src/bindings.h"
 #include "tensor/ndarray.h"
 #include "tensor/resource.h"
 
@@ -164,6 +165,7 @@ std::vector<NDArray> Call(const std::string& op, const std::vector<NDArray>& arg
 NB_MODULE(_core, m) {
   m.doc() = "troupe's native core (arrays, operators, autograd); use the troupe package";
   nb::exception<Error>(m, "TroupeError", PyExc_RuntimeError);
+  troupe::python::BindSymbol(m);
 
   nb::class_<NDArray>(m, "Array")
       .def_prop_ro("shape", [](const NDArray& a) { return DimsOf(a.shape()); })
@@ -191,6 +193,7 @@ NB_MODULE(_core, m) {
       })
       .def("in_graph", [](const NDArray& a) { return autograd::InGraph(a); });
 
+  m.def("none_array", [] { return NDArray(); });
   m.def("from_numpy", &FromHost, nb::arg("array"), nb::arg("ctx"));
   m.def("empty", [](const std::vector<std::int64_t>& s, const std::string& ctx, const std::string& dtype) {
     return NDArray(ShapeOf(s), Context::Parse(ctx), DTypeFromName(dtype));

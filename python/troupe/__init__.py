@@ -16,6 +16,14 @@ from . import ndarray
 from . import ndarray as nd
 from . import autograd
 from . import random
+from . import symbol
+from . import symbol as sym
+from .executor import Executor
+from . import initializer
+from . import initializer as init
+from . import optimizer
+from . import gluon
 
 __version__ = "0.3.0"
-__all__ = ["MXNetError", "Context", "cpu", "gpu", "current_context", "nd", "ndarray", "autograd", "random"]
+__all__ = ["MXNetError", "Context", "cpu", "gpu", "current_context", "nd", "ndarray", "autograd", "random", "sym",
+           "symbol", "Executor", "init", "initializer", "optimizer", "gluon"]

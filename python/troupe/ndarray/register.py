@@ -28,6 +28,8 @@ def _make(name, description, arguments, params, has_num_args):
     def op(*args, out=None, name=None, **kwargs):
         inputs = []
         for a in args:
+            if a is None:  # an optional input left out (bias=None with no_bias)
+                continue
             if isinstance(a, NDArray):
                 inputs.append(a.handle)
             elif isinstance(a, (list, tuple)) and all(isinstance(x, NDArray) for x in a):

@@ -1,0 +1,10 @@
+// The parts of troupe._core (one function per part, called from the module's definition in core.cc).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace troupe::python {
+
+void BindSymbol(nanobind::module_& m);  // symbol.cc: Symbol, Executor, CachedOp
+
+}  // namespace troupe::python
