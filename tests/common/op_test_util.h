@@ -130,16 +130,26 @@ inline std::map<std::string, NDArray> LoadNamed(const std::string& path) {
   return out;
 }
 
-// |got - want| <= tol * max(1, |want|) element by element, as float32; a reference of all zeros is a failure
-// (nothing would be compared).
+// The largest |got - want| / max(1, |want|) over the elements (compared as float64).
+inline double ScaledError(const NDArray& got, const NDArray& want) {
+  const auto g = got.AsType(DType::kFloat64).ToVector<double>(), w = want.AsType(DType::kFloat64).ToVector<double>();
+  double worst = 0;
+  for (std::size_t i = 0; i < g.size() && i < w.size(); ++i) {
+    worst = std::max(worst, std::abs(g[i] - w[i]) / std::max(1.0, std::abs(w[i])));
+  }
+  return worst;
+}
+
+// |got - want| <= tol * max(1, |want|) element by element, compared as float64 (exact for float32 arrays, full
+// precision for float64 ones); a reference of all zeros is a failure (nothing would be compared).
 inline void ExpectCloseArrays(const NDArray& got, const NDArray& want, const std::string& what, double tol = 1e-5) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
-  const auto g = got.ToVector<float>(), w = want.ToVector<float>();
+  const auto g = got.AsType(DType::kFloat64).ToVector<double>(), w = want.AsType(DType::kFloat64).ToVector<double>();
   double biggest = 0;
-  for (float v : w) biggest = std::max(biggest, std::abs(static_cast<double>(v)));
+  for (double v : w) biggest = std::max(biggest, std::abs(v));
   ASSERT_GT(biggest, 0.0) << what << ": the reference is all zero, nothing compared";
   for (std::size_t i = 0; i < g.size(); ++i) {
-    EXPECT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(static_cast<double>(w[i])))) << what << " [" << i << "]";
+    EXPECT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(w[i]))) << what << " [" << i << "]";
   }
 }
 
