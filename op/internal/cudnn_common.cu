@@ -2,8 +2,10 @@
 // (tensor/detail/cuda_common.h's PerDeviceHandles) and the tensor descriptor's Set.
 #include "op/internal/cudnn_common.h"
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 
@@ -26,16 +28,28 @@ cudnnHandle_t DnnHandle(const OpContext& ctx, std::string_view op) {
   return h;
 }
 
-void TensorDesc::Set(cudnnDataType_t type, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
-                     std::string_view op) {
-  for (std::int64_t v : {n, c, h, w}) {
+std::vector<int> DnnDims(const std::vector<std::int64_t>& dims, std::string_view op) {
+  std::vector<int> out;
+  for (std::int64_t v : dims) {
     if (v > 0x7fffffff) {
       throw Error(ErrorPrefix(op, "cuDNN tensor dimension " + std::to_string(v) + " exceeds 2^31 - 1"));
     }
+    out.push_back(static_cast<int>(v));
   }
-  CheckDnn(cudnnSetTensor4dDescriptor(d_, CUDNN_TENSOR_NCHW, type, static_cast<int>(n), static_cast<int>(c),
-                                      static_cast<int>(h), static_cast<int>(w)),
-           "cudnnSetTensor4dDescriptor", op);
+  return out;
+}
+
+void TensorDesc::Set(cudnnDataType_t type, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
+                     std::string_view op) {
+  Set(type, TShape{n, c, h, w}, op);
+}
+
+void TensorDesc::Set(cudnnDataType_t type, const TShape& shape, std::string_view op) {
+  const std::vector<int> dims = DnnDims(shape.ToVector(), op);
+  std::vector<int> strides(dims.size(), 1);  // packed, row-major
+  for (std::size_t i = dims.size() - 1; i > 0; --i) strides[i - 1] = strides[i] * dims[i];
+  CheckDnn(cudnnSetTensorNdDescriptor(d_, type, static_cast<int>(dims.size()), dims.data(), strides.data()),
+           "cudnnSetTensorNdDescriptor", op);
 }
 
 }  // namespace troupe::internal

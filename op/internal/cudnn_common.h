@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "op/operator.h"
 #include "tensor/detail/cuda_common.h"
@@ -46,7 +47,10 @@ struct Scale {
   const void* For(DType t) const { return t == DType::kFloat64 ? static_cast<const void*>(&d) : &f; }
 };
 
-// An owned cuDNN tensor descriptor (4-d, NCHW).
+// Dimensions as cuDNN's ints; throws troupe::Error naming `op` when one does not fit.
+std::vector<int> DnnDims(const std::vector<std::int64_t>& dims, std::string_view op);
+
+// An owned cuDNN tensor descriptor of a packed row-major array (NCHW, NCDHW).
 class TensorDesc {
  public:
   TensorDesc() { CheckDnn(cudnnCreateTensorDescriptor(&d_), "cudnnCreateTensorDescriptor"); }
@@ -56,6 +60,8 @@ class TensorDesc {
   // (n, c, h, w); throws when a dimension does not fit cuDNN's int.
   void Set(cudnnDataType_t type, std::int64_t n, std::int64_t c, std::int64_t h, std::int64_t w,
            std::string_view op = {});
+  // Any shape of 4 to 8 dimensions (cuDNN's range); throws as above.
+  void Set(cudnnDataType_t type, const TShape& shape, std::string_view op = {});
   cudnnTensorDescriptor_t get() const { return d_; }
 
  private:

@@ -58,6 +58,9 @@ dnnl::memory::desc PlainDesc(const TShape& shape, int groups, dnnl::memory::data
   if (groups > 1 && shape.ndim() == 4) {
     return dnnl::memory::desc({groups, shape[0] / groups, shape[1], shape[2], shape[3]}, f32, tag::goihw);
   }
+  if (groups > 1 && shape.ndim() == 5) {
+    return dnnl::memory::desc({groups, shape[0] / groups, shape[1], shape[2], shape[3], shape[4]}, f32, tag::goidhw);
+  }
   switch (shape.ndim()) {
     case 1: return dnnl::memory::desc(Dims(shape), f32, tag::a);
     case 2: return dnnl::memory::desc(Dims(shape), f32, tag::ab);

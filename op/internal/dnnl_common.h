@@ -47,9 +47,9 @@ inline std::int64_t DnnlRightPad(std::int64_t out, std::int64_t stride, std::int
   return (out - 1) * stride + extent - size - pad;
 }
 
-// A plain (row-major) descriptor of `shape` (float32 unless `type` says otherwise): nchw for 4 dimensions, nc for
-// 2, x for 1. With `groups` > 1 a 4-D weight shape (F, C/g, kh, kw) becomes the grouped goihw (g, F/g, C/g,
-// kh, kw).
+// A plain (row-major) descriptor of `shape` (float32 unless `type` says otherwise): ncdhw for 5 dimensions, nchw
+// for 4, nc for 2, x for 1. With `groups` > 1 a 4-D weight shape (F, C/g, kh, kw) becomes the grouped goihw
+// (g, F/g, C/g, kh, kw), a 5-D one (F, C/g, kd, kh, kw) the grouped goidhw.
 dnnl::memory::desc PlainDesc(const TShape& shape, int groups = 1,
                              dnnl::memory::data_type type = dnnl::memory::data_type::f32);
 // oneDNN's type for a troupe type it computes in here: f32, or bf16 (bfloat16); any other throws troupe::Error.

@@ -130,8 +130,18 @@ inline std::map<std::string, NDArray> LoadNamed(const std::string& path) {
   return out;
 }
 
-// |got - want| <= tol * max(1, |want|) element by element, in float64 (float32 arrays compare their float32
-// values); a reference of all zeros is a failure (nothing would be compared).
+// The largest |got - want| / max(1, |want|) over the elements (compared as float64).
+inline double ScaledError(const NDArray& got, const NDArray& want) {
+  const auto g = got.AsType(DType::kFloat64).ToVector<double>(), w = want.AsType(DType::kFloat64).ToVector<double>();
+  double worst = 0;
+  for (std::size_t i = 0; i < g.size() && i < w.size(); ++i) {
+    worst = std::max(worst, std::abs(g[i] - w[i]) / std::max(1.0, std::abs(w[i])));
+  }
+  return worst;
+}
+
+// |got - want| <= tol * max(1, |want|) element by element, compared as float64 (exact for float32 arrays, full
+// precision for float64 ones); a reference of all zeros is a failure (nothing would be compared).
 inline void ExpectCloseArrays(const NDArray& got, const NDArray& want, const std::string& what, double tol = 1e-5) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   ASSERT_EQ(got.dtype(), want.dtype()) << what;

@@ -1,6 +1,6 @@
-// FullyConnected, Convolution and Pooling on the GPU (cuBLAS, cuDNN and the fallback kernels) against the
-// CPU operators, float32, through OperatorRunner on Context::GPU(0): forward, backward (kWriteTo) and
-// backward accumulation (kAddTo). Skips without a CUDA device.
+// FullyConnected, Convolution and Pooling (2-D and 3-D) on the GPU (cuBLAS, cuDNN and the fallback kernels)
+// against the CPU operators, float32, through OperatorRunner on Context::GPU(0): forward, backward (kWriteTo)
+// and backward accumulation (kAddTo). Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -82,6 +82,13 @@ TEST_F(DenseGpuTest, ConvolutionMatchesCpu) {
   Compare({"Convolution", {{"kernel", "(1,1)"}, {"num_filter", "12"}}, {TShape{3, 6, 5, 5}, TShape{}, TShape{}}});
   Compare({"Convolution", {{"kernel", "(2,3)"}, {"num_filter", "4"}, {"stride", "(1,2)"}, {"pad", "(0,1)"}},
            {TShape{2, 2, 6, 8}, TShape{}, TShape{}}});
+  // 3-D (cuDNN's N-d descriptors).
+  Compare({"Convolution", {{"kernel", "(3,3,3)"}, {"num_filter", "8"}, {"pad", "(1,1,1)"}},
+           {TShape{2, 4, 6, 7, 5}, TShape{}, TShape{}}});
+  Compare({"Convolution", {{"kernel", "(2,3,2)"}, {"num_filter", "6"}, {"stride", "(2,1,2)"}, {"dilate", "(1,2,1)"},
+                           {"num_group", "3"}, {"no_bias", "True"}},
+           {TShape{2, 6, 7, 8, 7}, TShape{}}});
+  Compare({"Convolution", {{"kernel", "(1,1,1)"}, {"num_filter", "5"}}, {TShape{3, 4, 3, 4, 5}, TShape{}, TShape{}}});
 }
 
 TEST_F(DenseGpuTest, PoolingMatchesCpu) {
@@ -101,6 +108,20 @@ TEST_F(DenseGpuTest, PoolingMatchesCpu) {
   }
   Compare({"Pooling", {{"kernel", "(3,3)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}, {"count_include_pad", "False"}},
            {TShape{2, 2, 6, 6}}});
+  // 3-D: cuDNN's N-d pooling and the kernels.
+  const TShape s3{2, 3, 7, 6, 7};
+  for (const char* type : {"max", "avg", "sum"}) {
+    for (const char* conv : {"valid", "full"}) {
+      for (const char* off : {"False", "True"}) {
+        Compare({"Pooling", {{"kernel", "(3,2,3)"}, {"stride", "(2,2,2)"}, {"pad", "(1,0,1)"}, {"pool_type", type},
+                             {"pooling_convention", conv}, {"cudnn_off", off}},
+                 {s3}});
+      }
+    }
+    Compare({"Pooling", {{"global_pool", "True"}, {"pool_type", type}}, {TShape{2, 4, 3, 5, 4}}});
+  }
+  Compare({"Pooling", {{"kernel", "(3,3,3)"}, {"pad", "(1,1,1)"}, {"pool_type", "avg"}, {"count_include_pad", "False"}},
+           {TShape{1, 2, 5, 6, 5}}});
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The module API (nn/): against MXNet 1.9.1's Gluon on the same inputs (tests/nn/data/make_nn.py): every loss,
-// a small network's training-mode outputs, loss and parameter gradients (imperative and hybridized), two
-// Trainer steps, loading Gluon's save_parameters file and importing Gluon's export; plus deferred shapes,
-// names, save/load and export round trips, stale gradients, Sequential of imperative blocks, and the
-// DataLoader's batches.
+// single layers (1-D, 2-D and 3-D convolution and pooling among them), a small network's training-mode outputs,
+// loss and parameter gradients (imperative and hybridized), two Trainer steps, loading Gluon's save_parameters
+// file and importing Gluon's export; plus deferred shapes, names, save/load and export round trips, stale
+// gradients, Sequential of imperative blocks, and the DataLoader's batches.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,6 +77,17 @@ TEST_F(NNTest, LayersMatchGluon) {
       {"dense_noflatten", [] { return std::make_shared<nn::Dense>(5, "sigmoid", true, false); }},
       {"softrelu", [] { return std::make_shared<nn::Activation>("softrelu"); }},
       {"batchnorm_last_axis", [] { return std::make_shared<nn::BatchNorm>(-1, 0.5f); }},
+      // 3-D (NCDHW).
+      {"conv3d", [] { return std::make_shared<nn::Conv3D>(2, V{2, 2, 2}, V{}, V{}, V{}, 1, "relu"); }},
+      {"conv3d_strided", [] { return std::make_shared<nn::Conv3D>(4, V{3, 2, 3}, V{2, 1, 1}, V{1, 1, 0}, V{1, 2, 1}, 2); }},
+      {"conv3d_nobias",
+       [] { return std::make_shared<nn::Conv3D>(3, V{2, 2, 2}, V{2, 2, 2}, V{}, V{}, 1, "tanh", false); }},
+      {"maxpool3d", [] { return std::make_shared<nn::MaxPool3D>(V{2, 2, 2}, V{2, 1, 2}, V{1, 0, 1}); }},
+      {"maxpool3d_ceil", [] { return std::make_shared<nn::MaxPool3D>(V{2, 2, 2}, V{}, V{}, true); }},
+      {"avgpool3d", [] { return std::make_shared<nn::AvgPool3D>(V{3, 3, 3}, V{2, 2, 2}, V{1, 1, 1}, false, false); }},
+      {"avgpool3d_ceil", [] { return std::make_shared<nn::AvgPool3D>(V{2, 3, 2}, V{1, 2, 2}, V{1, 1, 0}, true); }},
+      {"global_avg3d", [] { return std::make_shared<nn::GlobalAvgPool3D>(); }},
+      {"global_max3d", [] { return std::make_shared<nn::GlobalMaxPool3D>(); }},
   };
   for (bool hybrid : {false, true}) {
     for (const auto& [c, make] : cases) {
@@ -103,11 +114,30 @@ TEST_F(NNTest, LayersMatchGluon) {
   }
 }
 
-// The Convolution operator does 1-D and 2-D: a Conv3D says so at its first forward pass, naming the layer.
-TEST_F(NNTest, Conv3DIsRefusedByTheOperator) {
-  nn::Conv3D conv(2, {2, 2, 2}, {}, {}, {}, 1, "relu");
+// A Conv3D without in_channels: the weight's shape is deferred until the first forward pass completes it from
+// the data's channels (and the groups); with Gluon's parameter values the layer then gives Gluon's output,
+// imperatively and hybridized. A 3-D layer on 4-D data is an error naming the operator.
+TEST_F(NNTest, Conv3DCompletesItsInputChannelsAtTheFirstForwardPass) {
+  const std::string k = "layer:conv3d_strided:";
+  const NDArray x = f_.at(k + "in");
+  for (bool hybrid : {false, true}) {
+    SCOPED_TRACE(hybrid ? "hybridized" : "imperative");
+    nn::Conv3D conv(4, {3, 2, 3}, {2, 1, 1}, {1, 1, 0}, {1, 2, 1}, 2);
+    EXPECT_EQ(conv.weight()->shape(), (TShape{4, 0, 3, 2, 3}));
+    conv.Initialize("xavier");
+    EXPECT_TRUE(conv.weight()->deferred());
+    if (hybrid) conv.Hybridize();
+    const NDArray first = conv(x);
+    EXPECT_FALSE(conv.weight()->deferred());
+    EXPECT_EQ(conv.weight()->shape(), (TShape{4, 2, 3, 2, 3}));
+    EXPECT_EQ(first.shape(), f_.at(k + "out").shape());
+    conv.weight()->SetData(f_.at(k + "param:weight"));
+    conv.bias()->SetData(f_.at(k + "param:bias"));
+    ExpectCloseArrays(conv(x), f_.at(k + "out"), "output with Gluon's parameters");
+  }
+  nn::Conv3D conv(2, {2, 2, 2});
   conv.Initialize();
-  ExpectError([&] { conv(f_.at("layer:conv3d:in")); }, {"Convolution", "1-D and 2-D"});
+  ExpectError([&] { conv(NDArray::Ones({1, 2, 4, 4}, Context::CPU())); }, {"Convolution", "5 dimensions"});
 }
 
 // Gluon's network of the fixture, loaded from its save_parameters file (structural names).

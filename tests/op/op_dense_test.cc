@@ -1,14 +1,21 @@
 // FullyConnected, Convolution and Pooling on the CPU: forward against cases worked out by hand, backward
 // against central differences (float64; kWriteTo, kAddTo and kNullOp), shape inference over a table of
-// cases, and the errors for inconsistent shapes, bad parameters and unsupported dtypes.
+// cases, and the errors for inconsistent shapes, bad parameters and unsupported dtypes; 3-D (NCDHW)
+// Convolution and Pooling also against MXNet 1.9.1 (data/spatial3d/make_spatial3d.py) in float32 and float64.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "op/autograd.h"
 #include "op/imperative.h"
 #include "op/nn/convolution/convolution.h"
 #include "op/nn/fully_connected/fully_connected.h"
@@ -183,6 +190,19 @@ TEST(Convolution, ForwardByHand) {
   OpCase bt{"Convolution", {{"kernel", "(2,2)"}, {"num_filter", "1"}, {"no_bias", "True"}},
             {TShape{2, 1, 3, 3}, TShape{1, 1, 2, 2}}};
   EXPECT_TRUE(Near(RunForward(bt, {batch, {1, 2, 3, 4}})[0], {37, 47, 67, 77, 47, 57, 77, 87}, 0, 1e-12, "batch"));
+
+  // 3-D: 1..8 in a 2x2x2 cube under a 2x2x2 kernel of ones and bias 0.5: 36.5 in both types. With pad 1 and
+  // stride 2 on every axis the 8 windows each see one corner of the cube under the opposite tap of w = 1..8:
+  // output (z, y, x) = cube[z][y][x] * w[1 - z][1 - y][1 - x].
+  const HostTensor cube(kOneToNine.begin(), kOneToNine.begin() + 8);
+  OpCase c3{"Convolution", {{"kernel", "(2,2,2)"}, {"num_filter", "1"}}, {TShape{1, 1, 2, 2, 2}, TShape{1, 1, 2, 2, 2}, TShape{1}}};
+  EXPECT_TRUE(Near(RunForward(c3, {cube, HostTensor(8, 1.0), {0.5}})[0], {36.5}, 0, 1e-12, "3-D"));
+  c3.dtype = DType::kFloat32;
+  EXPECT_TRUE(Near(RunForward(c3, {cube, HostTensor(8, 1.0), {0.5}})[0], {36.5}, 0, 1e-5, "3-D f32"));
+  OpCase corners{"Convolution",
+                 {{"kernel", "(2,2,2)"}, {"num_filter", "1"}, {"stride", "(2,2,2)"}, {"pad", "(1,1,1)"}, {"no_bias", "True"}},
+                 {TShape{1, 1, 2, 2, 2}, TShape{1, 1, 2, 2, 2}}};
+  EXPECT_TRUE(Near(RunForward(corners, {cube, cube})[0], {8, 14, 18, 20, 20, 18, 14, 8}, 0, 1e-12, "3-D corners"));
 }
 
 TEST(Convolution, BackwardByHand) {
@@ -222,6 +242,13 @@ TEST(Convolution, GradientMatchesCentralDifferences) {
                  {TShape{2, 2, 4, 4}, TShape{2, 2, 3, 3}, TShape{2}}};
   CheckGradient(c, only_data);
   CheckGradient(c, only_weight);
+  // 3-D: stride, padding and dilation per axis; groups; a 1x1x1 kernel (the direct path).
+  CheckGradient({"Convolution",
+                 {{"kernel", "(2,2,2)"}, {"num_filter", "2"}, {"stride", "(2,1,1)"}, {"pad", "(1,0,1)"}, {"dilate", "(1,2,1)"}},
+                 {TShape{2, 2, 4, 5, 4}, TShape{2, 2, 2, 2, 2}, TShape{2}}});
+  CheckGradient({"Convolution", {{"kernel", "(1,2,2)"}, {"num_filter", "4"}, {"num_group", "2"}, {"no_bias", "True"}},
+                 {TShape{1, 4, 3, 3, 3}, TShape{4, 2, 1, 2, 2}}});
+  CheckGradient({"Convolution", {{"kernel", "(1,1,1)"}, {"num_filter", "2"}}, {TShape{2, 3, 2, 2, 2}, TShape{2, 3, 1, 1, 1}, TShape{2}}});
 }
 
 // float32 runs oneDNN's convolution (where the build has it, for more than one input channel per group),
@@ -246,6 +273,13 @@ TEST(Convolution, Float32AgreesWithTheFloat64ReferenceKernel) {
       {{{"kernel", "(3,3)"}, {"num_filter", "16"}, {"pad", "(1,1)"}, {"no_bias", "True"}}, {3, 48, 6, 6}, {16, 48, 3, 3}},
       // One input channel: troupe's kernel on both types (checked all the same).
       {{{"kernel", "(3,3)"}, {"num_filter", "4"}}, {2, 1, 6, 6}, {4, 1, 3, 3}},
+      // 3-D (oneDNN's 5-D primitives against troupe's loops), with groups, dilation, and channels for the blocked
+      // kernels.
+      {{{"kernel", "(3,3,3)"}, {"num_filter", "5"}, {"stride", "(1,2,1)"}, {"pad", "(1,1,1)"}}, {2, 4, 5, 6, 5},
+       {5, 4, 3, 3, 3}},
+      {{{"kernel", "(2,2,2)"}, {"num_filter", "6"}, {"num_group", "3"}, {"dilate", "(2,1,1)"}, {"no_bias", "True"}},
+       {2, 6, 5, 4, 4}, {6, 2, 2, 2, 2}},
+      {{{"kernel", "(3,3,3)"}, {"num_filter", "16"}, {"pad", "(1,1,1)"}}, {1, 16, 4, 4, 4}, {16, 16, 3, 3, 3}},
   };
   std::mt19937_64 rng(23);
   for (const Case& k : cases) {
@@ -326,6 +360,10 @@ TEST(Convolution, ShapeInference) {
        TShape{8, 1, 3, 3}, TShape{2, 8, 4, 3}},
       {{{"kernel", "(1,3)"}, {"num_filter", "2"}, {"stride", "(1,2)"}, {"pad", "(0,1)"}}, TShape{1, 1, 1, 5},
        TShape{2, 1, 1, 3}, TShape{1, 2, 1, 3}},
+      {{{"kernel", "(3,3,3)"}, {"num_filter", "8"}, {"stride", "(1,2,2)"}, {"pad", "(1,1,1)"}}, TShape{2, 4, 8, 16, 16},
+       TShape{8, 4, 3, 3, 3}, TShape{2, 8, 8, 8, 8}},
+      {{{"kernel", "(2,3,3)"}, {"num_filter", "6"}, {"num_group", "2"}, {"dilate", "(2,1,1)"}, {"layout", "NCDHW"}},
+       TShape{1, 4, 5, 7, 7}, TShape{6, 2, 2, 3, 3}, TShape{1, 6, 3, 5, 5}},
   };
   for (const auto& row : rows) {
     auto p = OperatorProperty::Create("Convolution");
@@ -354,7 +392,26 @@ TEST(Convolution, Errors) {
       },
       {"Convolution", "data", "num_group"});
   ExpectInitError("Convolution", {{"kernel", "(3,3)"}}, {"Convolution", "num_filter", "missing"});
-  ExpectInitError("Convolution", {{"kernel", "(3,3,3)"}, {"num_filter", "1"}}, {"Convolution", "kernel"});
+  ExpectInitError("Convolution", {{"kernel", "(3,3,3,3)"}, {"num_filter", "1"}}, {"Convolution", "kernel", "3-D"});
+  // 3-D: the data's dimensions and the parameters' values follow the kernel.
+  const Kwargs k333{{"kernel", "(3,3,3)"}, {"num_filter", "4"}};
+  ExpectError([&] { InferOutShapes({"Convolution", k333, {TShape{1, 2, 5, 5}, TShape{}, TShape{}}}); },
+              {"Convolution", "data", "3-D convolution", "5 dimensions"});
+  ExpectError([&] { InferOutShapes({"Convolution", k3, {TShape{1, 2, 5, 5, 5}, TShape{}, TShape{}}}); },
+              {"Convolution", "data", "2-D convolution", "4 dimensions"});
+  ExpectError([&] { InferOutShapes({"Convolution", k333, {TShape{1, 2, 5, 2, 5}, TShape{}, TShape{}}}); },
+              {"Convolution", "data", "exceeds", "dimension 3"});
+  const std::vector<std::pair<Kwargs, std::vector<std::string>>> bad_3d = {
+      {{{"kernel", "(3,3,3)"}, {"stride", "(1,1)"}}, {"stride", "3 values"}},
+      {{{"kernel", "(3,3,3)"}, {"dilate", "(1,0,1)"}}, {"dilate", ">= 1"}},
+      {{{"kernel", "(3,3,3)"}, {"layout", "NCHW"}}, {"layout", "NCDHW"}},
+      {{{"kernel", "(3,3)"}, {"layout", "NCDHW"}}, {"layout", "NCHW"}},
+  };
+  for (auto [kw, parts] : bad_3d) {
+    kw.emplace_back("num_filter", "2");
+    parts.insert(parts.begin(), "Convolution");
+    ExpectInitError("Convolution", kw, parts);
+  }
   ExpectInitError("Convolution", {{"kernel", "(3,x)"}, {"num_filter", "1"}}, {"Convolution", "kernel"});
   ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "0"}}, {"Convolution", "num_filter"});
   ExpectInitError("Convolution", {{"kernel", "(3,3)"}, {"num_filter", "2"}, {"stride", "(0,1)"}},
@@ -424,6 +481,25 @@ TEST(Pooling, ForwardByHand) {
   OpCase f32 = Pool({{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pool_type", "avg"}}, s4);
   f32.dtype = DType::kFloat32;
   EXPECT_TRUE(Near(RunForward(f32, {kOneToSixteen})[0], {3.5, 5.5, 11.5, 13.5}, 0, 1e-6, "avg float32"));
+
+  // 3-D: 1..16 in a 2x2x4 volume (depth 2, height 2, width 4), kernel (2,2,2) stride 2: the windows hold
+  // {1,2,5,6,9,10,13,14} and {3,4,7,8,11,12,15,16}.
+  const TShape v{1, 1, 2, 2, 4};
+  const Kwargs k222{{"kernel", "(2,2,2)"}, {"stride", "(2,2,2)"}};
+  EXPECT_TRUE(Near(RunForward(Pool(k222, v), {kOneToSixteen})[0], {14, 16}, 0, 1e-12, "3-D max"));
+  Kwargs avg3 = k222;
+  avg3.emplace_back("pool_type", "avg");
+  EXPECT_TRUE(Near(RunForward(Pool(avg3, v), {kOneToSixteen})[0], {7.5, 9.5}, 0, 1e-12, "3-D avg"));
+  // Padding 1 in depth only: windows of 2 slices, one of them padding; the count with it is 8, without 4.
+  Kwargs pad3 = {{"kernel", "(2,2,2)"}, {"stride", "(2,2,2)"}, {"pad", "(1,0,0)"}, {"pool_type", "avg"}};
+  EXPECT_TRUE(Near(RunForward(Pool(pad3, v), {kOneToSixteen})[0], {1.75, 2.75, 5.75, 6.75}, 0, 1e-12, "3-D avg pad"));
+  pad3.emplace_back("count_include_pad", "False");
+  EXPECT_TRUE(Near(RunForward(Pool(pad3, v), {kOneToSixteen})[0], {3.5, 5.5, 11.5, 13.5}, 0, 1e-12, "3-D avg excl"));
+  OpCase f32v = Pool(avg3, v);
+  f32v.dtype = DType::kFloat32;
+  EXPECT_TRUE(Near(RunForward(f32v, {kOneToSixteen})[0], {7.5, 9.5}, 0, 1e-6, "3-D avg float32"));
+  EXPECT_TRUE(Near(RunForward(Pool({{"global_pool", "True"}, {"pool_type", "sum"}}, v), {kOneToSixteen})[0], {136}, 0,
+                   1e-12, "3-D global sum"));
 }
 
 TEST(Pooling, BackwardByHand) {
@@ -505,32 +581,46 @@ TEST(Pooling, MaxTwoByTwoMatchesTheGeneralLoops) {
 
 // float32's forward pass is oneDNN's where oneDNN computes MXNet's windows, float64's troupe's loops: on
 // max and avg (with and without the padding in the count), the global pool, both conventions and odd sizes,
-// the outputs and (troupe's, from oneDNN's outputs) gradients agree to float32 rounding.
+// in 2-D and 3-D (with a 2x2 kernel of depth 1: the 2x2 loop on every depth slice), the outputs and (troupe's,
+// from oneDNN's outputs) gradients, written and accumulated, agree to float32 rounding.
 TEST(Pooling, Float32AgreesWithTheFloat64Loops) {
-  const std::vector<Kwargs> cases = {
-      {{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}},
-      {{"kernel", "(3,3)"}, {"stride", "(2,2)"}},
-      {{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pooling_convention", "full"}},
-      {{"kernel", "(3,3)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}},
-      {{"kernel", "(3,3)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}, {"count_include_pad", "False"}},
-      {{"kernel", "(3,2)"}, {"stride", "(2,2)"}, {"pool_type", "avg"}, {"pooling_convention", "full"}},
-      {{"global_pool", "True"}, {"pool_type", "avg"}},
-      {{"global_pool", "True"}, {"kernel", "(1,1)"}},
-      {{"kernel", "(2,2)"}, {"stride", "(1,1)"}, {"pool_type", "sum"}},
+  struct Case {
+    Kwargs kw;
+    TShape shape;
   };
-  const TShape shape{2, 17, 9, 7};
+  const TShape s2{2, 17, 9, 7}, s3{2, 5, 7, 6, 5};
+  const std::vector<Case> cases = {
+      {{{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}}, s2},
+      {{{"kernel", "(3,3)"}, {"stride", "(2,2)"}}, s2},
+      {{{"kernel", "(2,2)"}, {"stride", "(2,2)"}, {"pooling_convention", "full"}}, s2},
+      {{{"kernel", "(3,3)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}}, s2},
+      {{{"kernel", "(3,3)"}, {"pad", "(1,1)"}, {"pool_type", "avg"}, {"count_include_pad", "False"}}, s2},
+      {{{"kernel", "(3,2)"}, {"stride", "(2,2)"}, {"pool_type", "avg"}, {"pooling_convention", "full"}}, s2},
+      {{{"global_pool", "True"}, {"pool_type", "avg"}}, s2},
+      {{{"global_pool", "True"}, {"kernel", "(1,1)"}}, s2},
+      {{{"kernel", "(2,2)"}, {"stride", "(1,1)"}, {"pool_type", "sum"}}, s2},
+      {{{"kernel", "(3,3,3)"}, {"stride", "(2,2,2)"}, {"pad", "(1,1,1)"}}, s3},
+      {{{"kernel", "(2,2,2)"}, {"stride", "(2,2,2)"}, {"pooling_convention", "full"}}, s3},
+      {{{"kernel", "(3,2,3)"}, {"pad", "(1,1,1)"}, {"pool_type", "avg"}}, s3},
+      {{{"kernel", "(3,2,3)"}, {"pad", "(1,1,1)"}, {"pool_type", "avg"}, {"count_include_pad", "False"}}, s3},
+      {{{"kernel", "(2,3,2)"}, {"stride", "(2,2,1)"}, {"pool_type", "avg"}, {"pooling_convention", "full"}}, s3},
+      {{{"kernel", "(1,2,2)"}, {"stride", "(1,2,2)"}}, s3},
+      {{{"global_pool", "True"}, {"pool_type", "avg"}}, s3},
+  };
   std::mt19937_64 rng(29);
-  for (const Kwargs& kw : cases) {
-    OpCase c = Pool(kw, shape);
-    const HostTensor x = test::RandomTensor(shape, &rng);
+  for (const Case& k : cases) {
+    OpCase c = Pool(k.kw, k.shape);
+    const HostTensor x = test::RandomTensor(k.shape, &rng);
     const TShape y = InferOutShapes(c)[0];
     const HostTensor head = test::RandomTensor(y, &rng);
-    const test::FwdBwd ref = test::RunForwardBackward(c, {x}, {head});
+    const HostTensor start = test::RandomTensor(k.shape, &rng);  // kAddTo's initial gradient
+    const test::FwdBwd ref = test::RunForwardBackward(c, {x}, {head}, {}, {}, {}, {start});
     c.dtype = DType::kFloat32;
-    const test::FwdBwd got = test::RunForwardBackward(c, {x}, {head});
-    const std::string what = "Pooling case " + std::to_string(&kw - cases.data());
+    const test::FwdBwd got = test::RunForwardBackward(c, {x}, {head}, {}, {}, {}, {start});
+    const std::string what = "Pooling case " + std::to_string(&k - cases.data());
     EXPECT_TRUE(Near(got.out[0], ref.out[0], 1e-6, 1e-6, what + " output"));
     EXPECT_TRUE(Near(got.grad[0], ref.grad[0], 1e-6, 1e-6, what + " gradient"));
+    EXPECT_TRUE(Near(got.grad_add[0], ref.grad_add[0], 1e-6, 1e-6, what + " kAddTo gradient"));
   }
 }
 
@@ -549,6 +639,18 @@ TEST(Pooling, GradientMatchesCentralDifferences) {
   CheckGradient(Pool({{"kernel", "(3,3)"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}, {"pool_type", "avg"},
                       {"count_include_pad", "False"}, {"pooling_convention", "full"}},
                      s));
+  // 3-D (sizes where no 'full' window lies wholly in the padding).
+  const TShape s3{1, 2, 4, 3, 4};
+  for (const char* type : {"max", "avg", "sum"}) {
+    for (const char* conv : {"valid", "full"}) {
+      CheckGradient(Pool({{"kernel", "(2,2,2)"}, {"stride", "(2,1,2)"}, {"pad", "(1,0,1)"}, {"pool_type", type},
+                          {"pooling_convention", conv}},
+                         s3));
+    }
+    CheckGradient(Pool({{"global_pool", "True"}, {"pool_type", type}}, TShape{1, 2, 2, 3, 3}));
+  }
+  CheckGradient(Pool({{"kernel", "(2,3,2)"}, {"pad", "(1,1,0)"}, {"pool_type", "avg"}, {"count_include_pad", "False"}},
+                     s3));
 }
 
 TEST(Pooling, ShapeInference) {
@@ -564,6 +666,16 @@ TEST(Pooling, ShapeInference) {
       {{{"kernel", "(2,3)"}}, TShape{1, 1, 4, 5}, TShape{1, 1, 3, 3}},
       {{{"global_pool", "True"}}, TShape{8, 512, 7, 7}, TShape{8, 512, 1, 1}},
       {{{"global_pool", "True"}, {"kernel", "(3,3)"}, {"stride", "(2,2)"}}, TShape{8, 16, 5, 9}, TShape{8, 16, 1, 1}},
+      {{{"kernel", "(2,2,2)"}, {"stride", "(2,2,2)"}}, TShape{2, 3, 8, 8, 8}, TShape{2, 3, 4, 4, 4}},
+      {{{"kernel", "(3,3,3)"}, {"stride", "(2,2,2)"}, {"pooling_convention", "full"}}, TShape{1, 2, 8, 7, 6},
+       TShape{1, 2, 4, 3, 3}},
+      {{{"kernel", "(3,1,3)"}, {"stride", "(1,1,2)"}, {"pad", "(1,0,1)"}, {"layout", "NCDHW"}}, TShape{1, 2, 4, 5, 6},
+       TShape{1, 2, 4, 5, 3}},
+      {{{"global_pool", "True"}}, TShape{2, 3, 4, 5, 6}, TShape{2, 3, 1, 1, 1}},
+      // Gluon's GlobalAvgPool3D passes kernel, stride and pad of ones and zeros; a 2-D kernel is ignored too.
+      {{{"global_pool", "True"}, {"kernel", "(1,1,1)"}, {"stride", "(1,1,1)"}, {"pad", "(0,0,0)"}}, TShape{2, 3, 4, 5, 6},
+       TShape{2, 3, 1, 1, 1}},
+      {{{"global_pool", "True"}, {"kernel", "(2,2)"}}, TShape{2, 3, 4, 5, 6}, TShape{2, 3, 1, 1, 1}},
   };
   for (const auto& row : rows) EXPECT_EQ(InferOutShapes(Pool(row.kw, row.data))[0], row.out) << row.data.ToString();
 }
@@ -579,9 +691,112 @@ TEST(Pooling, Errors) {
   ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"global_pool", "yes"}}, {"Pooling", "global_pool"});
   ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"size", "2"}}, {"Pooling", "size"});
   ExpectInitError("Pooling", {{"kernel", "(2,2)"}, {"layout", "NHWC"}}, {"Pooling", "layout"});
+  // 3-D.
+  ExpectError([] { InferOutShapes(Pool({{"kernel", "(2,2,2)"}}, TShape{1, 1, 4, 4})); },
+              {"Pooling", "data", "3-D pooling", "5 dimensions"});
+  ExpectError([] { InferOutShapes(Pool({{"kernel", "(2,2)"}}, TShape{1, 1, 4, 4, 4})); },
+              {"Pooling", "data", "2-D pooling", "4 dimensions"});
+  ExpectError([] { InferOutShapes(Pool({{"kernel", "(2,5,2)"}}, TShape{1, 1, 4, 4, 4})); },
+              {"Pooling", "data", "kernel", "dimension 3"});
+  ExpectError([] { InferOutShapes(Pool({{"global_pool", "True"}, {"layout", "NCHW"}}, TShape{1, 1, 4, 4, 4})); },
+              {"Pooling", "data", "layout"});
+  ExpectError([] { InferOutShapes(Pool({{"global_pool", "True"}}, TShape{1, 1, 2, 2, 2, 2})); },
+              {"Pooling", "data", "global pooling"});
+  const std::vector<std::pair<Kwargs, std::vector<std::string>>> bad_3d = {
+      {{{"kernel", "(2,2,2,2)"}}, {"Pooling", "kernel", "3-D"}},
+      {{{"kernel", "(2,2,2)"}, {"pad", "(1,1)"}}, {"Pooling", "pad", "3 values"}},
+      {{{"kernel", "(2,2,2)"}, {"stride", "(1,0,1)"}}, {"Pooling", "stride", ">= 1"}},
+      {{{"kernel", "(2,2,2)"}, {"layout", "NCHW"}}, {"Pooling", "layout", "NCDHW"}},
+  };
+  for (const auto& [kw, parts] : bad_3d) ExpectInitError("Pooling", kw, parts);
   OpCase c = Pool({{"kernel", "(2,2)"}}, TShape{1, 1, 2, 2});
   c.dtype = DType::kInt32;
   ExpectError([&] { RunForward(c, {{1, 2, 3, 4}}); }, {"Pooling", "int32"});
+}
+
+// ------------------------------------------------------------------------------------------ 3-D against MXNet
+
+// Each case of data/spatial3d (3-D Convolution and Pooling, MXNet 1.9.1 through mx.autograd): the output and
+// every input's gradient under MXNet's head gradient, through Invoke under autograd (the imperative path), to
+// 1e-5 (float32: oneDNN where it runs) and 1e-10 (float64: troupe's loops) of max(1, |MXNet's value|).
+TEST(Spatial3d, ConvolutionAndPoolingMatchMXNet) {
+  const std::string dir = std::string(TROUPE_TEST_DATA_DIR) + "/spatial3d/";
+  std::ifstream file(dir + "spatial3d.json");
+  ASSERT_TRUE(file) << dir << "spatial3d.json";
+  const nlohmann::json index = nlohmann::json::parse(file);
+  const std::map<std::string, NDArray> f = test::LoadNamed(dir + "spatial3d.params");
+  std::map<std::string, double> worst;  // by element type
+  int cases = 0;
+  for (const auto& c : index.at("cases")) {
+    const std::string name = c.at("name");
+    SCOPED_TRACE(name);
+    const std::string dtype = c.at("dtype");
+    const double tol = dtype == "float64" ? 1e-10 : 1e-5;
+    Kwargs kwargs;
+    for (const auto& [k, v] : c.at("kwargs").items()) kwargs.emplace_back(k, v.get<std::string>());
+    std::vector<NDArray> in;
+    for (const auto& arg : c.at("inputs")) {
+      NDArray a = f.at(name + ":in:" + arg.get<std::string>()).CopyTo(Context::CPU());
+      ASSERT_EQ(DTypeName(a.dtype()), dtype);
+      autograd::AttachGrad(&a);
+      in.push_back(a);
+    }
+    std::vector<NDArray> out;
+    {
+      autograd::RecordScope record;
+      out = Invoke(c.at("op").get<std::string>(), in, kwargs);
+    }
+    ASSERT_EQ(out.size(), 1u);
+    autograd::Backward({out[0]}, {f.at(name + ":head")});
+    const NDArray& want = f.at(name + ":out");
+    test::ExpectCloseArrays(out[0], want, "output", tol);
+    double& w = worst[dtype];
+    w = std::max(w, test::ScaledError(out[0], want));
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const std::string arg = c.at("inputs")[i];
+      const NDArray& g = f.at(name + ":grad:" + arg);
+      test::ExpectCloseArrays(autograd::GradOf(in[i]), g, "d/d" + arg, tol);
+      w = std::max(w, test::ScaledError(autograd::GradOf(in[i]), g));
+    }
+    ++cases;
+  }
+  EXPECT_EQ(cases, 36);
+  for (const auto& [dtype, err] : worst) {
+    std::cout << "3-D against MXNet, " << dtype << ": worst |troupe - MXNet| / max(1, |MXNet|) = " << err << "\n";
+  }
+}
+
+// float16 and bfloat16 3-D Convolution (bfloat16: oneDNN's kernels where the CPU has them; else float32 copies)
+// and Pooling (float32 copies): outputs and gradients within the half types' rounding of float64's.
+TEST(Spatial3d, HalfTypesAgreeWithFloat64WithinTheirRounding) {
+  const std::vector<OpCase> cases = {
+      {"Convolution", {{"kernel", "(2,3,2)"}, {"num_filter", "4"}, {"pad", "(1,1,0)"}, {"num_group", "2"}},
+       {TShape{2, 4, 4, 5, 4}, TShape{4, 2, 2, 3, 2}, TShape{4}}},
+      {"Pooling", {{"kernel", "(2,2,2)"}, {"stride", "(2,1,2)"}, {"pool_type", "avg"}}, {TShape{2, 3, 4, 5, 6}}},
+      {"Pooling", {{"kernel", "(3,3,3)"}, {"pad", "(1,1,1)"}, {"stride", "(2,2,2)"}}, {TShape{1, 3, 5, 5, 5}}},
+  };
+  std::mt19937_64 rng(43);
+  for (const OpCase& base : cases) {
+    std::vector<HostTensor> in;
+    for (const TShape& s : base.in_shapes) {
+      HostTensor v = test::RandomTensor(s, &rng);
+      for (double& x : v) x = static_cast<float>(bf16_t(static_cast<float>(x)));  // exact in both half types
+      in.push_back(v);
+    }
+    const HostTensor head = test::RandomTensor(InferOutShapes(base)[0], &rng);
+    const test::FwdBwd ref = test::RunForwardBackward(base, in, {head});
+    for (DType t : {DType::kFloat16, DType::kBfloat16}) {
+      const std::string what = base.op + " in " + DTypeName(t);
+      OpCase c = base;
+      c.dtype = t;
+      const test::FwdBwd got = test::RunForwardBackward(c, in, {head});
+      const double tol = t == DType::kBfloat16 ? 3e-2 : 4e-3;
+      EXPECT_TRUE(Near(got.out[0], ref.out[0], tol, tol, what + " output"));
+      for (std::size_t i = 0; i < ref.grad.size(); ++i) {
+        EXPECT_TRUE(Near(got.grad[i], ref.grad[i], tol, tol, what + " gradient " + std::to_string(i)));
+      }
+    }
+  }
 }
 
 TEST(DenseOps, RegisteredWithDocs) {

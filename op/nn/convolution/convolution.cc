@@ -22,16 +22,17 @@
 namespace troupe {
 
 void ConvolutionParam::Declare(ParamSchema<ConvolutionParam>& s) {
-  s.Field("kernel", &ConvolutionParam::kernel).Describe("Convolution kernel size: (h, w).");
+  s.Field("kernel", &ConvolutionParam::kernel)
+      .Describe("Convolution kernel size: (w), (h, w) or (d, h, w).");
   s.Field("stride", &ConvolutionParam::stride)
       .Default(TShape::Scalar())
-      .Describe("Convolution stride: (h, w). Defaults to 1 for each dimension.");
+      .Describe("Convolution stride: (w), (h, w) or (d, h, w). Defaults to 1 for each dimension.");
   s.Field("dilate", &ConvolutionParam::dilate)
       .Default(TShape::Scalar())
-      .Describe("Convolution dilate: (h, w). Defaults to 1 for each dimension.");
+      .Describe("Convolution dilate: (w), (h, w) or (d, h, w). Defaults to 1 for each dimension.");
   s.Field("pad", &ConvolutionParam::pad)
       .Default(TShape::Scalar())
-      .Describe("Zero pad for convolution: (h, w). Defaults to no padding.");
+      .Describe("Zero pad for convolution: (w), (h, w) or (d, h, w). Defaults to no padding.");
   s.Field("num_filter", &ConvolutionParam::num_filter)
       .Range(1, 100000)
       .Describe("Convolution filter(channel) number.");
@@ -52,16 +53,17 @@ void ConvolutionParam::Declare(ParamSchema<ConvolutionParam>& s) {
   s.Field("layout", &ConvolutionParam::layout)
       .Default("None")
       .Choices({"None", "NCDHW", "NCHW", "NCW", "NDHWC", "NHWC", "NWC"})
-      .Describe("Set layout for input, output and weight. Only NCHW (the default) is supported.");
+      .Describe("Set layout for input, output and weight. Only NCW, NCHW and NCDHW (the default for the kernel's "
+                "dimensions) are supported.");
 }
 
 ConvGeometry MakeConvGeometry(const ConvolutionParam& p) {
   ConvGeometry g;
-  g.kh = p.kernel[0];
-  g.kw = p.kernel[1];
-  if (p.stride.ndim() == 2) g.sh = p.stride[0], g.sw = p.stride[1];
-  if (p.dilate.ndim() == 2) g.dh = p.dilate[0], g.dw = p.dilate[1];
-  if (p.pad.ndim() == 2) g.ph = p.pad[0], g.pw = p.pad[1];
+  g.spatial = p.kernel.ndim();
+  SpatialValues(p.kernel, g.spatial, &g.kd, &g.kh, &g.kw);
+  SpatialValues(p.stride, g.spatial, &g.sd, &g.sh, &g.sw);
+  SpatialValues(p.dilate, g.spatial, &g.dd, &g.dh, &g.dw);
+  SpatialValues(p.pad, g.spatial, &g.pd, &g.ph, &g.pw);
   return g;
 }
 
@@ -71,27 +73,30 @@ constexpr const char* kOp = "Convolution";
 
 void ConvolutionProp::Init(const Kwargs& kwargs) {
   one_d_ = IsOneDimensionalKernel(kwargs);
-  if (!one_d_) return Init2d(kwargs);
+  if (!one_d_) return InitNd(kwargs);
   param_1d_.Init(kwargs, kOp);
   if (param_1d_.layout != "None" && param_1d_.layout != "NCW") {
     throw Error("Convolution: parameter 'layout' is '" + param_1d_.layout + "'; 1-D convolution supports NCW only");
   }
-  Init2d(LiftKwargsTo2d(kwargs));
+  InitNd(LiftKwargsTo2d(kwargs));
 }
 
-void ConvolutionProp::Init2d(const Kwargs& kwargs) {
+void ConvolutionProp::InitNd(const Kwargs& kwargs) {
   param_.Init(kwargs, kOp);
-  if (param_.kernel.ndim() != 2) {
+  const int n = param_.kernel.ndim();
+  if (n != 2 && n != 3) {
     throw Error("Convolution: parameter 'kernel' is " + param_.kernel.ToString() +
-                "; 1-D and 2-D convolution are supported, give 1 value (w) or 2 values (h, w)");
+                "; 1-D, 2-D and 3-D convolution are supported, give 1 value (w), 2 values (h, w) or 3 values "
+                "(d, h, w)");
   }
-  CheckGeometryTuple(param_.kernel, kOp, "kernel", 1, false);
-  CheckGeometryTuple(param_.stride, kOp, "stride", 1, true);
-  CheckGeometryTuple(param_.dilate, kOp, "dilate", 1, true);
-  CheckGeometryTuple(param_.pad, kOp, "pad", 0, true);
-  if (param_.layout != "None" && param_.layout != "NCHW") {
-    throw Error("Convolution: parameter 'layout' is '" + param_.layout +
-                "'; only NCHW (or None) is supported for 2-D convolution");
+  CheckGeometryTuple(param_.kernel, n, kOp, "kernel", 1, false);
+  CheckGeometryTuple(param_.stride, n, kOp, "stride", 1, true);
+  CheckGeometryTuple(param_.dilate, n, kOp, "dilate", 1, true);
+  CheckGeometryTuple(param_.pad, n, kOp, "pad", 0, true);
+  const char* layout = n == 3 ? "NCDHW" : "NCHW";
+  if (param_.layout != "None" && param_.layout != layout) {
+    throw Error("Convolution: parameter 'layout' is '" + param_.layout + "'; only " + layout +
+                " (or None) is supported for " + std::to_string(n) + "-D convolution");
   }
   if (param_.num_filter % param_.num_group != 0) {
     throw Error("Convolution: parameter 'num_filter' (" + std::to_string(param_.num_filter) +
@@ -107,32 +112,33 @@ std::vector<std::string> ConvolutionProp::ListArguments() const {
 bool ConvolutionProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                                  std::vector<TShape>* aux_shape) const {
   aux_shape->clear();
-  if (!one_d_) return InferShape2d(in_shape, out_shape);
+  if (!one_d_) return InferShapeNd(in_shape, out_shape);
   if ((*in_shape)[0].ndim() >= 0 && (*in_shape)[0].ndim() != 3) {
     throw Error("Convolution: argument 'data' has shape " + (*in_shape)[0].ToString() +
                 "; 1-D convolution needs 3 dimensions (batch, channel, width)");
   }
   for (auto& s : *in_shape) s = LiftShapeTo2d(s);
-  const bool known = InferShape2d(in_shape, out_shape);
+  const bool known = InferShapeNd(in_shape, out_shape);
   for (auto& s : *in_shape) s = DropLiftedAxis(s);
   for (auto& s : *out_shape) s = DropLiftedAxis(s);
   return known;
 }
 
-bool ConvolutionProp::InferShape2d(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const {
+bool ConvolutionProp::InferShapeNd(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const {
   const std::size_t nargs = param_.no_bias ? 2 : 3;
   if (in_shape->size() != nargs) {
     throw Error(std::string("Convolution: expected ") + std::to_string(nargs) + " inputs (data, weight" +
                 (param_.no_bias ? "" : ", bias") + "), got " + std::to_string(in_shape->size()));
   }
   const ConvGeometry g = MakeConvGeometry(param_);
+  const int n = g.spatial;
   if (!param_.no_bias) AssignShape(in_shape, 2, TShape{param_.num_filter}, kOp, "bias");
   out_shape->assign(1, TShape());
   const TShape data = (*in_shape)[0];
   if (data.ndim() < 0) return false;
-  if (data.ndim() != 4) {
-    throw Error("Convolution: argument 'data' has shape " + data.ToString() +
-                "; 2-D convolution needs 4 dimensions (batch, channel, height, width)");
+  if (data.ndim() != n + 2) {
+    throw Error("Convolution: argument 'data' has shape " + data.ToString() + "; " + std::to_string(n) +
+                "-D convolution needs " + SpatialDataDims(n));
   }
   const std::int64_t c = data[1];
   if (c >= 0) {
@@ -140,20 +146,27 @@ bool ConvolutionProp::InferShape2d(std::vector<TShape>* in_shape, std::vector<TS
       throw Error("Convolution: argument 'data' has " + std::to_string(c) + " channels, which is not divisible by " +
                   "num_group " + std::to_string(param_.num_group));
     }
-    AssignShape(in_shape, 1, TShape{param_.num_filter, c / param_.num_group, g.kh, g.kw}, kOp, "weight");
+    TShape weight = data;  // (num_filter, channels / num_group, kernel...)
+    weight[0] = param_.num_filter;
+    weight[1] = c / param_.num_group;
+    for (int i = 0; i < n; ++i) weight[2 + i] = param_.kernel[i];
+    AssignShape(in_shape, 1, weight, kOp, "weight");
   }
-  TShape out{data[0], param_.num_filter, -1, -1};
-  const std::int64_t size[2] = {data[2], data[3]};
-  const std::int64_t k[2] = {g.kh, g.kw}, s[2] = {g.sh, g.sw}, dl[2] = {g.dh, g.dw}, p[2] = {g.ph, g.pw};
-  for (int i = 0; i < 2; ++i) {
-    if (size[i] < 0) continue;
+  TShape out = data;
+  out[1] = param_.num_filter;
+  const std::vector<std::int64_t> k = SpatialDims(n, g.kd, g.kh, g.kw), s = SpatialDims(n, g.sd, g.sh, g.sw),
+                                  dl = SpatialDims(n, g.dd, g.dh, g.dw), p = SpatialDims(n, g.pd, g.ph, g.pw);
+  for (int i = 0; i < n; ++i) {
+    const std::int64_t size = data[2 + i];
+    out[2 + i] = -1;
+    if (size < 0) continue;
     const std::int64_t extent = dl[i] * (k[i] - 1) + 1;
-    if (extent > size[i] + 2 * p[i]) {
+    if (extent > size + 2 * p[i]) {
       throw Error("Convolution: argument 'data' has shape " + data.ToString() + "; the dilated kernel extent " +
-                  std::to_string(extent) + " exceeds the padded input size " + std::to_string(size[i] + 2 * p[i]) +
+                  std::to_string(extent) + " exceeds the padded input size " + std::to_string(size + 2 * p[i]) +
                   " in dimension " + std::to_string(i + 2));
     }
-    out[2 + i] = (size[i] + 2 * p[i] - extent) / s[i] + 1;
+    out[2 + i] = (size + 2 * p[i] - extent) / s[i] + 1;
   }
   (*out_shape)[0] = out;
   for (const auto& sh : *in_shape) {
@@ -182,9 +195,10 @@ std::unique_ptr<Operator> ConvolutionProp::CreateOperator(Context ctx) const {
 }
 
 TROUPE_REGISTER_OP_PROPERTY(Convolution, ConvolutionProp)
-    .describe("Computes 1-D convolution on 3-D input (NCW) or 2-D convolution on 4-D input (NCHW).")
+    .describe("Computes 1-D convolution on 3-D input (NCW), 2-D convolution on 4-D input (NCHW) or 3-D "
+              "convolution on 5-D input (NCDHW).")
     .add_argument("data", "NDArray-or-Symbol", "Input data to the ConvolutionOp.")
-    .add_argument("weight", "NDArray-or-Symbol", "Weight matrix (num_filter, channels / num_group, kh, kw).")
+    .add_argument("weight", "NDArray-or-Symbol", "Weight matrix (num_filter, channels / num_group, kernel...).")
     .add_argument("bias", "NDArray-or-Symbol", "Bias parameter (num_filter,).")
     .add_arguments(ConvolutionParam::Docs());
 
@@ -428,7 +442,8 @@ bool FusedConvolutionKeepsBlocked(const TShape& shape) {
 
 std::shared_ptr<const OperatorProperty> FuseConvolution(const OperatorProperty& conv, const ConvFusion& f) {
   const auto* c = dynamic_cast<const ConvolutionProp*>(&conv);
-  if (c == nullptr || c->one_d() ||
+  // Plain 2-D convolutions only: the blocked layout and the fusion pass are NCHW's.
+  if (c == nullptr || c->one_d() || c->param().kernel.ndim() != 2 ||
       (f.batch_norm == nullptr && !f.sum && f.act == FusedActivation::kNone && !f.blocked_in && !f.blocked_out &&
        !f.blocked_sum)) {
     return nullptr;

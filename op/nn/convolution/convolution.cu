@@ -1,7 +1,7 @@
-// Convolution on the GPU: cuDNN forward / backward-data / backward-filter / backward-bias, algorithms chosen
-// by cuDNN's heuristics (the _v7 queries) within the workspace cap, workspace from the kTempSpace resource,
-// groups through the convolution descriptor. Float32 uses FMA (no TF32 tensor-core math): the GPU must agree
-// with the CPU operator to ~1e-5.
+// Convolution (2-D and 3-D) on the GPU: cuDNN forward / backward-data / backward-filter / backward-bias on N-d
+// descriptors (NCHW or NCDHW), algorithms chosen by cuDNN's heuristics (the _v7 queries) within the workspace
+// cap, workspace from the kTempSpace resource, groups through the convolution descriptor. Float32 uses FMA (no
+// TF32 tensor-core math): the GPU must agree with the CPU operator to ~1e-5.
 //
 // Operator objects cache their state for the last shape they saw; the engine never enters one object from two
 // threads at once. cuDNN handles are per worker thread and device (op/internal/cudnn_common.h). The operator
@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -138,19 +139,28 @@ class ConvolutionGpuOp : public Operator {
   void Prepare(const OpContext& ctx, const TShape& x, const TShape& y, DType dtype) {
     if (ready_ && x == x_shape_ && dtype == dtype_) return;
     const cudnnDataType_t t = internal::FloatSwitch(dtype, kName, [](auto tag) { return DnnType<decltype(tag)>(); });
-    const std::int64_t n = x[0], c = x[1], f = y[1], g = param_.num_group;
-    if (n == 0) return;  // nothing to describe; the callers return early
-    x_.Set(t, n, c, x[2], x[3], kName);
-    y_.Set(t, n, f, y[2], y[3], kName);
-    b_.Set(t, 1, f, 1, 1, kName);
-    CheckDnn(cudnnSetFilter4dDescriptor(w_.d, t, CUDNN_TENSOR_NCHW, static_cast<int>(f), static_cast<int>(c / g),
-                                        static_cast<int>(geo_.kh), static_cast<int>(geo_.kw)),
-             "cudnnSetFilter4dDescriptor", kName);
-    CheckDnn(
-        cudnnSetConvolution2dDescriptor(conv_.d, static_cast<int>(geo_.ph), static_cast<int>(geo_.pw),
-                                        static_cast<int>(geo_.sh), static_cast<int>(geo_.sw), static_cast<int>(geo_.dh),
-                                        static_cast<int>(geo_.dw), CUDNN_CROSS_CORRELATION, t),
-        "cudnnSetConvolution2dDescriptor", kName);
+    const std::int64_t c = x[1], f = y[1], g = param_.num_group;
+    if (x[0] == 0) return;  // nothing to describe; the callers return early
+    x_.Set(t, x, kName);
+    y_.Set(t, y, kName);
+    TShape bias = TShape::Filled(y.ndim(), 1);  // (1, f, 1, ...): cudnnAddTensor takes y's number of dimensions
+    bias[1] = f;
+    b_.Set(t, bias, kName);
+    const int nd = geo_.spatial;
+    TShape w = y;  // (f, c / g, kernel...)
+    w[0] = f;
+    w[1] = c / g;
+    const std::vector<std::int64_t> k = SpatialDims(nd, geo_.kd, geo_.kh, geo_.kw);
+    for (int i = 0; i < nd; ++i) w[2 + i] = k[i];
+    const std::vector<int> wd = internal::DnnDims(w.ToVector(), kName);
+    CheckDnn(cudnnSetFilterNdDescriptor(w_.d, t, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()),
+             "cudnnSetFilterNdDescriptor", kName);
+    const std::vector<int> pad = internal::DnnDims(SpatialDims(nd, geo_.pd, geo_.ph, geo_.pw), kName);
+    const std::vector<int> stride = internal::DnnDims(SpatialDims(nd, geo_.sd, geo_.sh, geo_.sw), kName);
+    const std::vector<int> dilate = internal::DnnDims(SpatialDims(nd, geo_.dd, geo_.dh, geo_.dw), kName);
+    CheckDnn(cudnnSetConvolutionNdDescriptor(conv_.d, nd, pad.data(), stride.data(), dilate.data(),
+                                             CUDNN_CROSS_CORRELATION, t),
+             "cudnnSetConvolutionNdDescriptor", kName);
     CheckDnn(cudnnSetConvolutionGroupCount(conv_.d, static_cast<int>(g)), "cudnnSetConvolutionGroupCount", kName);
     if (cudnnSetConvolutionMathType(conv_.d, CUDNN_FMA_MATH) != CUDNN_STATUS_SUCCESS) {
       CheckDnn(cudnnSetConvolutionMathType(conv_.d, CUDNN_DEFAULT_MATH), "cudnnSetConvolutionMathType", kName);

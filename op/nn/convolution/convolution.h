@@ -1,8 +1,8 @@
-// Convolution (2-D, NCHW, and 1-D, NCW, run as 2-D on (N, C, 1, W) views: op/nn/common/lift_1d.h; MXNet
-// 1.9's name, parameters and defaults). The parameter struct, its geometry
+// Convolution (1-D, 2-D and 3-D: NCW, NCHW and NCDHW; 1-D runs as 2-D on (N, C, 1, W) views:
+// op/nn/common/lift_1d.h; MXNet 1.9's name, parameters and defaults). The parameter struct, its geometry
 // with defaults applied and the property (shape inference, resources, backward dependencies), shared by the
-// registration (convolution.cc), the CPU operator (convolution_cpu.cc: im2col + OpenBLAS) and the CUDA one
-// (convolution.cu: cuDNN).
+// registration (convolution.cc), the CPU operator (convolution_cpu.cc: oneDNN, or im2col + OpenBLAS) and the
+// CUDA one (convolution.cu: cuDNN).
 //
 // Properties are immutable after Init (thread-safe to share); the Operator objects they create are entered
 // by one engine worker at a time. Kept free of CAF and Cap'n Proto: nvcc compiles it.
@@ -40,9 +40,12 @@ struct ConvolutionParam : Params<ConvolutionParam> {
   static void Declare(ParamSchema<ConvolutionParam>& s);
 };
 
-// Convolution's geometry after defaults are applied (2-D).
+// Convolution's geometry after defaults are applied: kernel, stride, dilation and padding in (depth, height,
+// width); a 2-D convolution has one depth slice (kd, sd, dd 1, pd 0), so one set of loops serves both.
+// `spatial` is the number of spatial dimensions of the arrays: 2 (NCHW) or 3 (NCDHW).
 struct ConvGeometry {
-  std::int64_t kh = 0, kw = 0, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;
+  int spatial = 2;
+  std::int64_t kd = 1, kh = 0, kw = 0, sd = 1, sh = 1, sw = 1, dd = 1, dh = 1, dw = 1, pd = 0, ph = 0, pw = 0;
 };
 ConvGeometry MakeConvGeometry(const ConvolutionParam& p);
 
@@ -60,14 +63,15 @@ class ConvolutionProp : public OperatorProperty {
   std::vector<int> DeclareBackwardDependency(const std::vector<int>& out_grad, const std::vector<int>& in_data,
                                              const std::vector<int>& out_data) const override;
   std::unique_ptr<Operator> CreateOperator(Context ctx) const override;
-  // The 2-D parameters the operators run with (a 1-D convolution's lifted ones).
+  // The 2-D or 3-D parameters the operators run with (a 1-D convolution's lifted ones).
   const ConvolutionParam& param() const { return param_; }
   // Whether this is a 1-D convolution (run as 2-D on lifted views).
   bool one_d() const { return one_d_; }
 
  private:
-  void Init2d(const Kwargs& kwargs);
-  bool InferShape2d(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const;
+  // 2-D or 3-D, by the number of kernel values.
+  void InitNd(const Kwargs& kwargs);
+  bool InferShapeNd(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const;
 
   ConvolutionParam param_;
   bool one_d_ = false;

@@ -1,12 +1,13 @@
-// Convolution (2-D, NCHW) on the CPU, two ways:
+// Convolution (2-D, NCHW, and 3-D, NCDHW) on the CPU, two ways:
 // - oneDNN (float32, when enabled): Winograd F(4x4, 3x3) where oneDNN has it for the shape, else its direct
-//   convolution, in the blocked layouts it prefers, reordered from and to the NCHW arrays at the operator's
+//   convolution, in the blocked layouts it prefers, reordered from and to the NCHW / NCDHW arrays at the operator's
 //   edges (bench/ops/results/README.md says what that costs); primitives cached for the last input shape and
 //   mode, buffers in the temp-space resource, reordered weights kept while the weight array is unchanged;
 // - troupe's own kernel (float64, the data gradient of one input channel per group, TROUPE_DNNL=0): im2col
 //   into the temp-space resource, then one product per image and group (CpuGemm); backward recomputes the
 //   columns for the weight gradient and turns the column gradient back into an image gradient with col2im. A
 //   1x1 kernel with stride 1 and no padding needs no columns at all (the image already is the column matrix).
+//   A 2-D convolution is the 3-D one with a single depth slice: the same loops serve both.
 //
 // im2col/col2im dominate the time beside the products (the benchmark holds the whole layer to 0.7x of the
 // bare products), so their inner loops are contiguous copies/adds over the valid range of one output row,
@@ -44,76 +45,75 @@ TBlob Mat(const T* p) {
   return TBlob(const_cast<T*>(p), TShape(), DTypeOf<T>(), Context::CPU());
 }
 
-// The shapes of one convolution call.
+// The shapes of one convolution call (depth and od 1 in 2-D); plane: the elements of one input channel.
 struct ConvDims {
-  std::int64_t n, c, h, w, f, oh, ow, groups, cg, fg, k, p;
+  std::int64_t n, c, depth, h, w, f, od, oh, ow, groups, cg, fg, k, p, plane;
 };
 
-// Columns of one image and group: row (c, ki, kj), column (oh, ow) holds the input pixel that kernel tap
-// (ki, kj) of input channel c sees at output (oh, ow), 0 in the padding.
-template <typename T>
-void Im2Col(const T* im, const ConvDims& d, const ConvGeometry& g, T* col) {
-  const std::int64_t H = d.h, W = d.w, OH = d.oh, OW = d.ow, P = d.p;
+// Visits the rows of one image and group's column matrix: row (c, kz, ki, kj), column (oz, oh, ow) holds the
+// input element that kernel tap (kz, ki, kj) of input channel c sees at output (oz, oh, ow), 0 in the padding.
+// For each tap and output row (oz, oh), fn(col, in, inside, lo, hi): `col` is the offset of the row's first
+// column; when `inside` (the input row lies in the image), output column x in [lo, hi) reads the input element
+// at offset in + x * sw, and the columns outside [lo, hi) read the padding; otherwise the whole row does.
+template <typename Fn>
+void ForEachColumnRow(const ConvDims& d, const ConvGeometry& g, Fn&& fn) {
   for (std::int64_t c = 0; c < d.cg; ++c) {
-    const T* plane = im + c * H * W;
-    for (std::int64_t ki = 0; ki < g.kh; ++ki) {
-      for (std::int64_t kj = 0; kj < g.kw; ++kj) {
-        T* row = col + ((c * g.kh + ki) * g.kw + kj) * P;
-        // iw = ow * sw + off: the outputs whose input column lies inside the image are [lo, hi).
-        const std::int64_t off = kj * g.dw - g.pw;
-        std::int64_t lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
-        std::int64_t hi = W - off <= 0 ? 0 : (W - off + g.sw - 1) / g.sw;
-        lo = std::min(lo, OW);
-        hi = std::max(lo, std::min(hi, OW));
-        for (std::int64_t oh = 0; oh < OH; ++oh) {
-          T* dst = row + oh * OW;
-          const std::int64_t ih = oh * g.sh - g.ph + ki * g.dh;
-          if (ih < 0 || ih >= H) {
-            std::fill(dst, dst + OW, T(0));
-            continue;
+    for (std::int64_t kz = 0; kz < g.kd; ++kz) {
+      for (std::int64_t ki = 0; ki < g.kh; ++ki) {
+        for (std::int64_t kj = 0; kj < g.kw; ++kj) {
+          const std::int64_t tap = ((c * g.kd + kz) * g.kh + ki) * g.kw + kj;
+          // iw = ow * sw + off: the outputs whose input column lies inside the image are [lo, hi).
+          const std::int64_t off = kj * g.dw - g.pw;
+          std::int64_t lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
+          std::int64_t hi = d.w - off <= 0 ? 0 : (d.w - off + g.sw - 1) / g.sw;
+          lo = std::min(lo, d.ow);
+          hi = std::max(lo, std::min(hi, d.ow));
+          for (std::int64_t oz = 0; oz < d.od; ++oz) {
+            const std::int64_t iz = oz * g.sd - g.pd + kz * g.dd;
+            for (std::int64_t oh = 0; oh < d.oh; ++oh) {
+              const std::int64_t ih = oh * g.sh - g.ph + ki * g.dh;
+              const bool inside = iz >= 0 && iz < d.depth && ih >= 0 && ih < d.h;
+              fn(tap * d.p + (oz * d.oh + oh) * d.ow, inside ? (c * d.depth + iz) * d.h * d.w + ih * d.w + off : 0,
+                 inside, lo, hi);
+            }
           }
-          const T* src = plane + ih * W + off;
-          std::fill(dst, dst + lo, T(0));
-          if (g.sw == 1) {
-            std::memcpy(dst + lo, src + lo, static_cast<std::size_t>(hi - lo) * sizeof(T));
-          } else {
-            for (std::int64_t x = lo; x < hi; ++x) dst[x] = src[x * g.sw];
-          }
-          std::fill(dst + hi, dst + OW, T(0));
         }
       }
     }
   }
 }
 
-// The adjoint of Im2Col: adds every column entry onto the input pixel it was copied from.
+// Columns of one image and group (ForEachColumnRow's matrix).
+template <typename T>
+void Im2Col(const T* im, const ConvDims& d, const ConvGeometry& g, T* col) {
+  ForEachColumnRow(d, g, [&](std::int64_t row, std::int64_t in, bool inside, std::int64_t lo, std::int64_t hi) {
+    T* dst = col + row;
+    if (!inside) {
+      std::fill(dst, dst + d.ow, T(0));
+      return;
+    }
+    std::fill(dst, dst + lo, T(0));
+    if (g.sw == 1) {
+      std::memcpy(dst + lo, im + (in + lo), static_cast<std::size_t>(hi - lo) * sizeof(T));
+    } else {
+      for (std::int64_t x = lo; x < hi; ++x) dst[x] = im[in + x * g.sw];
+    }
+    std::fill(dst + hi, dst + d.ow, T(0));
+  });
+}
+
+// The adjoint of Im2Col: adds every column entry onto the input element it was copied from.
 template <typename T>
 void Col2ImAdd(const T* col, const ConvDims& d, const ConvGeometry& g, T* im) {
-  const std::int64_t H = d.h, W = d.w, OH = d.oh, OW = d.ow, P = d.p;
-  for (std::int64_t c = 0; c < d.cg; ++c) {
-    T* plane = im + c * H * W;
-    for (std::int64_t ki = 0; ki < g.kh; ++ki) {
-      for (std::int64_t kj = 0; kj < g.kw; ++kj) {
-        const T* row = col + ((c * g.kh + ki) * g.kw + kj) * P;
-        const std::int64_t off = kj * g.dw - g.pw;
-        std::int64_t lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
-        std::int64_t hi = W - off <= 0 ? 0 : (W - off + g.sw - 1) / g.sw;
-        lo = std::min(lo, OW);
-        hi = std::max(lo, std::min(hi, OW));
-        for (std::int64_t oh = 0; oh < OH; ++oh) {
-          const std::int64_t ih = oh * g.sh - g.ph + ki * g.dh;
-          if (ih < 0 || ih >= H) continue;
-          const T* src = row + oh * OW;
-          T* dst = plane + ih * W + off;
-          if (g.sw == 1) {
-            for (std::int64_t x = lo; x < hi; ++x) dst[x] += src[x];
-          } else {
-            for (std::int64_t x = lo; x < hi; ++x) dst[x * g.sw] += src[x];
-          }
-        }
-      }
+  ForEachColumnRow(d, g, [&](std::int64_t row, std::int64_t in, bool inside, std::int64_t lo, std::int64_t hi) {
+    if (!inside) return;
+    const T* src = col + row;
+    if (g.sw == 1) {
+      for (std::int64_t x = lo; x < hi; ++x) im[in + x] += src[x];
+    } else {
+      for (std::int64_t x = lo; x < hi; ++x) im[in + x * g.sw] += src[x];
     }
-  }
+  });
 }
 
 #if TROUPE_HAVE_DNNL
@@ -280,21 +280,33 @@ class DnnlConv {
     // An array the executor keeps blocked is asked for in that layout (no reorder at either end).
     x_md_ = post_.blocked_in ? internal::BlockedDesc(x) : Any(internal::Dims(x));
     y_md_ = post_.blocked_out ? internal::BlockedDesc(y) : Any(internal::Dims(y));
-    w_md_ = g == 1 ? Any(internal::Dims(w)) : Any({g, w[0] / g, w[1], w[2], w[3]});
+    // Grouped weights (F, C/g, k...) as oneDNN's (g, F/g, C/g, k...).
+    dnnl::memory::dims wd = internal::Dims(w);
+    if (g > 1) {
+      wd[0] /= g;
+      wd.insert(wd.begin(), g);
+    }
+    w_md_ = Any(wd);
     b_md_ = param_.no_bias ? dnnl::memory::desc() : internal::PlainDesc(TShape{w[0]}, 1, bias_type_);
     b_f32_md_ = param_.no_bias ? dnnl::memory::desc() : internal::PlainDesc(TShape{w[0]});
-    strides_ = {geo_.sh, geo_.sw};
-    dilates_ = {geo_.dh - 1, geo_.dw - 1};
-    pad_l_ = {geo_.ph, geo_.pw};
-    // MXNet's output size floors; oneDNN wants the right padding that gives exactly that size (negative when
-    // no window reaches the last input rows).
-    pad_r_ = {internal::DnnlRightPad(y[2], geo_.sh, geo_.dh * (geo_.kh - 1) + 1, x[2], geo_.ph),
-              internal::DnnlRightPad(y[3], geo_.sw, geo_.dw * (geo_.kw - 1) + 1, x[3], geo_.pw)};
-    // Winograd (F(4x4, 3x3)) where oneDNN has it for the shape (3x3, stride 1, no dilation or groups, enough
+    const int n = geo_.spatial;
+    const std::vector<std::int64_t> k = SpatialDims(n, geo_.kd, geo_.kh, geo_.kw);
+    const std::vector<std::int64_t> dl = SpatialDims(n, geo_.dd, geo_.dh, geo_.dw);
+    strides_ = SpatialDims(n, geo_.sd, geo_.sh, geo_.sw);
+    pad_l_ = SpatialDims(n, geo_.pd, geo_.ph, geo_.pw);
+    dilates_.clear();
+    pad_r_.clear();
+    for (int i = 0; i < n; ++i) {
+      dilates_.push_back(dl[i] - 1);  // oneDNN counts the gaps between taps
+      // MXNet's output size floors; oneDNN wants the right padding that gives exactly that size (negative when
+      // no window reaches the last input rows).
+      pad_r_.push_back(internal::DnnlRightPad(y[2 + i], strides_[i], dl[i] * (k[i] - 1) + 1, x[2 + i], pad_l_[i]));
+    }
+    // Winograd (F(4x4, 3x3)) where oneDNN has it for the shape (2-D 3x3, stride 1, no dilation or groups, enough
     // channels): 1.6-1.8x the direct convolution's speed on ResNet's layers, with errors still at float32's
     // rounding level (the tests hold it to 1e-4 of the float64 reference); otherwise the direct convolution.
-    const bool winograd_shape = internal::DnnlWinograd() && geo_.kh == 3 && geo_.kw == 3 && geo_.sh == 1 &&
-                                geo_.sw == 1 && geo_.dh == 1 && geo_.dw == 1 && g == 1;
+    const bool winograd_shape = internal::DnnlWinograd() && n == 2 && geo_.kh == 3 && geo_.kw == 3 &&
+                                geo_.sh == 1 && geo_.sw == 1 && geo_.dh == 1 && geo_.dw == 1 && g == 1;
     // Post-ops (the fused operator): the sum onto the destination's contents, then the relu, both on the
     // accumulator before it is stored (MXNet's _sg_mkldnn_conv, in the same order).
     dnnl::primitive_attr attr = UserScratchpad();
@@ -483,7 +495,7 @@ class ConvolutionCpuOp : public Operator {
       const double beta = req == kAddTo ? 1.0 : 0.0;
       for (std::int64_t i = 0; i < d.n; ++i) {
         for (std::int64_t gi = 0; gi < d.groups; ++gi) {
-          const T* xg = x + (i * d.c + gi * d.cg) * d.h * d.w;
+          const T* xg = x + (i * d.c + gi * d.cg) * d.plane;
           T* yg = y + (i * d.f + gi * d.fg) * d.p;
           const T* cols = xg;
           if (!Direct()) {
@@ -542,12 +554,12 @@ class ConvolutionCpuOp : public Operator {
         // The weight gradient sums over the batch: overwrite on the first image unless accumulating.
         const double beta_w = (i == 0 && req[1] != kAddTo) ? 0.0 : 1.0;
         if (need_dx && req[0] != kAddTo && !Direct()) {
-          std::fill(dx + i * d.c * d.h * d.w, dx + (i + 1) * d.c * d.h * d.w, T(0));
+          std::fill(dx + i * d.c * d.plane, dx + (i + 1) * d.c * d.plane, T(0));
         }
         for (std::int64_t gi = 0; gi < d.groups; ++gi) {
           const T* dyg = dy + (i * d.f + gi * d.fg) * d.p;
           const T* wg = w + gi * d.fg * d.k;
-          const std::int64_t in_off = (i * d.c + gi * d.cg) * d.h * d.w;
+          const std::int64_t in_off = (i * d.c + gi * d.cg) * d.plane;
           if (need_dw) {
             const T* cols = x + in_off;
             if (!Direct()) {
@@ -585,17 +597,23 @@ class ConvolutionCpuOp : public Operator {
   }
 
   // A 1x1 kernel with unit stride and no padding reads the image as its own column matrix.
-  bool Direct() const { return geo_.kh == 1 && geo_.kw == 1 && geo_.sh == 1 && geo_.sw == 1 && geo_.ph == 0 && geo_.pw == 0; }
+  bool Direct() const {
+    return geo_.kd == 1 && geo_.kh == 1 && geo_.kw == 1 && geo_.sd == 1 && geo_.sh == 1 && geo_.sw == 1 &&
+           geo_.pd == 0 && geo_.ph == 0 && geo_.pw == 0;
+  }
 
+  // (N, C, [D,] H, W) input and output shapes.
   ConvDims Dims(const TShape& in, const TShape& out) const {
+    const bool three_d = in.ndim() == 5;
     ConvDims d{};
-    d.n = in[0], d.c = in[1], d.h = in[2], d.w = in[3];
-    d.f = out[1], d.oh = out[2], d.ow = out[3];
+    d.n = in[0], d.c = in[1], d.depth = three_d ? in[2] : 1, d.h = in[in.ndim() - 2], d.w = in[in.ndim() - 1];
+    d.f = out[1], d.od = three_d ? out[2] : 1, d.oh = out[out.ndim() - 2], d.ow = out[out.ndim() - 1];
     d.groups = param_.num_group;
     d.cg = d.c / d.groups;
     d.fg = d.f / d.groups;
-    d.k = d.cg * geo_.kh * geo_.kw;
-    d.p = d.oh * d.ow;
+    d.k = d.cg * geo_.kd * geo_.kh * geo_.kw;
+    d.p = d.od * d.oh * d.ow;
+    d.plane = d.depth * d.h * d.w;
     return d;
   }
 

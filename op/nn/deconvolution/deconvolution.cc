@@ -121,12 +121,12 @@ class DeconvolutionProp final : public OperatorProperty {
       throw Error(std::string(kOp) + ": parameter 'kernel' is " + p_.kernel.ToString() +
                   "; only 2-D deconvolution is supported, give 2 values (h, w)");
     }
-    CheckGeometryTuple(p_.kernel, kOp, "kernel", 1, false);
-    CheckGeometryTuple(p_.stride, kOp, "stride", 1, true);
-    CheckGeometryTuple(p_.dilate, kOp, "dilate", 1, true);
-    CheckGeometryTuple(p_.pad, kOp, "pad", 0, true);
-    CheckGeometryTuple(p_.adj, kOp, "adj", 0, true);
-    CheckGeometryTuple(p_.target_shape, kOp, "target_shape", 0, true);
+    CheckGeometryTuple(p_.kernel, 2, kOp, "kernel", 1, false);
+    CheckGeometryTuple(p_.stride, 2, kOp, "stride", 1, true);
+    CheckGeometryTuple(p_.dilate, 2, kOp, "dilate", 1, true);
+    CheckGeometryTuple(p_.pad, 2, kOp, "pad", 0, true);
+    CheckGeometryTuple(p_.adj, 2, kOp, "adj", 0, true);
+    CheckGeometryTuple(p_.target_shape, 2, kOp, "target_shape", 0, true);
     if (p_.layout != "None" && p_.layout != "NCHW") {
       throw Error(std::string(kOp) + ": parameter 'layout' is '" + p_.layout + "'; only NCHW is supported");
     }

@@ -1,15 +1,18 @@
-// Pooling (2-D, NCHW): max, avg and sum over windows, with MXNet's output sizes ('valid' floors, 'full'
-// ceils) and MXNet's averaging rule (count_include_pad: divide by the window clipped to the padded input;
-// otherwise by the part inside the image). Max backward sends each output gradient to the first maximum
-// of its window (row-major scan), as MXNet's CPU kernel does.
+// Pooling (2-D, NCHW, and 3-D, NCDHW; 1-D runs as 2-D: op/nn/common/lift_1d.h): max, avg and sum over
+// windows, with MXNet's output sizes ('valid' floors, 'full' ceils) and MXNet's averaging rule
+// (count_include_pad: divide by the window clipped to the padded input; otherwise by the part inside the image).
+// Max backward sends each output gradient to the first maximum of its window (row-major scan over depth,
+// height, width), as MXNet's CPU kernel does. 2-D pooling is 3-D pooling of one depth slice: one set of loops.
 //
-// The float32 forward pass of max and avg pooling runs oneDNN's primitive on the NCHW arrays where oneDNN
-// computes exactly MXNet's windows (ResNet-18's 3x3 stride-2 max pooling on 64 x 112 x 112: 0.18 against
+// The float32 forward pass of max and avg pooling runs oneDNN's primitive on the NCHW / NCDHW arrays where
+// oneDNN computes exactly MXNet's windows (ResNet-18's 3x3 stride-2 max pooling on 64 x 112 x 112: 0.18 against
 // 1.9 ms); backward stays troupe's (it finds the maxima from the input and the output, so no oneDNN
 // workspace has to live from Forward to Backward), its planes in ranges on the kernel threads (CpuParallelFor).
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 #if TROUPE_HAVE_DNNL
 #include "op/internal/dnnl_common.h"
 #endif
@@ -24,7 +27,7 @@ namespace troupe {
 void PoolingParam::Declare(ParamSchema<PoolingParam>& s) {
   s.Field("kernel", &PoolingParam::kernel)
       .Default(TShape::Scalar())
-      .Describe("Pooling kernel size: (y, x). Not needed with global_pool.");
+      .Describe("Pooling kernel size: (x), (y, x) or (d, y, x). Not needed with global_pool.");
   s.Field("pool_type", &PoolingParam::pool_type)
       .Default("max")
       .Choices({"avg", "lp", "max", "sum"})
@@ -40,10 +43,10 @@ void PoolingParam::Declare(ParamSchema<PoolingParam>& s) {
                 "('same' is not supported).");
   s.Field("stride", &PoolingParam::stride)
       .Default(TShape::Scalar())
-      .Describe("Stride: for pooling (y, x). Defaults to 1 for each dimension.");
+      .Describe("Stride: for pooling (x), (y, x) or (d, y, x). Defaults to 1 for each dimension.");
   s.Field("pad", &PoolingParam::pad)
       .Default(TShape::Scalar())
-      .Describe("Pad for pooling: (y, x). Defaults to no padding.");
+      .Describe("Pad for pooling: (x), (y, x) or (d, y, x). Defaults to no padding.");
   s.Field("p_value", &PoolingParam::p_value)
       .Default(std::nullopt)
       .Describe("Value of p for Lp pooling (accepted for compatibility; Lp pooling is not supported).");
@@ -53,39 +56,45 @@ void PoolingParam::Declare(ParamSchema<PoolingParam>& s) {
   s.Field("layout", &PoolingParam::layout)
       .Default("None")
       .Choices({"None", "NCDHW", "NCHW", "NCW", "NDHWC", "NHWC", "NWC"})
-      .Describe("Set layout for input and output. Only NCHW (the default) is supported.");
+      .Describe("Set layout for input and output. Only NCW, NCHW and NCDHW (the default for the data's dimensions) "
+                "are supported.");
 }
 
 PoolGeometry MakePoolGeometry(const PoolingParam& p, const TShape& data) {
   PoolGeometry g;
-  g.height = data[2];
-  g.width = data[3];
+  g.spatial = data.ndim() - 2;
+  SpatialValues(TShape(std::vector<std::int64_t>(data.begin() + 2, data.end())), g.spatial, &g.depth, &g.height,
+                &g.width);
   g.max = p.pool_type == "max";
   g.avg = p.pool_type == "avg";
   g.full = p.pooling_convention == "full";
   g.count_include_pad = p.count_include_pad.value_or(true);
   if (p.global_pool) {
-    g.kh = g.height, g.kw = g.width;
-    g.out_h = g.out_w = 1;
+    g.kd = g.depth, g.kh = g.height, g.kw = g.width;
+    g.out_d = g.out_h = g.out_w = 1;
     return g;
   }
-  g.kh = p.kernel[0], g.kw = p.kernel[1];
-  if (p.stride.ndim() == 2) g.sh = p.stride[0], g.sw = p.stride[1];
-  if (p.pad.ndim() == 2) g.ph = p.pad[0], g.pw = p.pad[1];
-  const std::int64_t size[2] = {g.height, g.width}, k[2] = {g.kh, g.kw}, s[2] = {g.sh, g.sw}, pd[2] = {g.ph, g.pw};
-  std::int64_t out[2] = {-1, -1};
-  for (int i = 0; i < 2; ++i) {
+  SpatialValues(p.kernel, g.spatial, &g.kd, &g.kh, &g.kw);
+  SpatialValues(p.stride, g.spatial, &g.sd, &g.sh, &g.sw);
+  SpatialValues(p.pad, g.spatial, &g.pd, &g.ph, &g.pw);
+  const int n = g.spatial;
+  const std::vector<std::int64_t> size = SpatialDims(n, g.depth, g.height, g.width),
+                                  k = SpatialDims(n, g.kd, g.kh, g.kw), s = SpatialDims(n, g.sd, g.sh, g.sw),
+                                  pad = SpatialDims(n, g.pd, g.ph, g.pw);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(n), -1);
+  for (int i = 0; i < n; ++i) {
     if (size[i] < 0) continue;
-    const std::int64_t span = size[i] + 2 * pd[i] - k[i];
+    const std::int64_t span = size[i] + 2 * pad[i] - k[i];
     if (span < 0) {
       throw Error("Pooling: argument 'data' has shape " + data.ToString() + "; kernel " + p.kernel.ToString() +
-                  " is larger than the padded input (" + std::to_string(size[i] + 2 * pd[i]) + ") in dimension " +
+                  " is larger than the padded input (" + std::to_string(size[i] + 2 * pad[i]) + ") in dimension " +
                   std::to_string(i + 2));
     }
     out[i] = 1 + (g.full ? (span + s[i] - 1) / s[i] : span / s[i]);
   }
-  g.out_h = out[0];
-  g.out_w = out[1];
+  if (n == 3) g.out_d = out[0];
+  g.out_h = out[n - 2];
+  g.out_w = out[n - 1];
   return g;
 }
 
@@ -93,25 +102,16 @@ namespace {
 
 constexpr const char* kOp = "Pooling";
 
-// The window of output (oh, ow): rows [h0, h1) and columns [w0, w1) inside the image, and the divisor of
-// an average.
-struct Window {
-  std::int64_t h0, h1, w0, w1, area;
-};
-
-inline Window WindowAt(const PoolGeometry& g, std::int64_t oh, std::int64_t ow) {
-  Window w;
-  w.h0 = oh * g.sh - g.ph;
-  w.w0 = ow * g.sw - g.pw;
-  w.h1 = std::min(w.h0 + g.kh, g.height + g.ph);
-  w.w1 = std::min(w.w0 + g.kw, g.width + g.pw);
-  const std::int64_t padded_area = (w.h1 - w.h0) * (w.w1 - w.w0);
-  w.h0 = std::max<std::int64_t>(w.h0, 0);
-  w.w0 = std::max<std::int64_t>(w.w0, 0);
-  w.h1 = std::min(w.h1, g.height);
-  w.w1 = std::min(w.w1, g.width);
-  w.area = g.count_include_pad ? padded_area : (w.h1 - w.h0) * (w.w1 - w.w0);
-  return w;
+// Calls fn(o, window) for each output o = (od, oh, ow) of a plane, o its offset in the output plane.
+template <typename Fn>
+inline void ForEachOutput(const PoolGeometry& g, Fn&& fn) {
+  for (std::int64_t od = 0; od < g.out_d; ++od) {
+    for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
+      for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
+        fn((od * g.out_h + oh) * g.out_w + ow, PoolWindowAt(g, od, oh, ow));
+      }
+    }
+  }
 }
 
 #if TROUPE_HAVE_DNNL
@@ -143,22 +143,31 @@ class DnnlPool {
     usable_ = false;
     const PoolGeometry g = MakePoolGeometry(param_, x);
     if (!g.max && !g.avg) return;
-    // The right padding that gives MXNet's output size; negative (rows no window reaches) is not oneDNN's.
-    const std::int64_t pr_h = internal::DnnlRightPad(g.out_h, g.sh, g.kh, g.height, g.ph);
-    const std::int64_t pr_w = internal::DnnlRightPad(g.out_w, g.sw, g.kw, g.width, g.pw);
-    if (pr_h < 0 || pr_w < 0) return;
-    // An average divides by kh x kw (with the padding) or by the part inside the image; MXNet's rule agrees
-    // when no window reaches past the padded input (troupe's 'full' windows may: they are clipped there).
-    if (g.avg && (pr_h > g.ph || pr_w > g.pw)) return;
+    const int n = g.spatial;
+    const std::vector<std::int64_t> out = SpatialDims(n, g.out_d, g.out_h, g.out_w);
+    const std::vector<std::int64_t> size = SpatialDims(n, g.depth, g.height, g.width);
+    const std::vector<std::int64_t> s = SpatialDims(n, g.sd, g.sh, g.sw), k = SpatialDims(n, g.kd, g.kh, g.kw),
+                                    pl = SpatialDims(n, g.pd, g.ph, g.pw);
+    dnnl::memory::dims pr;
+    for (int i = 0; i < n; ++i) {
+      // The right padding that gives MXNet's output size; negative (rows no window reaches) is not oneDNN's.
+      pr.push_back(internal::DnnlRightPad(out[i], s[i], k[i], size[i], pl[i]));
+      if (pr[i] < 0) return;
+      // An average divides by the kernel's volume (with the padding) or by the part inside the image; MXNet's
+      // rule agrees when no window reaches past the padded input (troupe's 'full' windows may: they are
+      // clipped there).
+      if (g.avg && pr[i] > pl[i]) return;
+    }
     const dnnl::algorithm alg = g.max                 ? dnnl::algorithm::pooling_max
                                 : g.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
                                                       : dnnl::algorithm::pooling_avg_exclude_padding;
     src_ = internal::PlainDesc(x);
-    dst_ = internal::PlainDesc(TShape{x[0], x[1], g.out_h, g.out_w});
+    TShape y = x;
+    for (int i = 0; i < n; ++i) y[2 + i] = out[i];
+    dst_ = internal::PlainDesc(y);
     try {
       const dnnl::pooling_v2_forward::primitive_desc pd(
-          {dnnl::prop_kind::forward_inference, alg, src_, dst_, {g.sh, g.sw}, {g.kh, g.kw}, {0, 0}, {g.ph, g.pw},
-           {pr_h, pr_w}},
+          {dnnl::prop_kind::forward_inference, alg, src_, dst_, s, k, dnnl::memory::dims(n, 0), pl, pr},
           internal::DnnlEngine());
       fwd_ = dnnl::pooling_v2_forward(pd);
       usable_ = true;
@@ -193,29 +202,22 @@ class PoolingCpuOp : public Operator {
       using T = decltype(tag);
       const T* x = static_cast<const T*>(in_data[0].dptr);
       T* y = static_cast<T*>(out_data[0].dptr);
-      if (MaxTwoByTwo(g)) return MaxTwoByTwoForward(g, planes, x, y, req[0]);
+      if (MaxTwoByTwo(g)) return MaxTwoByTwoForward(g, planes * g.depth, x, y, req[0]);
       for (std::int64_t pl = 0; pl < planes; ++pl) {
-        const T* in = x + pl * g.height * g.width;
-        T* out = y + pl * g.out_h * g.out_w;
-        for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-          for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-            const Window w = WindowAt(g, oh, ow);
-            T v;
-            if (g.max) {
-              v = std::numeric_limits<T>::lowest();
-              for (std::int64_t h = w.h0; h < w.h1; ++h) {
-                for (std::int64_t c = w.w0; c < w.w1; ++c) v = std::max(v, in[h * g.width + c]);
-              }
-            } else {
-              v = T(0);
-              for (std::int64_t h = w.h0; h < w.h1; ++h) {
-                for (std::int64_t c = w.w0; c < w.w1; ++c) v += in[h * g.width + c];
-              }
-              if (g.avg) v = w.area > 0 ? v / static_cast<T>(w.area) : T(0);
-            }
-            Assign(out + oh * g.out_w + ow, req[0], v);
+        const T* in = x + pl * g.in_plane();
+        T* out = y + pl * g.out_plane();
+        ForEachOutput(g, [&](std::int64_t o, const PoolWindow& w) {
+          T v;
+          if (g.max) {
+            v = std::numeric_limits<T>::lowest();
+            ForEachInWindow(g, w, [&](std::int64_t i) { v = std::max(v, in[i]); });
+          } else {
+            v = T(0);
+            ForEachInWindow(g, w, [&](std::int64_t i) { v += in[i]; });
+            if (g.avg) v = w.area > 0 ? v / static_cast<T>(w.area) : T(0);
           }
-        }
+          Assign(out + o, req[0], v);
+        });
       }
     });
   }
@@ -237,8 +239,8 @@ class PoolingCpuOp : public Operator {
       T* dx = static_cast<T*>(in_grad[0].dptr);
       // Planes are independent: one range of them per kernel thread.
       internal::CpuParallelFor(planes, 4, [&](std::int64_t p0, std::int64_t p1) {
-        if (req[0] != kAddTo) std::fill(dx + p0 * g.height * g.width, dx + p1 * g.height * g.width, T(0));
-        if (MaxTwoByTwo(g)) return MaxTwoByTwoBackward(g, p0, p1, x, dy, dx);
+        if (req[0] != kAddTo) std::fill(dx + p0 * g.in_plane(), dx + p1 * g.in_plane(), T(0));
+        if (MaxTwoByTwo(g)) return MaxTwoByTwoBackward(g, p0 * g.depth, p1 * g.depth, x, dy, dx);
         GeneralBackward(g, p0, p1, x, dy, dx);
       });
     });
@@ -247,10 +249,11 @@ class PoolingCpuOp : public Operator {
  private:
   // Max pooling with a 2x2 kernel, stride 2 and no padding whose windows all lie inside the image (LeNet's,
   // VGG's and most CNNs'): the same results as the general loops (the maximum taken in row-major order, the
-  // gradient to the first maximum), without a window computed per output.
+  // gradient to the first maximum), without a window computed per output. A 3-D kernel of depth 1 (stride 1,
+  // no padding in depth) is the same on every depth slice: the slices are its planes.
   static bool MaxTwoByTwo(const PoolGeometry& g) {
-    return g.max && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 &&
-           2 * g.out_h <= g.height && 2 * g.out_w <= g.width;
+    return g.max && g.kd == 1 && g.sd == 1 && g.pd == 0 && g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 &&
+           g.ph == 0 && g.pw == 0 && 2 * g.out_h <= g.height && 2 * g.out_w <= g.width;
   }
 
   template <typename T>
@@ -284,32 +287,24 @@ class PoolingCpuOp : public Operator {
   static void GeneralBackward(const PoolGeometry& g, std::int64_t p0, std::int64_t p1, const T* x, const T* dy,
                               T* dx) {
     for (std::int64_t pl = p0; pl < p1; ++pl) {
-      const T* grad = dy + pl * g.out_h * g.out_w;
-      T* dplane = dx + pl * g.height * g.width;
-      for (std::int64_t oh = 0; oh < g.out_h; ++oh) {
-        for (std::int64_t ow = 0; ow < g.out_w; ++ow) {
-          const Window w = WindowAt(g, oh, ow);
-          const T gv = grad[oh * g.out_w + ow];
-          if (g.max) {
-            // The first maximum in row-major order takes the gradient (strict > keeps the first).
-            const T* in = x + pl * g.height * g.width;
-            std::int64_t best = -1;
-            T bv = std::numeric_limits<T>::lowest();
-            for (std::int64_t h = w.h0; h < w.h1; ++h) {
-              for (std::int64_t c = w.w0; c < w.w1; ++c) {
-                const T v = in[h * g.width + c];
-                if (best < 0 || v > bv) bv = v, best = h * g.width + c;
-              }
-            }
-            if (best >= 0) dplane[best] += gv;
-          } else {
-            const T share = g.avg ? (w.area > 0 ? gv / static_cast<T>(w.area) : T(0)) : gv;
-            for (std::int64_t h = w.h0; h < w.h1; ++h) {
-              for (std::int64_t c = w.w0; c < w.w1; ++c) dplane[h * g.width + c] += share;
-            }
-          }
+      const T* grad = dy + pl * g.out_plane();
+      T* dplane = dx + pl * g.in_plane();
+      ForEachOutput(g, [&](std::int64_t o, const PoolWindow& w) {
+        const T gv = grad[o];
+        if (g.max) {
+          // The first maximum in row-major order takes the gradient (strict > keeps the first).
+          const T* in = x + pl * g.in_plane();
+          std::int64_t best = -1;
+          T bv = std::numeric_limits<T>::lowest();
+          ForEachInWindow(g, w, [&](std::int64_t i) {
+            if (best < 0 || in[i] > bv) bv = in[i], best = i;
+          });
+          if (best >= 0) dplane[best] += gv;
+        } else {
+          const T share = g.avg ? (w.area > 0 ? gv / static_cast<T>(w.area) : T(0)) : gv;
+          ForEachInWindow(g, w, [&](std::int64_t i) { dplane[i] += share; });
         }
-      }
+      });
     }
   }
 
@@ -346,15 +341,15 @@ class PoolingCpuOp : public Operator {
 
 void PoolingProp::Init(const Kwargs& kwargs) {
   one_d_ = IsOneDimensionalKernel(kwargs);
-  if (!one_d_) return Init2d(kwargs);
+  if (!one_d_) return InitNd(kwargs);
   param_1d_.Init(kwargs, kOp);
   if (param_1d_.layout != "None" && param_1d_.layout != "NCW") {
     throw Error("Pooling: parameter 'layout' is '" + param_1d_.layout + "'; 1-D pooling supports NCW only");
   }
-  Init2d(LiftKwargsTo2d(kwargs));
+  InitNd(LiftKwargsTo2d(kwargs));
 }
 
-void PoolingProp::Init2d(const Kwargs& kwargs) {
+void PoolingProp::InitNd(const Kwargs& kwargs) {
   param_.Init(kwargs, kOp);
   if (param_.pool_type == "lp") {
     throw Error("Pooling: parameter 'pool_type' is 'lp', which is not supported; use 'max', 'avg' or 'sum'");
@@ -362,50 +357,66 @@ void PoolingProp::Init2d(const Kwargs& kwargs) {
   if (param_.pooling_convention == "same") {
     throw Error("Pooling: parameter 'pooling_convention' is 'same', which is not supported; use 'valid' or 'full'");
   }
-  if (param_.layout != "None" && param_.layout != "NCHW") {
-    throw Error("Pooling: parameter 'layout' is '" + param_.layout + "'; only NCHW (or None) is supported");
+  // The spatial dimensions: the kernel's; global pooling may leave the kernel out (the data then says, and
+  // stride and pad, ignored there, are checked against their own count).
+  const bool kernel_given = param_.kernel.ndim() > 0;
+  const int n = kernel_given ? param_.kernel.ndim() : (param_.stride.ndim() == 3 || param_.pad.ndim() == 3 ? 3 : 2);
+  if (kernel_given ? n != 2 && n != 3 : !param_.global_pool) {
+    throw Error("Pooling: parameter 'kernel' is " + param_.kernel.ToString() +
+                "; give 1 value (x) for 1-D, 2 values (y, x) for 2-D or 3 values (d, y, x) for 3-D pooling, unless "
+                "global_pool is True");
   }
-  if (!param_.global_pool) {
-    if (param_.kernel.ndim() != 2) {
-      throw Error("Pooling: parameter 'kernel' is " + param_.kernel.ToString() +
-                  "; give 1 value (x) for 1-D or 2 values (y, x) for 2-D pooling, unless global_pool is True");
-    }
-    CheckGeometryTuple(param_.kernel, kOp, "kernel", 1, true);
+  CheckGeometryTuple(param_.kernel, n, kOp, "kernel", 1, param_.global_pool);
+  CheckGeometryTuple(param_.stride, n, kOp, "stride", 1, true);
+  CheckGeometryTuple(param_.pad, n, kOp, "pad", 0, true);
+  const bool layout_ok = param_.layout == "None" || (param_.layout == "NCHW" && (n == 2 || !kernel_given)) ||
+                         (param_.layout == "NCDHW" && (n == 3 || !kernel_given));
+  if (!layout_ok) {
+    throw Error("Pooling: parameter 'layout' is '" + param_.layout + "'; only NCW, NCHW and NCDHW (or None) are " +
+                "supported, matching the kernel's dimensions");
   }
-  CheckGeometryTuple(param_.stride, kOp, "stride", 1, true);
-  CheckGeometryTuple(param_.pad, kOp, "pad", 0, true);
 }
 
 bool PoolingProp::InferShape(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape,
                              std::vector<TShape>* aux_shape) const {
   aux_shape->clear();
   const bool three_d_data = !in_shape->empty() && (*in_shape)[0].ndim() == 3;
-  if (!one_d_ && !(param_.global_pool && three_d_data)) return InferShape2d(in_shape, out_shape);
+  if (!one_d_ && !(param_.global_pool && three_d_data)) return InferShapeNd(in_shape, out_shape);
   if ((*in_shape)[0].ndim() >= 0 && !three_d_data) {
     throw Error("Pooling: argument 'data' has shape " + (*in_shape)[0].ToString() +
                 "; 1-D pooling needs 3 dimensions (batch, channel, width)");
   }
   for (auto& s : *in_shape) s = LiftShapeTo2d(s);
-  const bool known = InferShape2d(in_shape, out_shape);
+  const bool known = InferShapeNd(in_shape, out_shape);
   for (auto& s : *in_shape) s = DropLiftedAxis(s);
   for (auto& s : *out_shape) s = DropLiftedAxis(s);
   return known;
 }
 
-bool PoolingProp::InferShape2d(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const {
+bool PoolingProp::InferShapeNd(std::vector<TShape>* in_shape, std::vector<TShape>* out_shape) const {
   if (in_shape->size() != 1) {
     throw Error("Pooling: expected 1 input (data), got " + std::to_string(in_shape->size()));
   }
   out_shape->assign(1, TShape());
   const TShape data = (*in_shape)[0];
   if (data.ndim() < 0) return false;
-  if (data.ndim() != 4) {
+  const int n = param_.kernel.ndim();
+  if (param_.global_pool && data.ndim() != 4 && data.ndim() != 5) {
     throw Error("Pooling: argument 'data' has shape " + data.ToString() +
-                "; 2-D pooling needs 4 dimensions (batch, channel, height, width)");
+                "; global pooling needs 3, 4 or 5 dimensions (batch, channel, then 1, 2 or 3 spatial ones)");
+  }
+  if (!param_.global_pool && data.ndim() != n + 2) {
+    throw Error("Pooling: argument 'data' has shape " + data.ToString() + "; " + std::to_string(n) +
+                "-D pooling needs " + SpatialDataDims(n));
+  }
+  if (param_.layout != "None" && static_cast<int>(param_.layout.size()) != data.ndim()) {
+    throw Error("Pooling: argument 'data' has shape " + data.ToString() + ", which does not match parameter "
+                "'layout' " + param_.layout);
   }
   const PoolGeometry g = MakePoolGeometry(param_, data);
-  TShape out{data[0], data[1], g.out_h, g.out_w};
-  if (param_.global_pool) out[2] = out[3] = 1;
+  TShape out = data;
+  const std::vector<std::int64_t> size = SpatialDims(g.spatial, g.out_d, g.out_h, g.out_w);
+  for (int i = 0; i < g.spatial; ++i) out[2 + i] = size[i];
   (*out_shape)[0] = out;
   return data.known();
 }
@@ -427,7 +438,7 @@ std::unique_ptr<Operator> PoolingProp::CreateOperator(Context ctx) const {
 }
 
 TROUPE_REGISTER_OP_PROPERTY(Pooling, PoolingProp)
-    .describe("Performs 1-D (NCW) or 2-D (NCHW) pooling (max, avg or sum) on the input.")
+    .describe("Performs 1-D (NCW), 2-D (NCHW) or 3-D (NCDHW) pooling (max, avg or sum) on the input.")
     .add_argument("data", "NDArray-or-Symbol", "Input data to the pooling operator.")
     .add_arguments(PoolingParam::Docs());
 

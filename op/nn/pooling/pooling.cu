@@ -1,5 +1,6 @@
-// Pooling on the GPU: cuDNN for 'valid' max/avg pooling, plain CUDA kernels for 'full', sum, cudnn_off and
-// windows cuDNN rejects; both compute exactly the CPU operator's windows and divisors.
+// Pooling (2-D and 3-D) on the GPU: cuDNN (N-d descriptors) for 'valid' max/avg pooling, plain CUDA kernels for
+// 'full', sum, cudnn_off and windows cuDNN rejects; both compute exactly the CPU operator's windows and divisors
+// (the kernels with the same window definition, pooling.h).
 //
 // Operator objects cache their state for the last shape they saw; the engine never enters one object from two
 // threads at once. cuDNN handles are per worker thread and device (op/internal/cudnn_common.h). The operator
@@ -7,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,26 +41,6 @@ struct PoolDesc {
   PoolDesc& operator=(const PoolDesc&) = delete;
 };
 
-struct DevWindow {
-  std::int64_t h0, h1, w0, w1, area;
-};
-
-// The same window and divisor as the CPU operator (pooling.cc).
-__device__ inline DevWindow PoolWindow(const PoolGeometry& g, std::int64_t oh, std::int64_t ow) {
-  DevWindow w;
-  w.h0 = oh * g.sh - g.ph;
-  w.w0 = ow * g.sw - g.pw;
-  w.h1 = min(w.h0 + g.kh, g.height + g.ph);
-  w.w1 = min(w.w0 + g.kw, g.width + g.pw);
-  const std::int64_t padded_area = (w.h1 - w.h0) * (w.w1 - w.w0);
-  w.h0 = max(w.h0, std::int64_t{0});
-  w.w0 = max(w.w0, std::int64_t{0});
-  w.h1 = min(w.h1, g.height);
-  w.w1 = min(w.w1, g.width);
-  w.area = g.count_include_pad ? padded_area : (w.h1 - w.h0) * (w.w1 - w.w0);
-  return w;
-}
-
 template <typename T>
 __device__ inline T Lowest();
 template <>
@@ -70,23 +52,26 @@ __device__ inline double Lowest<double>() {
   return -1.7976931348623157e+308;
 }
 
+// Output i of the flat (plane, od, oh, ow) index: its plane and its window (pooling.h).
+__device__ inline PoolWindow OutputWindow(const PoolGeometry& g, std::int64_t i, std::int64_t* plane) {
+  const std::int64_t ow = i % g.out_w, oh = (i / g.out_w) % g.out_h, od = (i / (g.out_w * g.out_h)) % g.out_d;
+  *plane = i / g.out_plane();
+  return PoolWindowAt(g, od, oh, ow);
+}
+
 template <typename T>
 __global__ void PoolForwardKernel(const T* x, T* y, PoolGeometry g, std::int64_t total, OpReqType req) {
   TROUPE_GRID_LOOP(i, total) {
-    const std::int64_t ow = i % g.out_w, oh = (i / g.out_w) % g.out_h, plane = i / (g.out_w * g.out_h);
-    const T* in = x + plane * g.height * g.width;
-    const DevWindow w = PoolWindow(g, oh, ow);
+    std::int64_t plane = 0;
+    const PoolWindow w = OutputWindow(g, i, &plane);
+    const T* in = x + plane * g.in_plane();
     T v;
     if (g.max) {
       v = Lowest<T>();
-      for (std::int64_t h = w.h0; h < w.h1; ++h) {
-        for (std::int64_t c = w.w0; c < w.w1; ++c) v = max(v, in[h * g.width + c]);
-      }
+      ForEachInWindow(g, w, [&](std::int64_t e) { v = max(v, in[e]); });
     } else {
       v = T(0);
-      for (std::int64_t h = w.h0; h < w.h1; ++h) {
-        for (std::int64_t c = w.w0; c < w.w1; ++c) v += in[h * g.width + c];
-      }
+      ForEachInWindow(g, w, [&](std::int64_t e) { v += in[e]; });
       if (g.avg) v = w.area > 0 ? v / static_cast<T>(w.area) : T(0);
     }
     y[i] = req == kAddTo ? y[i] + v : v;
@@ -97,26 +82,21 @@ __global__ void PoolForwardKernel(const T* x, T* y, PoolGeometry g, std::int64_t
 template <typename T>
 __global__ void PoolBackwardKernel(const T* x, const T* dy, T* dx, PoolGeometry g, std::int64_t total) {
   TROUPE_GRID_LOOP(i, total) {
-    const std::int64_t ow = i % g.out_w, oh = (i / g.out_w) % g.out_h, plane = i / (g.out_w * g.out_h);
-    T* dplane = dx + plane * g.height * g.width;
-    const DevWindow w = PoolWindow(g, oh, ow);
+    std::int64_t plane = 0;
+    const PoolWindow w = OutputWindow(g, i, &plane);
+    T* dplane = dx + plane * g.in_plane();
     const T gv = dy[i];
     if (g.max) {
-      const T* in = x + plane * g.height * g.width;
+      const T* in = x + plane * g.in_plane();
       std::int64_t best = -1;
       T bv = Lowest<T>();
-      for (std::int64_t h = w.h0; h < w.h1; ++h) {
-        for (std::int64_t c = w.w0; c < w.w1; ++c) {
-          const T v = in[h * g.width + c];
-          if (best < 0 || v > bv) bv = v, best = h * g.width + c;
-        }
-      }
+      ForEachInWindow(g, w, [&](std::int64_t e) {
+        if (best < 0 || in[e] > bv) bv = in[e], best = e;
+      });
       if (best >= 0) atomicAdd(dplane + best, gv);
     } else {
       const T share = g.avg ? (w.area > 0 ? gv / static_cast<T>(w.area) : T(0)) : gv;
-      for (std::int64_t h = w.h0; h < w.h1; ++h) {
-        for (std::int64_t c = w.w0; c < w.w1; ++c) atomicAdd(dplane + h * g.width + c, share);
-      }
+      ForEachInWindow(g, w, [&](std::int64_t e) { atomicAdd(dplane + e, share); });
     }
   }
 }
@@ -187,21 +167,27 @@ class PoolingGpuOp : public Operator {
   // padding as large as the kernel. 'full' windows may run past the padding and sum pooling has no cuDNN
   // mode: those use the kernels above.
   bool UseDnn(const PoolGeometry& g) const {
-    return !param_.cudnn_off && !g.full && (g.max || g.avg) && g.ph < g.kh && g.pw < g.kw;
+    return !param_.cudnn_off && !g.full && (g.max || g.avg) && g.pd < g.kd && g.ph < g.kh && g.pw < g.kw;
   }
 
   void Prepare(const TShape& x, const PoolGeometry& g, DType dtype) {
     if (ready_ && x == x_shape_ && dtype == dtype_) return;
     const cudnnDataType_t t = internal::FloatSwitch(dtype, kName, [](auto tag) { return DnnType<decltype(tag)>(); });
-    x_.Set(t, x[0], x[1], x[2], x[3], kName);
-    y_.Set(t, x[0], x[1], g.out_h, g.out_w, kName);
+    const int n = g.spatial;
+    TShape y = x;
+    const std::vector<std::int64_t> out = SpatialDims(n, g.out_d, g.out_h, g.out_w);
+    for (int i = 0; i < n; ++i) y[2 + i] = out[i];
+    x_.Set(t, x, kName);
+    y_.Set(t, y, kName);
     const cudnnPoolingMode_t mode = g.max ? CUDNN_POOLING_MAX
                                     : g.count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
                                                           : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
-    CheckDnn(cudnnSetPooling2dDescriptor(pool_.d, mode, CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(g.kh),
-                                         static_cast<int>(g.kw), static_cast<int>(g.ph), static_cast<int>(g.pw),
-                                         static_cast<int>(g.sh), static_cast<int>(g.sw)),
-             "cudnnSetPooling2dDescriptor", kName);
+    const std::vector<int> window = internal::DnnDims(SpatialDims(n, g.kd, g.kh, g.kw), kName);
+    const std::vector<int> pad = internal::DnnDims(SpatialDims(n, g.pd, g.ph, g.pw), kName);
+    const std::vector<int> stride = internal::DnnDims(SpatialDims(n, g.sd, g.sh, g.sw), kName);
+    CheckDnn(cudnnSetPoolingNdDescriptor(pool_.d, mode, CUDNN_NOT_PROPAGATE_NAN, n, window.data(), pad.data(),
+                                         stride.data()),
+             "cudnnSetPoolingNdDescriptor", kName);
     x_shape_ = x;
     dtype_ = dtype;
     ready_ = true;

@@ -11,8 +11,9 @@ nn.params holds, under these names:
   layer:<case>:{in, out, head, grad:in, param:<name>, pgrad:<name>}
                                        single layers (Conv1D, Conv3D, Conv2DTranspose, grouped and dilated
                                        Conv2D, pooling, Embedding, LayerNorm, LeakyReLU, Dense without flatten,
-                                       softrelu, BatchNorm on the last axis): input, output, head gradient, the
-                                       input's and the parameters' gradients
+                                       softrelu, BatchNorm on the last axis; strided, dilated, grouped and
+                                       bias-free Conv3D, MaxPool3D, AvgPool3D and the global 3-D pools): input,
+                                       output, head gradient, the input's and the parameters' gradients
 nn_net_init.params is the network's initial parameters as Gluon's save_parameters writes them (structural
 names); nn_export-symbol.json / nn_export-0000.params what Gluon's export writes after the two steps.
 
@@ -129,6 +130,17 @@ layer_case('leakyrelu', nn.LeakyReLU(0.1), (3, 6))
 layer_case('dense_noflatten', nn.Dense(5, flatten=False, activation='sigmoid'), (2, 3, 4))
 layer_case('softrelu', nn.Activation('softrelu'), (3, 6))
 layer_case('batchnorm_last_axis', nn.BatchNorm(axis=-1, momentum=0.5), (4, 3, 5))
+# 3-D layers (NCDHW), after the others so that their draws leave the earlier cases' values as they were.
+layer_case('conv3d_strided', nn.Conv3D(4, (3, 2, 3), strides=(2, 1, 1), padding=(1, 1, 0), dilation=(1, 2, 1),
+                                       groups=2), (2, 4, 5, 6, 5))
+layer_case('conv3d_nobias', nn.Conv3D(3, (2, 2, 2), strides=2, use_bias=False, activation='tanh'), (1, 3, 4, 5, 4))
+layer_case('maxpool3d', nn.MaxPool3D((2, 2, 2), strides=(2, 1, 2), padding=(1, 0, 1)), (2, 3, 5, 6, 5))
+layer_case('maxpool3d_ceil', nn.MaxPool3D(2, ceil_mode=True), (1, 2, 5, 5, 5))
+layer_case('avgpool3d', nn.AvgPool3D((3, 3, 3), strides=2, padding=1, count_include_pad=False), (2, 3, 6, 5, 7))
+layer_case('avgpool3d_ceil', nn.AvgPool3D((2, 3, 2), strides=(1, 2, 2), padding=(1, 1, 0), ceil_mode=True),
+           (1, 2, 4, 6, 5))
+layer_case('global_avg3d', nn.GlobalAvgPool3D(), (2, 3, 3, 4, 5))
+layer_case('global_max3d', nn.GlobalMaxPool3D(), (2, 3, 3, 4, 5))
 
 mx.nd.save(os.path.join(HERE, 'nn.params'), saved)
 print('wrote', len(saved), 'arrays')
