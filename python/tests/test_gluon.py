@@ -98,6 +98,16 @@ LAYERS = {
     "dense_noflatten": lambda: nn.Dense(5, flatten=False, activation="sigmoid"),
     "softrelu": lambda: nn.Activation("softrelu"),
     "batchnorm_last_axis": lambda: nn.BatchNorm(axis=-1, momentum=0.5),
+    "conv3d": lambda: nn.Conv3D(2, (2, 2, 2), activation="relu"),
+    "conv3d_strided": lambda: nn.Conv3D(4, (3, 2, 3), strides=(2, 1, 1), padding=(1, 1, 0), dilation=(1, 2, 1),
+                                        groups=2),
+    "conv3d_nobias": lambda: nn.Conv3D(3, (2, 2, 2), strides=2, use_bias=False, activation="tanh"),
+    "maxpool3d": lambda: nn.MaxPool3D((2, 2, 2), strides=(2, 1, 2), padding=(1, 0, 1)),
+    "maxpool3d_ceil": lambda: nn.MaxPool3D(2, ceil_mode=True),
+    "avgpool3d": lambda: nn.AvgPool3D((3, 3, 3), strides=2, padding=1, count_include_pad=False),
+    "avgpool3d_ceil": lambda: nn.AvgPool3D((2, 3, 2), strides=(1, 2, 2), padding=(1, 1, 0), ceil_mode=True),
+    "global_avg3d": lambda: nn.GlobalAvgPool3D(),
+    "global_max3d": lambda: nn.GlobalMaxPool3D(),
 }
 
 
