@@ -23,7 +23,12 @@ from . import initializer
 from . import initializer as init
 from . import optimizer
 from . import gluon
+from . import metric, lr_scheduler, io, model, callback, kvstore, test_utils
+from . import kvstore as kv
+from . import module
+from . import module as mod
 
 __version__ = "0.3.0"
 __all__ = ["MXNetError", "Context", "cpu", "gpu", "current_context", "nd", "ndarray", "autograd", "random", "sym",
-           "symbol", "Executor", "init", "initializer", "optimizer", "gluon"]
+           "symbol", "Executor", "init", "initializer", "optimizer", "gluon", "metric",
+           "lr_scheduler", "io", "model", "callback", "kvstore", "kv", "mod", "module", "test_utils"]
