@@ -6,5 +6,6 @@
 namespace troupe::python {
 
 void BindSymbol(nanobind::module_& m);  // symbol.cc: Symbol, Executor, CachedOp
+void BindIO(nanobind::module_& m);      // io.cc: the registered data iterators
 
 }  // namespace troupe::python

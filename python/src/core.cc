@@ -15,6 +15,12 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -100,9 +106,42 @@ NDArray FromHost(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> a, const std
   return out;
 }
 
-// The values as a new NumPy array (waits for the array: rethrows the error of what computed it).
+// Runs `wait` (a blocking wait for the engine) on a helper thread while the caller, without the GIL, checks for
+// Python's signals every 50 ms: Ctrl-C raises KeyboardInterrupt in the caller at once (the engine's work goes on,
+// and the helper thread ends when it does). The wait's own error is rethrown in the caller.
+void InterruptibleWait(std::function<void()> wait) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  auto state = std::make_shared<State>();
+  std::thread([state, wait = std::move(wait)] {
+    try {
+      wait();
+    } catch (...) {
+      state->error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->done = true;
+    state->cv.notify_all();
+  }).detach();
+  for (;;) {
+    {
+      nb::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(state->mu);
+      if (state->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return state->done; })) break;
+    }
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  }
+  if (state->error) std::rethrow_exception(state->error);
+}
+
+// The values as a new NumPy array (waits for the array, interruptibly: rethrows the error of what computed it).
 nb::object ToHost(const NDArray& a) {
   if (a.is_none()) throw Error("the array is empty (a none array)");
+  InterruptibleWait([a] { a.WaitToRead(); });
   auto* buf = new std::vector<std::uint8_t>(a.Bytes());
   try {
     nb::gil_scoped_release release;
@@ -116,6 +155,22 @@ nb::object ToHost(const NDArray& a) {
   for (auto d : DimsOf(a.shape())) shape.push_back(static_cast<std::size_t>(d));
   nb::ndarray<nb::numpy> out(buf->data(), shape.size(), shape.data(), owner, nullptr, DlpackOf(a.dtype()));
   return out.cast();
+}
+
+// The array's memory as a DLPack-capable array (no copy), once what writes it has run (write: once everything that
+// reads it has run too, for a consumer that writes). The result keeps the memory alive; the engine does not know
+// about the consumer, so nothing pushed afterwards may touch the array while it is in use.
+nb::ndarray<> ToDlpack(const NDArray& a, bool write) {
+  if (a.is_none()) throw Error("the array is empty (a none array)");
+  InterruptibleWait([a, write] { write ? a.WaitToWrite() : a.WaitToRead(); });
+  const TBlob blob = a.data();
+  std::vector<std::size_t> shape;
+  for (auto d : DimsOf(a.shape())) shape.push_back(static_cast<std::size_t>(d));
+  auto* keep = new NDArray(a);
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<NDArray*>(p); });
+  const int device = a.ctx().is_gpu() ? nb::device::cuda::value : nb::device::cpu::value;
+  return nb::ndarray<>(blob.dptr, shape.size(), shape.data(), owner, nullptr, DlpackOf(a.dtype()), device,
+                       a.ctx().dev_id);
 }
 
 OpReqType ReqOf(const std::string& r) {
@@ -166,6 +221,7 @@ NB_MODULE(_core, m) {
   m.doc() = "troupe's native core (arrays, operators, autograd); use the troupe package";
   nb::exception<Error>(m, "TroupeError", PyExc_RuntimeError);
   troupe::python::BindSymbol(m);
+  troupe::python::BindIO(m);
 
   nb::class_<NDArray>(m, "Array")
       .def_prop_ro("shape", [](const NDArray& a) { return DimsOf(a.shape()); })
@@ -174,7 +230,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("size", &NDArray::Size)
       .def_prop_ro("is_none", &NDArray::is_none)
       .def("asnumpy", &ToHost)
-      .def("wait_to_read", &NDArray::WaitToRead, nb::call_guard<nb::gil_scoped_release>())
+      .def("wait_to_read", [](const NDArray& a) { InterruptibleWait([a] { a.WaitToRead(); }); })
+      .def("to_dlpack", &ToDlpack, nb::arg("write") = false)
       .def("copyto", [](const NDArray& a, const std::string& ctx) { return a.CopyTo(Context::Parse(ctx)); })
       .def("copy_into", [](const NDArray& a, const NDArray& dst) { CopyFromTo(a, dst); })
       .def("astype", [](const NDArray& a, const std::string& t) { return a.AsType(DTypeFromName(t)); })
@@ -200,7 +257,7 @@ NB_MODULE(_core, m) {
   });
   m.def("invoke", &Call, nb::arg("op"), nb::arg("args"), nb::arg("named"), nb::arg("params"), nb::arg("out"));
   m.def("seed", [](std::uint64_t seed) { ResourceManager::Get()->SeedRandom(seed); });
-  m.def("waitall", [] { Engine::Get()->WaitForAll(); }, nb::call_guard<nb::gil_scoped_release>());
+  m.def("waitall", [] { InterruptibleWait([] { Engine::Get()->WaitForAll(); }); });
   m.def("save", [](const std::string& path, const std::vector<NDArray>& arrays, const std::vector<std::string>& names) {
     NDArray::Save(path, arrays, names);
   }, nb::call_guard<nb::gil_scoped_release>());

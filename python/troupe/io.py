@@ -189,3 +189,71 @@ class ResizeIter(DataIter):
             batch = next(self.data_iter)
         self.cur += 1
         return batch
+
+
+class MXDataIter(DataIter):
+    """A registered C++ iterator (MNISTIter, CSVIter, ImageRecordIter, ...): batches prepared on a background
+    thread. Its data is named 'data' and its label 'softmax_label', as MXNet's."""
+
+    def __init__(self, name, data_name="data", label_name="softmax_label", **kwargs):
+        from . import _core
+        from .ndarray.register import _param_text
+        self._it = _core.DataIterHandle.create(name, [(k, _param_text(v)) for k, v in kwargs.items() if v is not None])
+        shapes = self._it.data_shapes()
+        super().__init__(shapes[0][0] if shapes and shapes[0] else 0)
+        self._names = (data_name, label_name)
+        self._batch = None
+
+    @property
+    def provide_data(self):
+        return [DataDesc(self._names[0] if i == 0 else "%s%d" % (self._names[0], i), tuple(s))
+                for i, s in enumerate(self._it.data_shapes())]
+
+    @property
+    def provide_label(self):
+        return [DataDesc(self._names[1] if i == 0 else "%s%d" % (self._names[1], i), tuple(s))
+                for i, s in enumerate(self._it.label_shapes())]
+
+    def reset(self):
+        self._it.before_first()
+
+    def iter_next(self):
+        if not self._it.next():
+            return False
+        data, label, pad, index = self._it.value()
+        self._batch = DataBatch([nd._wrap(h) for h in data], [nd._wrap(h) for h in label], pad, index)
+        return True
+
+    def __next__(self):
+        if not self.iter_next():
+            raise StopIteration
+        return self._batch
+
+    def getdata(self):
+        return self._batch.data
+
+    def getlabel(self):
+        return self._batch.label
+
+    def getpad(self):
+        return self._batch.pad
+
+    def getindex(self):
+        return self._batch.index
+
+
+def _make_iterators(namespace):
+    from . import _core
+    for name, description, params in _core.data_iters():
+        def make(_name=name):
+            def create(**kwargs):
+                return MXDataIter(_name, **kwargs)
+            create.__name__ = _name
+            return create
+        fn = make()
+        fn.__doc__ = description + "\n\n" + "\n".join("%s : %s%s\n    %s" % (p[0], p[1], "" if p[3] else
+                                                                            ", default=%s" % p[2], p[4]) for p in params)
+        namespace.setdefault(name, fn)
+
+
+_make_iterators(globals())

@@ -1,6 +1,6 @@
 """mx.nd: NDArray and one function per registered operator (MXNet 1.x's mxnet.ndarray)."""
 from .ndarray import (NDArray, array, empty, zeros, ones, full, arange, waitall, save, load, concatenate,
-                      _wrap)
+                      to_dlpack_for_read, to_dlpack_for_write, from_dlpack, _wrap)
 from .register import _make_operators
 from . import random
 

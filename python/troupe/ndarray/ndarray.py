@@ -113,6 +113,20 @@ class NDArray:
         for i in range(len(self)):
             yield self[i]
 
+    # ---- DLPack: the array's memory without a copy, once its writers (or, for writing, its readers too) have run
+    def to_dlpack_for_read(self):
+        return self.handle.to_dlpack(False)
+
+    def to_dlpack_for_write(self):
+        return self.handle.to_dlpack(True)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.handle.to_dlpack(False)
+
+    def __dlpack_device__(self):
+        ctx = self.context
+        return (2, ctx.device_id) if ctx.device_type == "gpu" else (1, 0)
+
     # ---- copies and views
     def copy(self):
         return self.copyto(self.context)
@@ -326,3 +340,17 @@ def load(fname):
     handles, names = _core.load(str(fname))
     arrays = [_wrap(h) for h in handles]
     return dict(zip(names, arrays)) if names else arrays
+
+
+def to_dlpack_for_read(data):
+    return data.to_dlpack_for_read()
+
+
+def to_dlpack_for_write(data):
+    return data.to_dlpack_for_write()
+
+
+def from_dlpack(dlpack, ctx=None):
+    """A new NDArray from a DLPack capsule or an object with __dlpack__ (NumPy, PyTorch): the values are copied
+    (troupe's arrays live in its own memory pool)."""
+    return _wrap(_core.from_numpy(dlpack, _native(ctx)))

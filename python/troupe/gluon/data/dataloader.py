@@ -53,13 +53,17 @@ class DataLoader:
             return
         with ThreadPoolExecutor(self._num_workers) as pool:
             pending = collections.deque()
-            batches = iter(self._batch_sampler)
-            for indices in batches:
-                pending.append(pool.submit(self._batch, indices))
-                if len(pending) > self._prefetch:
+            try:
+                for indices in self._batch_sampler:
+                    pending.append(pool.submit(self._batch, indices))
+                    if len(pending) > self._prefetch:
+                        yield pending.popleft().result()
+                while pending:
                     yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
+            finally:
+                # Interrupted (Ctrl-C) or abandoned: the batches not started are dropped, not waited for.
+                for f in pending:
+                    f.cancel()
 
     def __len__(self):
         return len(self._batch_sampler)
