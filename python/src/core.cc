@@ -106,9 +106,9 @@ NDArray FromHost(nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> a, const std
   return out;
 }
 
-// Runs `wait` (a blocking wait for the engine) on a helper thread while the caller, without the GIL, checks for
-// Python's signals every 50 ms: Ctrl-C raises KeyboardInterrupt in the caller at once (the engine's work goes on,
-// and the helper thread ends when it does). The wait's own error is rethrown in the caller.
+// Runs `wait` (a blocking wait for the engine: waitall, a wait for writing) on a helper thread while the caller,
+// without the GIL, checks for Python's signals every 50 ms: Ctrl-C raises KeyboardInterrupt in the caller at once
+// (the engine's work goes on, and the helper thread ends when it does). The wait's own error is rethrown.
 void InterruptibleWait(std::function<void()> wait) {
   struct State {
     std::mutex mu;
@@ -138,10 +138,38 @@ void InterruptibleWait(std::function<void()> wait) {
   if (state->error) std::rethrow_exception(state->error);
 }
 
+// Waits until what writes `a` has run, checking for Python's signals every 50 ms, and rethrows the array's error.
+// A function pushed to read `a` (never skipped, even after an error) says when: no thread is made per wait.
+void WaitToReadInterruptibly(const NDArray& a) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto state = std::make_shared<State>();
+  a.engine()->PushSync(
+      [state](RunContext) {
+        std::lock_guard<std::mutex> lock(state->mu);
+        state->done = true;
+        state->cv.notify_all();
+      },
+      Context::CPU(), {a.var()}, {}, FnProperty::kNoSkip, 0, "python:wait_to_read");
+  for (;;) {
+    {
+      nb::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(state->mu);
+      if (state->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return state->done; })) break;
+    }
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+  }
+  nb::gil_scoped_release release;
+  a.WaitToRead();  // at once now; rethrows what the array's writer threw
+}
+
 // The values as a new NumPy array (waits for the array, interruptibly: rethrows the error of what computed it).
 nb::object ToHost(const NDArray& a) {
   if (a.is_none()) throw Error("the array is empty (a none array)");
-  InterruptibleWait([a] { a.WaitToRead(); });
+  WaitToReadInterruptibly(a);
   auto* buf = new std::vector<std::uint8_t>(a.Bytes());
   try {
     nb::gil_scoped_release release;
@@ -162,7 +190,11 @@ nb::object ToHost(const NDArray& a) {
 // about the consumer, so nothing pushed afterwards may touch the array while it is in use.
 nb::ndarray<> ToDlpack(const NDArray& a, bool write) {
   if (a.is_none()) throw Error("the array is empty (a none array)");
-  InterruptibleWait([a, write] { write ? a.WaitToWrite() : a.WaitToRead(); });
+  if (write) {
+    InterruptibleWait([a] { a.WaitToWrite(); });
+  } else {
+    WaitToReadInterruptibly(a);
+  }
   const TBlob blob = a.data();
   std::vector<std::size_t> shape;
   for (auto d : DimsOf(a.shape())) shape.push_back(static_cast<std::size_t>(d));
@@ -230,7 +262,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("size", &NDArray::Size)
       .def_prop_ro("is_none", &NDArray::is_none)
       .def("asnumpy", &ToHost)
-      .def("wait_to_read", [](const NDArray& a) { InterruptibleWait([a] { a.WaitToRead(); }); })
+      .def("wait_to_read", &WaitToReadInterruptibly)
       .def("to_dlpack", &ToDlpack, nb::arg("write") = false)
       .def("copyto", [](const NDArray& a, const std::string& ctx) { return a.CopyTo(Context::Parse(ctx)); })
       .def("copy_into", [](const NDArray& a, const NDArray& dst) { CopyFromTo(a, dst); })

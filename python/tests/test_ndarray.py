@@ -12,12 +12,13 @@ def rand(*shape):
 def test_array_roundtrip_keeps_values_shape_dtype_and_context():
     for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.int8):
         src = (rand(3, 4) * 100).astype(dtype)
-        a = mx.nd.array(src)
+        a = mx.nd.array(src, dtype=dtype)
         assert a.shape == (3, 4) and a.dtype == np.dtype(dtype) and a.context == mx.cpu()
         np.testing.assert_array_equal(a.asnumpy(), src)
-    # Lists become float32, as in MXNet.
+    # Lists and NumPy arrays become float32 unless dtype says otherwise, as in MXNet.
     assert mx.nd.array([[1, 2], [3, 4]]).dtype == np.float32
-    assert mx.nd.array(np.arange(3)).dtype == np.arange(3).dtype
+    assert mx.nd.array(np.arange(3)).dtype == np.float32
+    assert mx.nd.array(mx.nd.array(np.arange(3), dtype="int64")).dtype == np.int64
 
 
 def test_creation_functions():

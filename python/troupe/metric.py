@@ -62,6 +62,10 @@ class EvalMetric:
         name, value = self.get()
         return list(zip(_as_list(name), _as_list(value)))
 
+    def get_global_name_value(self):
+        name, value = self.get_global()
+        return list(zip(_as_list(name), _as_list(value)))
+
     def __str__(self):
         return "EvalMetric: {}".format(dict(self.get_name_value()))
 
@@ -235,13 +239,23 @@ class CompositeEvalMetric(EvalMetric):
         for m in self.metrics:
             m.update(labels, preds)
 
-    def get(self):
+    def _collect(self, getter):
         names, values = [], []
         for m in self.metrics:
-            n, v = m.get()
+            n, v = getter(m)
             names.extend(_as_list(n))
             values.extend(_as_list(v))
         return names, values
+
+    def get(self):
+        return self._collect(lambda m: m.get())
+
+    def get_global(self):
+        return self._collect(lambda m: m.get_global())
+
+    def reset_local(self):
+        for m in self.metrics:
+            m.reset_local()
 
 
 _aliases = {"acc": "accuracy", "ce": "crossentropy", "nll_loss": "negativeloglikelihood", "top_k_acc": "topkaccuracy",

@@ -82,7 +82,7 @@ class BaseModule:
                 for cb in _as_list(batch_end_callback):
                     cb(BatchEndParam(epoch, nbatch, eval_metric, locals()))
                 nbatch += 1
-            for name, val in eval_metric.get_name_value():
+            for name, val in eval_metric.get_global_name_value():
                 self.logger.info("Epoch[%d] Train-%s=%f", epoch, name, val)
             self.logger.info("Epoch[%d] Time cost=%.3f", epoch, time.time() - tic)
             arg, aux = self.get_params()

@@ -278,12 +278,11 @@ def _dtype_name(dtype, default="float32"):
 
 def array(source_array, ctx=None, dtype=None):
     """A new NDArray holding a copy of `source_array` (an NDArray, a NumPy array or nested lists). dtype: the
-    source's for arrays, float32 for lists, as in MXNet."""
+    source's for an NDArray, float32 for anything else (a NumPy array of integers too), as in MXNet."""
     if isinstance(source_array, NDArray):
         out = source_array.as_in_context(ctx or source_array.context).copy()
         return out if dtype is None else out.astype(dtype)
-    default = source_array.dtype.name if isinstance(source_array, np.ndarray) else "float32"
-    src = np.ascontiguousarray(np.asarray(source_array, dtype=_dtype_name(dtype, default)))
+    src = np.ascontiguousarray(np.asarray(source_array, dtype=_dtype_name(dtype)))
     return _wrap(_core.from_numpy(src, _native(ctx)))
 
 
