@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 
+import troupe as mx  # noqa: F401 (MXNet's test_utils exports mx and np to `from mxnet.test_utils import *`)
 from . import ndarray as nd
 from .context import Context, current_context
 
@@ -153,3 +154,36 @@ def check_numeric_gradient(sym, location, aux_states=None, numeric_eps=1e-3, rto
             numeric.reshape(-1)[i] = (fp - fm) / numeric_eps
         assert_almost_equal(symbolic[n], numeric, rtol=rtol, atol=1e-3 if atol is None else atol,
                             names=("symbolic %s" % n, "numeric %s" % n))
+
+
+def np_reduce(dat, axis, keepdims, numpy_reduce_func):
+    """Reduces over the axes one at a time with a NumPy reduction, keeping the dimensions when asked."""
+    axes = [axis] if isinstance(axis, int) else (list(axis) if axis is not None else list(range(dat.ndim)))
+    ret = dat
+    for i in sorted(axes, reverse=True):
+        ret = numpy_reduce_func(ret, axis=i)
+    if keepdims:
+        shape = list(dat.shape)
+        for i in axes:
+            shape[i] = 1
+        ret = ret.reshape(tuple(shape))
+    return ret
+
+
+def assert_allclose(a, b, rtol=1e-07, atol=0, equal_nan=True):
+    np.testing.assert_allclose(_np(a), _np(b), rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def random_arrays(*shapes):
+    arrays = [np.array(np.random.randn(), dtype=np.float32) if len(s) == 0 else
+              np.random.randn(*s).astype(np.float32) for s in shapes]
+    return arrays[0] if len(arrays) == 1 else arrays
+
+
+def random_sample(population, k):
+    import random
+    return random.sample(population, k)
+
+
+def list_gpus():
+    return []

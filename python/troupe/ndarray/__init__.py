@@ -5,5 +5,8 @@ from .register import _make_operators
 from . import random
 
 _make_operators(globals())
+# The old names of the samplers (MXNet's nd.uniform, nd.random_uniform, ...).
+uniform = random_uniform = random.uniform
+normal = random_normal = random.normal
 
 __all__ = ["NDArray", "array", "empty", "zeros", "ones", "full", "arange", "waitall", "save", "load", "random"]
