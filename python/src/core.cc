@@ -11,6 +11,8 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/trampoline.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -247,11 +249,24 @@ std::vector<NDArray> Call(const std::string& op, const std::vector<NDArray>& arg
   return Invoke(std::shared_ptr<const OperatorProperty>(std::move(prop)), inputs);
 }
 
+// autograd::Function implemented in Python (troupe.autograd.Function): forward and backward are Python methods,
+// called with the GIL taken (the backward pass runs on the thread that called backward, which released it).
+struct PyFunction : autograd::Function {
+  NB_TRAMPOLINE(autograd::Function, 2);
+  std::vector<NDArray> Forward(const std::vector<NDArray>& inputs) override { NB_OVERRIDE_PURE_NAME("forward", Forward, inputs); }
+  std::vector<NDArray> Backward(const std::vector<NDArray>& out_grads) override {
+    NB_OVERRIDE_PURE_NAME("backward", Backward, out_grads);
+  }
+};
+
 }  // namespace
 
 NB_MODULE(_core, m) {
   m.doc() = "troupe's native core (arrays, operators, autograd); use the troupe package";
   nb::exception<Error>(m, "TroupeError", PyExc_RuntimeError);
+  // Arrays and Python Functions held by an autograd graph that was never differentiated live until the engine's
+  // objects go, after the interpreter has ended: that is expected, not a reference-counting bug to report.
+  nb::set_leak_warnings(false);
   troupe::python::BindSymbol(m);
   troupe::python::BindIO(m);
 
@@ -321,6 +336,10 @@ NB_MODULE(_core, m) {
   });
 
   // autograd
+  nb::class_<autograd::Function, PyFunction>(m, "FunctionBase").def(nb::init<>());
+  m.def("apply_function", [](std::shared_ptr<autograd::Function> f, const std::vector<NDArray>& inputs) {
+    return autograd::Function::Apply(std::move(f), inputs);
+  });
   m.def("set_recording", &autograd::SetRecording);
   m.def("set_training", &autograd::SetTraining);
   m.def("is_recording", &autograd::IsRecording);

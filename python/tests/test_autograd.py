@@ -69,3 +69,25 @@ def test_backward_errors():
     z.backward()
     with pytest.raises(mx.MXNetError):  # the graph was freed
         z.backward()
+
+
+def test_custom_function():
+    class Div(mx.autograd.Function):
+        def forward(self, x, y):
+            self.save_for_backward(x, y)
+            return x / y, x * y
+
+        def backward(self, dm, dn):
+            x, y = self.saved_tensors
+            return dm / y + dn * y, dn * x - dm * x / y / y
+
+    xv, yv = np.array([0.5, 1.5, 2.0], np.float32), np.array([1.0, 2.0, 4.0], np.float32)
+    x, y = mx.nd.array(xv), mx.nd.array(yv)
+    x.attach_grad()
+    y.attach_grad()
+    with mx.autograd.record():
+        m, n = Div()(x, y)
+    mx.autograd.backward([m, n])
+    np.testing.assert_allclose(m.asnumpy(), xv / yv, rtol=1e-6)
+    np.testing.assert_allclose(x.grad.asnumpy(), 1 / yv + yv, rtol=1e-6)
+    np.testing.assert_allclose(y.grad.asnumpy(), xv - xv / yv ** 2, rtol=1e-6)

@@ -89,5 +89,52 @@ def mark_variables(variables, gradients, grad_reqs="write"):
         v.handle = h
 
 
-__all__ = ["record", "pause", "train_mode", "predict_mode", "is_recording", "is_training", "set_recording",
+class _FunctionImpl(_core.FunctionBase):
+    """The native side of a Function call: converts handles to NDArrays and back."""
+
+    def __init__(self, owner):
+        super().__init__()
+        self._owner = owner
+
+    def forward(self, inputs):
+        from .ndarray import NDArray, _wrap
+        with pause():
+            outs = self._owner.forward(*[_wrap(h) for h in inputs])
+        outs = [outs] if isinstance(outs, NDArray) else list(outs)
+        self._owner._num_outputs = len(outs)
+        return [o.handle for o in outs]
+
+    def backward(self, out_grads):
+        from .ndarray import NDArray, _wrap
+        with pause():
+            grads = self._owner.backward(*[_wrap(h) for h in out_grads])
+        grads = [grads] if isinstance(grads, NDArray) else list(grads)
+        return [g.handle if g is not None else _core.none_array() for g in grads]
+
+
+class Function:
+    """A differentiable function written in Python (MXNet's autograd.Function): forward(*inputs) computes the
+    outputs from NDArrays, backward(*output_grads) the gradients of the inputs. Called while recording, the call is
+    one node of the graph. save_for_backward keeps arrays for backward (saved_tensors)."""
+
+    def __init__(self):
+        self.saved_tensors = ()
+        self._num_outputs = 0
+
+    def save_for_backward(self, *args):
+        self.saved_tensors = args
+
+    def forward(self, *inputs):
+        raise NotImplementedError
+
+    def backward(self, *output_grads):
+        raise NotImplementedError
+
+    def __call__(self, *inputs):
+        from .ndarray import _wrap
+        outs = [_wrap(h) for h in _core.apply_function(_FunctionImpl(self), [x.handle for x in inputs])]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+__all__ = ["Function", "record", "pause", "train_mode", "predict_mode", "is_recording", "is_training", "set_recording",
            "set_training", "backward", "grad", "mark_variables"]
