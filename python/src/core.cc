@@ -269,6 +269,7 @@ NB_MODULE(_core, m) {
   nb::set_leak_warnings(false);
   troupe::python::BindSymbol(m);
   troupe::python::BindIO(m);
+  troupe::python::BindKVStore(m);
 
   nb::class_<NDArray>(m, "Array")
       .def_prop_ro("shape", [](const NDArray& a) { return DimsOf(a.shape()); })

@@ -53,3 +53,22 @@ def test_export_reimport_roundtrip(tmp_path):
         proc = subprocess.run([sys.executable] + cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True,
                               timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(not os.environ.get("TROUPE_CLI"), reason="TROUPE_CLI (the troupe command) not given")
+@pytest.mark.skipif(not os.path.exists("/usr/share/datasets/fashion-mnist"), reason="dataset-fashion-mnist missing")
+def test_dist_sync_training_through_troupe_launch(tmp_path):
+    """troupe launch -n 2 -s 1 -- python dist_train.py: both workers end with the same weights and learn."""
+    env = alias_env()
+    results = [tmp_path / ("worker%d.json" % i) for i in range(2)]
+    script = os.path.join(EXAMPLES, "dist_train.py")
+    # Each worker writes its own results file (TROUPE_LAUNCH_INDEX is its index in launch).
+    cmd = [os.environ["TROUPE_CLI"], "launch", "-n", "2", "-s", "1", "--", "sh", "-c",
+           '"$0" "$1" --train-samples 3000 --json "$2/worker$TROUPE_LAUNCH_INDEX.json"',
+           sys.executable, script, str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    got = [json.loads(r.read_text()) for r in results]
+    assert sorted(g["rank"] for g in got) == [0, 1] and all(g["num_workers"] == 2 for g in got)
+    assert got[0]["weights_abs_sum"] == got[1]["weights_abs_sum"]
+    assert got[0]["test_accuracy"] == got[1]["test_accuracy"] > 0.5  # 10 classes: chance is 0.1

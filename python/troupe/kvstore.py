@@ -1,5 +1,6 @@
-"""mx.kv: a key-value store of arrays in this process ('local' and 'device'), MXNet's KVStore API. Pushed
-values of a key are summed; with an optimizer set (or an updater) the sum updates the stored value."""
+"""mx.kv: key-value stores of arrays, MXNet's KVStore API: 'local' and 'device' in this process (pushed values of a
+key are summed; with an optimizer set, or an updater, the sum updates the stored value), and the dist types, a
+worker of a `troupe launch` cluster."""
 from . import ndarray as nd, optimizer as opt
 
 
@@ -66,10 +67,108 @@ class KVStore:
         raise NotImplementedError("save_optimizer_states is not available yet")
 
 
+def _optimizer_config(optimizer):
+    """A Python optimizer as the C++ stores' configuration (type and MXNet parameter names): what a dist store's
+    servers run."""
+    common = {"learning_rate": optimizer.lr, "wd": optimizer.wd, "rescale_grad": optimizer.rescale_grad}
+    if optimizer.clip_gradient is not None:
+        common["clip_gradient"] = optimizer.clip_gradient
+    name = type(optimizer).__name__.lower()
+    if name in ("sgd", "nag"):
+        common["momentum"] = optimizer.momentum
+    elif name == "adam":
+        common.update(beta1=optimizer.beta1, beta2=optimizer.beta2, epsilon=optimizer.epsilon)
+    elif name == "rmsprop":
+        common.update(gamma1=optimizer.gamma1, gamma2=optimizer.gamma2, epsilon=optimizer.epsilon,
+                      centered=optimizer.centered)
+    else:
+        raise ValueError("optimizer %s cannot run on a dist store's servers" % type(optimizer).__name__)
+    if optimizer.lr_scheduler is not None:
+        raise ValueError("a learning-rate scheduler on a dist store's servers is not available from Python yet")
+    return name, [(k, repr(v) if isinstance(v, float) else str(v)) for k, v in common.items()]
+
+
+class DistKVStore:
+    """A worker of a distributed store (dist_sync, dist_async, dist_device_sync): the cluster `troupe launch`
+    describes in the environment. Pushed values of a key are summed over the workers; with an optimizer set the
+    servers apply it. Keys are ints or strings (strings numbered in the order they are initialised, the same
+    order on every worker). The store leaves the cluster cleanly at exit (or at close())."""
+
+    def __init__(self, kv_type):
+        import atexit
+        from . import _core
+        self.type = kv_type
+        self._h = _core.KVStoreHandle.create(kv_type)
+        self._names = {}
+        self._closed = False
+        atexit.register(self.close)
+
+    @property
+    def rank(self):
+        return self._h.rank
+
+    @property
+    def num_workers(self):
+        return self._h.num_workers
+
+    def _ids(self, keys, create=False):
+        out = []
+        for k in keys:
+            if isinstance(k, str):
+                if k not in self._names:
+                    if not create:
+                        raise ValueError("key %s has not been initialized" % k)
+                    self._names[k] = len(self._names) + (1 << 30)
+                k = self._names[k]
+            out.append(int(k))
+        return out
+
+    @staticmethod
+    def _flat(key, value):
+        keys, values = (list(key), list(value)) if isinstance(key, (list, tuple)) else ([key], [value])
+        fk, fv = [], []
+        for k, v in zip(keys, values):
+            for x in (v if isinstance(v, (list, tuple)) else [v]):
+                fk.append(k)
+                fv.append(x.handle)
+        return fk, fv
+
+    def init(self, key, value):
+        keys, values = self._flat(key, value)
+        self._h.init(self._ids(keys, create=True), values)
+
+    def push(self, key, value, priority=0):
+        keys, values = self._flat(key, value)
+        self._h.push(self._ids(keys), values, priority)
+
+    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        keys, outs = self._flat(key, out)
+        self._h.pull(self._ids(keys), outs, priority)
+
+    def pushpull(self, key, value, out=None, priority=0):
+        self.push(key, value, priority)
+        self.pull(key, out if out is not None else value, priority)
+
+    def set_optimizer(self, optimizer):
+        name, params = _optimizer_config(optimizer)
+        self._h.set_optimizer(name, params)
+
+    def barrier(self):
+        self._h.barrier()
+
+    def close(self):
+        if not self._closed:
+            self._closed = True
+            self._h.finalize()
+
+
 def create(name="local"):
-    """A KVStore by name: 'local' and 'device' (one process); the dist types are not available from Python yet."""
+    """A KVStore by name: 'local' and 'device' in this process; 'dist_sync', 'dist_async', 'dist_device_sync' as a
+    worker of the cluster `troupe launch` started."""
     if not isinstance(name, str):
         raise TypeError("name must be a string")
     if name in ("local", "device", "local_allreduce_cpu", "local_allreduce_device"):
         return KVStore(name)
-    raise ValueError("KVStore type %r is not available from Python yet (local, device)" % name)
+    if name in ("dist_sync", "dist_async", "dist_device_sync", "dist"):
+        return DistKVStore("dist_sync" if name == "dist" else name)
+    raise ValueError("unknown KVStore type %r (local, device, dist_sync, dist_async, dist_device_sync)" % name)

@@ -1,4 +1,5 @@
-"""gluon.Trainer: applies an optimizer to a block's parameters (MXNet 1.x's gluon.Trainer, one process)."""
+"""gluon.Trainer: applies an optimizer to a block's parameters (MXNet 1.x's gluon.Trainer), in this process or,
+with a dist kvstore, on the servers of a `troupe launch` cluster."""
 from .. import optimizer as opt
 from .parameter import Parameter, ParameterDict
 
@@ -13,11 +14,13 @@ class Trainer:
             params = list(params.values())
         if not isinstance(params, (list, tuple)) or not all(isinstance(p, Parameter) for p in params):
             raise ValueError("First argument must be a list or dict of Parameters, got %s." % type(params))
-        if kvstore not in (None, "device", "local") and not isinstance(kvstore, str):
-            raise ValueError("kvstore: only 'device' and 'local' (one process) are available yet")
-        if isinstance(kvstore, str) and kvstore.startswith("dist"):
-            raise ValueError("kvstore %r: distributed training from Python is not available yet" % kvstore)
         self._params = list(params)
+        # A dist store (a cluster from `troupe launch`): the servers sum the workers' gradients and run the
+        # optimizer; the workers push gradients and pull weights. Joined at the first step, as MXNet does.
+        self._kvstore_type = kvstore if isinstance(kvstore, str) and kvstore.startswith("dist") else None
+        self._kvstore = kvstore if hasattr(kvstore, "push") and hasattr(kvstore, "set_optimizer") else None
+        if self._kvstore is not None and not getattr(self._kvstore, "type", "").startswith("dist"):
+            self._kvstore = None
         self._scale = (optimizer_params or {}).get("rescale_grad", 1.0)
         idx2name = {i: p.name for i, p in enumerate(self._params)}
         if isinstance(optimizer, opt.Optimizer):
@@ -58,8 +61,28 @@ class Trainer:
                 for g in grads:
                     total.copyto(g)
 
+    def _init_dist(self):
+        from .. import kvstore as kv
+        if self._kvstore is None:
+            self._kvstore = kv.create(self._kvstore_type)
+        for i, p in enumerate(self._params):
+            self._kvstore.init(i, p.data())
+            # Every worker starts from the store's value (the first worker's).
+            self._kvstore.pull(i, p.list_data(), priority=-i)
+        self._kvstore.set_optimizer(self._optimizer)
+
     def step(self, batch_size, ignore_stale_grad=False):
         self._optimizer.rescale_grad = self._scale / batch_size
+        if self._kvstore_type is not None or self._kvstore is not None:
+            if not getattr(self, "_dist_ready", False):
+                self._init_dist()
+                self._dist_ready = True
+            live = [(i, p) for i, p in enumerate(self._params) if p.grad_req != "null"]
+            for i, p in live:
+                self._kvstore.push(i, p.list_grad(), priority=-i)
+            for i, p in live:
+                self._kvstore.pull(i, p.list_data(), priority=-i)
+            return
         self.allreduce_grads()
         self.update(batch_size, ignore_stale_grad)
 
