@@ -299,6 +299,16 @@ NB_MODULE(_core, m) {
       .def("in_graph", [](const NDArray& a) { return autograd::InGraph(a); });
 
   m.def("none_array", [] { return NDArray(); });
+  // This build's features, under MXNet's names where they mean the same (mx.runtime).
+  m.def("features", [] {
+    std::vector<std::pair<std::string, bool>> f = {
+        {"CPU_DNNL", TROUPE_PYTHON_HAS_DNNL != 0}, {"MKLDNN", TROUPE_PYTHON_HAS_DNNL != 0},
+        {"CUDA", TROUPE_PYTHON_HAS_CUDA != 0}, {"CUDNN", TROUPE_PYTHON_HAS_CUDA != 0},
+        {"NCCL", TROUPE_PYTHON_HAS_CUDA != 0}, {"BLAS_OPEN", true}, {"DIST_KVSTORE", true},
+        {"INT64_TENSOR_SIZE", true}, {"SIGNAL_HANDLER", true}, {"OPENMP", true}, {"SSE", true},
+        {"F16C", true}, {"DEBUG", false}, {"TENSORRT", false}, {"OPENCV", false}, {"LAPACK", false}};
+    return f;
+  });
   m.def("from_numpy", &FromHost, nb::arg("array"), nb::arg("ctx"));
   m.def("empty", [](const std::vector<std::int64_t>& s, const std::string& ctx, const std::string& dtype) {
     return NDArray(ShapeOf(s), Context::Parse(ctx), DTypeFromName(dtype));

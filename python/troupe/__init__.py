@@ -27,8 +27,10 @@ from . import metric, lr_scheduler, io, model, callback, kvstore, test_utils
 from . import kvstore as kv
 from . import module
 from . import module as mod
+from . import runtime, util
 
 __version__ = "0.3.0"
 __all__ = ["MXNetError", "Context", "cpu", "gpu", "current_context", "nd", "ndarray", "autograd", "random", "sym",
            "symbol", "Executor", "init", "initializer", "optimizer", "gluon", "metric",
-           "lr_scheduler", "io", "model", "callback", "kvstore", "kv", "mod", "module", "test_utils"]
+           "lr_scheduler", "io", "model", "callback", "kvstore", "kv", "mod", "module", "test_utils",
+           "runtime", "util"]

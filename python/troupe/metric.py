@@ -28,6 +28,13 @@ class EvalMetric:
         self._kwargs = kwargs
         self.reset()
 
+    def get_config(self):
+        """The metric's configuration: create(**config) makes it again."""
+        config = dict(self._kwargs)
+        config.update({"metric": self.__class__.__name__, "name": self.name, "output_names": self.output_names,
+                       "label_names": self.label_names})
+        return config
+
     def reset(self):
         self.num_inst = 0
         self.sum_metric = 0.0

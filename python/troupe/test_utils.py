@@ -187,3 +187,24 @@ def random_sample(population, k):
 
 def list_gpus():
     return []
+
+
+@contextlib.contextmanager
+def discard_stderr():
+    """Silences the process's stderr (file descriptor 2) in the block."""
+    import sys
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(devnull)
+        os.close(saved)
+
+
+def use_np(func):
+    from .util import use_np as _use_np
+    return _use_np(func)

@@ -13,6 +13,12 @@ from ..base import MXNetError
 from ..context import _native, _from_native, current_context
 
 
+py_slice = slice  # MXNet's module keeps Python's slice under this name (its own `slice` is the operator)
+# MXNet's storage-type ids; troupe has the default (dense) one only.
+_STORAGE_TYPE_STR_TO_ID = {"undefined": -1, "default": 0, "row_sparse": 1, "csr": 2}
+_STORAGE_TYPE_ID_TO_STR = {v: k for k, v in _STORAGE_TYPE_STR_TO_ID.items()}
+
+
 def _wrap(handle):
     a = NDArray.__new__(NDArray)
     a.handle = handle
@@ -154,6 +160,12 @@ class NDArray:
             shape = shape[0]
         shape = kwargs.get("shape", shape)
         return _wrap(self.handle.reshape([int(d) for d in shape]))
+
+    def tostype(self, stype):
+        """The array in storage type `stype`: 'default' only (troupe has no sparse storage)."""
+        if stype != "default":
+            raise MXNetError("storage type %r: troupe has dense arrays only" % (stype,))
+        return self
 
     def detach(self):
         """The same values outside any autograd graph."""
