@@ -362,7 +362,9 @@ class ForeachRunner final : public ControlFlowRunner {
       const std::vector<NDArray> g = body.InputGrads(e);
       for (std::size_t j = 0; j < nd; ++j) {
         const NDArray& gj = g[static_cast<std::size_t>(p.in_data_locs[j])];
-        if (!gj.is_none()) Assign(Row(in_grad[j], i, gj.shape()), gj, req[j]);
+        if (!gj.is_none() && req[j] != kNullOp && !in_grad[j].is_none()) {
+          Assign(Row(in_grad[j], i, gj.shape()), gj, req[j]);
+        }
         sink.Mark(j);
       }
       for (std::size_t r = 0; r < p.remain_locs.size(); ++r) sink.Add(nd + ns + r, g[static_cast<std::size_t>(p.remain_locs[r])]);

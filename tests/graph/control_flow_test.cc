@@ -167,6 +167,34 @@ TEST_P(ControlFlowCase, JsonRoundTripKeepsTheSubgraphs) {
 INSTANTIATE_TEST_SUITE_P(MXNetFixtures, ControlFlowCase, ::testing::ValuesIn(LoadCases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
+// The usual training binding: the sequence without a gradient (kNullOp), the weights and the initial state with
+// one: the weights' gradients are MXNet's.
+TEST(ControlFlowTest, ForeachWithoutDataGradient) {
+  const Case c = [] {
+    for (const Case& k : LoadCases()) {
+      if (k.name == "foreach_rnn") return k;
+    }
+    throw Error("no foreach_rnn case");
+  }();
+  const Symbol sym = Symbol::Load(kDir + "/foreach_rnn-symbol.json");
+  const auto names = sym.ListArguments();
+  std::vector<NDArray> args, grads;
+  std::vector<OpReqType> reqs;
+  for (const auto& n : names) {
+    args.push_back(Fx(c.name + ":in:" + n));
+    reqs.push_back(n == "data" ? kNullOp : kWriteTo);
+    grads.push_back(n == "data" ? NDArray() : NDArray(args.back().shape(), Context::CPU(), args.back().dtype()));
+  }
+  auto exec = Executor::Bind(sym, Context::CPU(), args, grads, reqs, {});
+  exec->Forward(true);
+  std::vector<NDArray> heads;
+  for (std::size_t k = 0; k < exec->outputs().size(); ++k) heads.push_back(Fx(c.name + ":head:" + std::to_string(k)));
+  exec->Backward(heads);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (names[i] != "data") ExpectCloseArrays(exec->grad_arrays()[i], Fx(c.name + ":grad:" + names[i]), names[i]);
+  }
+}
+
 // The same loop with a state that makes the condition fail at once, then hold for every step: the number of
 // steps follows the inputs from one Forward to the next.
 TEST(ControlFlowTest, WhileLoopStepsFollowTheInputs) {
