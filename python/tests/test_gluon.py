@@ -175,3 +175,22 @@ def test_naming_and_errors():
     assert net[0].weight.shape == (3, 7)
     with pytest.raises(ValueError, match="HybridSequential"):
         nn.HybridSequential().add(nn.Sequential())
+
+
+def test_dataloader_workers_keep_order_and_raise_errors():
+    data = gluon.data.ArrayDataset(np.arange(20, dtype=np.float32))
+    got = [b.asnumpy().tolist() for b in gluon.data.DataLoader(data, batch_size=3, num_workers=3)]
+    assert got == [[float(v) for v in range(i, min(i + 3, 20))] for i in range(0, 20, 3)]
+
+    class Broken(gluon.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            if i == 5:
+                raise ValueError("sample 5 is unreadable")
+            return np.float32(i)
+
+    with pytest.raises(ValueError, match="sample 5"):
+        for _ in gluon.data.DataLoader(Broken(), batch_size=2, num_workers=2):
+            pass

@@ -1,6 +1,5 @@
 """DataLoader: batches of a dataset as NDArrays, prepared ahead by worker threads."""
-from concurrent.futures import ThreadPoolExecutor
-import collections
+import threading
 
 import numpy as np
 
@@ -51,19 +50,68 @@ class DataLoader:
             for indices in self._batch_sampler:
                 yield self._batch(indices)
             return
-        with ThreadPoolExecutor(self._num_workers) as pool:
-            pending = collections.deque()
-            try:
-                for indices in self._batch_sampler:
-                    pending.append(pool.submit(self._batch, indices))
-                    if len(pending) > self._prefetch:
-                        yield pending.popleft().result()
-                while pending:
-                    yield pending.popleft().result()
-            finally:
-                # Interrupted (Ctrl-C) or abandoned: the batches not started are dropped, not waited for.
-                for f in pending:
-                    f.cancel()
+        prefetch = _Prefetch(self, list(self._batch_sampler))
+        try:
+            for i in range(prefetch.size):
+                yield prefetch.get(i)
+        finally:
+            # Done, abandoned or interrupted (Ctrl-C): the workers stop after the batch they are on; nothing
+            # waits for them (they are daemon threads).
+            prefetch.stop()
 
     def __len__(self):
         return len(self._batch_sampler)
+
+
+class _Prefetch:
+    """num_workers daemon threads make the batches (in any order, at most `prefetch` ahead of the consumer); get(i)
+    hands them out in order. Waits are short and timed, so Ctrl-C reaches the consumer at once, and a stop never
+    waits for a worker."""
+
+    def __init__(self, loader, batches):
+        self._loader, self._batches = loader, batches
+        self.size = len(batches)
+        self._limit = max(1, loader._prefetch or loader._num_workers)
+        self._cond = threading.Condition()
+        self._next = 0        # the next batch a worker takes
+        self._consumed = 0    # batches handed out so far
+        self._done = {}       # batch -> (ok, value or exception)
+        self._stopped = False
+        for _ in range(loader._num_workers):
+            threading.Thread(target=self._work, daemon=True, name="DataLoader worker").start()
+
+    def _work(self):
+        while True:
+            with self._cond:
+                while not self._stopped and (self._next >= self.size or self._next >= self._consumed + self._limit):
+                    self._cond.wait(0.5)
+                if self._stopped:
+                    return
+                i = self._next
+                self._next += 1
+            try:
+                value = (True, self._loader._batch(self._batches[i]))
+            except BaseException as e:  # handed to the consumer, raised there
+                value = (False, e)
+            with self._cond:
+                self._done[i] = value
+                self._cond.notify_all()
+
+    def get(self, i):
+        with self._cond:
+            while i not in self._done:
+                self._cond.wait(0.1)
+            ok, value = self._done.pop(i)
+            self._consumed = i + 1
+            self._cond.notify_all()
+        if not ok:
+            raise value
+        return value
+
+    def stop(self):
+        self._stopped = True  # workers see it within their timed wait even if the lock cannot be had
+        if self._cond.acquire(timeout=1.0):
+            try:
+                self._cond.notify_all()
+            finally:
+                self._cond.release()
