@@ -43,22 +43,6 @@ using namespace troupe;
 
 namespace {
 
-// NumPy's dtype names for troupe's types (MXNet's Python names them the same way).
-const char* NumpyName(DType t) {
-  switch (t) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kFloat16: return "float16";
-    case DType::kUint8: return "uint8";
-    case DType::kInt32: return "int32";
-    case DType::kInt8: return "int8";
-    case DType::kInt64: return "int64";
-    case DType::kBool: return "bool";
-    case DType::kBfloat16: return "bfloat16";
-  }
-  return "unknown";
-}
-
 nb::dlpack::dtype DlpackOf(DType t) {
   switch (t) {
     case DType::kFloat32: return nb::dtype<float>();
@@ -273,7 +257,7 @@ NB_MODULE(_core, m) {
 
   nb::class_<NDArray>(m, "Array")
       .def_prop_ro("shape", [](const NDArray& a) { return DimsOf(a.shape()); })
-      .def_prop_ro("dtype", [](const NDArray& a) { return std::string(NumpyName(a.dtype())); })
+      .def_prop_ro("dtype", [](const NDArray& a) { return std::string(DTypeName(a.dtype())); })  // NumPy's names
       .def_prop_ro("context", [](const NDArray& a) { return a.ctx().ToString(); })
       .def_prop_ro("size", &NDArray::Size)
       .def_prop_ro("is_none", &NDArray::is_none)
