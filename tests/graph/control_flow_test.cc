@@ -167,15 +167,17 @@ TEST_P(ControlFlowCase, JsonRoundTripKeepsTheSubgraphs) {
 INSTANTIATE_TEST_SUITE_P(MXNetFixtures, ControlFlowCase, ::testing::ValuesIn(LoadCases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
+Case CaseNamed(const std::string& name) {
+  for (const Case& c : LoadCases()) {
+    if (c.name == name) return c;
+  }
+  throw Error("no case " + name);
+}
+
 // The usual training binding: the sequence without a gradient (kNullOp), the weights and the initial state with
 // one: the weights' gradients are MXNet's.
 TEST(ControlFlowTest, ForeachWithoutDataGradient) {
-  const Case c = [] {
-    for (const Case& k : LoadCases()) {
-      if (k.name == "foreach_rnn") return k;
-    }
-    throw Error("no foreach_rnn case");
-  }();
+  const Case c = CaseNamed("foreach_rnn");
   const Symbol sym = Symbol::Load(kDir + "/foreach_rnn-symbol.json");
   const auto names = sym.ListArguments();
   std::vector<NDArray> args, grads;
@@ -267,13 +269,6 @@ void ExpectBuiltMatches(const Symbol& sym, const Case& c) {
   exec->Backward(heads);
   for (std::size_t k = 0; k < exec->outputs().size(); ++k) ExpectOutput(c, k, exec->outputs()[k]);
   for (std::size_t i = 0; i < names.size(); ++i) ExpectGrad(c, exec->grad_arrays()[i], names[i]);
-}
-
-Case CaseNamed(const std::string& name) {
-  for (const Case& c : LoadCases()) {
-    if (c.name == name) return c;
-  }
-  throw Error("no case " + name);
 }
 
 // The builders of graph/control_flow.h make the loops of the fixtures' MXNet scripts: the same results.
